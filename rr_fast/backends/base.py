@@ -1,0 +1,46 @@
+"""The one interface every backend implements: layer-ℓ states and observed-token log-probabilities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class Forward:
+    """What one forward pass returns, as float32 numpy arrays (None when not asked for).
+
+    hidden: [B, T, d] states after ``layer`` decoder layers (after the final norm when layer == depth,
+        matching ``hidden_states[layer]`` of a stock forward).
+    logprobs: [B, T], log p(targets[:, t] | ids[:, :t + 1]); only the observed tokens, never [B, T, V].
+    """
+
+    hidden: np.ndarray | None
+    logprobs: np.ndarray | None
+
+
+class Backend(Protocol):
+    """A causal LM that runs batches of rows with explicit position ids and no KV cache."""
+
+    name: str
+    depth: int  # number of decoder layers
+    hidden_size: int
+    uses_rope: bool  # True when attention sees only relative positions, so windows may start at 0
+    max_positions: int | None  # learned absolute position table size, None for RoPE models
+
+    def forward(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        layer: int | None,
+        targets: np.ndarray | None = None,
+    ) -> Forward:
+        """Run right-padded rows [B, T] at ``positions`` ([B, T] or [1, T]).
+
+        Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities.
+        Padding needs no mask: attention is causal, so padded positions at the right never reach
+        the real ones.
+        """
+        ...

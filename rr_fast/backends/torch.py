@@ -1,0 +1,133 @@
+"""PyTorch backend (transformers): CPU, CUDA or MPS.
+
+Early exit reuses the stock forward of the model's own decoder on a *view* that holds only the first ℓ
+layers: masks, embedding scales, sliding windows and position tables stay exactly transformers' own, and
+no layer above ℓ runs. The view shares every parameter with the loaded model.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from rr_fast.backends.base import Forward
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
+
+
+def pick_device(device: str = "auto") -> str:
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, model: nn.Module, device: str = "cpu"):
+        self.model = model.eval()
+        self.device = device
+        self.config = model.config
+        self.decoder = model.base_model
+        self.layers_attr = _first_attr(self.decoder, ("layers", "h"))
+        self.norm_attr = _first_attr(self.decoder, ("norm", "ln_f", "final_layer_norm"))
+        self.depth = len(getattr(self.decoder, self.layers_attr))
+        self.hidden_size = int(self.config.hidden_size)
+        self.uses_rope = _relative_positions_only(self.config, self.decoder)
+        self.max_positions = None if self.uses_rope else int(self.config.max_position_embeddings)
+        self.softcap = getattr(self.config, "final_logit_softcapping", None)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self._views: dict[int, nn.Module] = {}
+
+    @classmethod
+    def load(cls, folder: str | Path, dtype: str = "float32", device: str = "auto") -> "TorchBackend":
+        from transformers import AutoModelForCausalLM
+
+        device = pick_device(device)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=DTYPES[dtype], attn_implementation="sdpa"
+        ).to(device)
+        return cls(model, device)
+
+    def view(self, layer: int) -> nn.Module:
+        """The decoder cut after ``layer`` layers; the final norm stays only at full depth."""
+        if not 0 <= layer <= self.depth:
+            raise ValueError(f"layer must be in 0..{self.depth}, got {layer}")
+        if layer not in self._views:
+            view = copy.copy(self.decoder)
+            view._modules = dict(view._modules)  # a private module table, so the model is untouched
+            setattr(view, self.layers_attr, nn.ModuleList(getattr(self.decoder, self.layers_attr)[:layer]))
+            if layer < self.depth:
+                setattr(view, self.norm_attr, nn.Identity())
+            self._views[layer] = view
+        return self._views[layer]
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        layer: int | None,
+        targets: np.ndarray | None = None,
+    ) -> Forward:
+        ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
+        pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
+        if targets is None:
+            out = self.view(layer)(input_ids=ids_t, position_ids=pos_t, use_cache=False)
+            return Forward(_numpy(out.last_hidden_state), None)
+        out = self.decoder(
+            input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None
+        )
+        hidden = _numpy(out.hidden_states[layer]) if layer is not None else None
+        return Forward(hidden, self._observed_logprobs(out.last_hidden_state, targets))
+
+    def _observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> np.ndarray:
+        """log p(target) per position, in row chunks so [rows, V] logits stay within LOGIT_BUDGET."""
+        targets_t = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(final.device)
+        wanted = (targets_t >= 0).reshape(-1).nonzero().squeeze(1)
+        rows = final.reshape(-1, final.shape[-1]).index_select(0, wanted)
+        picked = targets_t.reshape(-1).index_select(0, wanted)
+        head = self.model.get_output_embeddings()
+        step = max(1, LOGIT_BUDGET // self.vocab_size)
+        values = torch.empty(rows.shape[0], dtype=torch.float32, device=final.device)
+        for start in range(0, rows.shape[0], step):
+            logits = head(rows[start : start + step]).float()
+            if self.softcap:
+                logits = torch.tanh(logits / self.softcap) * self.softcap
+            chosen = logits.gather(1, picked[start : start + step, None]).squeeze(1)
+            values[start : start + step] = chosen - torch.logsumexp(logits, dim=-1)
+        out = torch.full((targets_t.numel(),), float("nan"), device=final.device)
+        out[wanted] = values
+        return out.reshape(targets_t.shape).cpu().numpy()
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.float().cpu().numpy()
+
+
+def _first_attr(module: nn.Module, names: tuple[str, ...]) -> str:
+    for name in names:
+        if hasattr(module, name):
+            return name
+    raise ValueError(f"unsupported model: {type(module).__name__} has none of {names}")
+
+
+def _relative_positions_only(config, decoder: nn.Module) -> bool:
+    """RoPE attention depends only on position differences, unless the rotation depends on length."""
+    if any(hasattr(decoder, name) for name in ("wpe", "embed_positions", "position_embeddings")):
+        return False
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    kinds = set()
+    if isinstance(rope, dict):
+        nested = [v for v in rope.values() if isinstance(v, dict)] or [rope]
+        kinds = {str(v.get("rope_type", v.get("type", "default"))) for v in nested}
+    return not kinds & {"dynamic", "longrope"}

@@ -1,0 +1,228 @@
+"""One document through the pipeline: text → candidate edges → model states → readouts → calibration → DP
+→ chunks. The model loads once per ``Chunker``; ``chunk()`` and ``score()`` can then run on many texts.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rr_fast.engine import Engine, ScoreConfig
+from rr_fast.errors import RRFastError
+from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, resolve
+from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
+
+# Readouts a user can choose; "rr+lr" averages the two readouts' percentiles.
+READOUT_CHOICES = ("rr", "lr", "rr+lr")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A verbatim slice ``text[start:end]`` of the input."""
+
+    index: int
+    start: int  # character offset, inclusive
+    end: int  # character offset, exclusive
+    token_count: int
+    text: str
+    score: float | None  # utility of the cut that ends this chunk; None for the last chunk
+
+
+@dataclass
+class Scores:
+    """Every candidate edge of one text with its readout values (higher prefers a cut)."""
+
+    tokens: np.ndarray  # token edge: the cut is before this token
+    chars: np.ndarray  # character offset of the cut
+    readouts: dict[str, np.ndarray]
+    num_tokens: int
+
+    def records(self) -> list[dict]:
+        rows = []
+        for i in range(len(self.tokens)):
+            row = {"char": int(self.chars[i]), "token": int(self.tokens[i])}
+            for name, values in self.readouts.items():
+                value = float(values[i])
+                row[name] = value if np.isfinite(value) else None
+            rows.append(row)
+        return rows
+
+
+@dataclass
+class Chunker:
+    """Right Reset chunking with one loaded model.
+
+    The defaults come from the quality benchmark (bench/RESULTS.md): the bundled model, its readout and
+    its calibrated cut penalty. ``num_chunks`` switches from the open-count objective to a fixed count.
+    """
+
+    model: str = DEFAULT_MODEL
+    backend: str = "auto"
+    readout: str | None = None  # None: the bundled model's choice, else "rr"
+    layer: int | None = None
+    window: int = 24
+    skip: int = 1
+    step: int = 8
+    penalty: float | None = None  # ρ; None: the bundled model's calibrated value, else 0.5
+    limits: Limits = field(default_factory=Limits)
+    num_chunks: int | None = None
+    dtype: str = "float32"
+    device: str = "auto"
+    context: int = 2048
+    batch_tokens: int = 4096
+    reindex: bool | None = None
+    warnings: list[str] = field(default_factory=list, init=False)
+    timings: dict[str, float] = field(default_factory=lambda: defaultdict(float), init=False)
+
+    def __post_init__(self) -> None:
+        bundled = BUNDLED.get(self.model)
+        if self.readout is None:
+            self.readout = bundled.readout if bundled else "rr"
+        if self.readout not in READOUT_CHOICES:
+            raise RRFastError(f"readout must be one of {READOUT_CHOICES}, got {self.readout!r}")
+        if self.penalty is None:
+            self.penalty = bundled.penalty if bundled else 0.5
+        if self.layer is None and bundled is not None:
+            self.layer = bundled.layer
+        if self.step < 1:
+            raise RRFastError(f"step must be at least 1, got {self.step}")
+        try:
+            self.config = ScoreConfig(
+                window=self.window,
+                skip=self.skip,
+                layer=self.layer,
+                readouts=tuple(self.readout.split("+")),
+                context=self.context,
+                batch_tokens=self.batch_tokens,
+                reindex=self.reindex,
+            )
+        except ValueError as error:
+            raise RRFastError(str(error)) from None
+        started = time.perf_counter()
+        folder = resolve(self.model)
+        self.tokenizer, self.engine = _load(folder, self.backend, self.dtype, self.device, self.config)
+        self.timings["model load"] += time.perf_counter() - started
+
+    def score(self, text: str, progress: bool = False) -> Scores:
+        """Readout values of every candidate edge (``--emit scores``)."""
+        tokens = self._tokenize(text)
+        edges = candidate_edges(text, tokens, self.step)
+        values = self._run(tokens, edges.tokens, progress)
+        return Scores(edges.tokens, edges.chars, values, len(tokens))
+
+    def chunk(self, text: str, progress: bool = False) -> list[Chunk]:
+        """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""
+        self.warnings = []
+        tokens = self._tokenize(text)
+        edges = candidate_edges(text, tokens, self.step)
+        values = self._run(tokens, edges.tokens, progress)
+        started = time.perf_counter()
+        utility = self.utility(values)
+        usable = np.isfinite(utility)
+        fallback = clean_edges(text, tokens)
+        result = segment(
+            len(tokens),
+            edges.tokens[usable],
+            utility[usable],
+            self.limits,
+            penalty=self.penalty,
+            num_chunks=self.num_chunks,
+            fallback_edges=fallback.tokens,
+        )
+        self.warnings.extend(result.warnings)
+        chunks = _assemble(text, tokens, result.cuts, fallback, edges.tokens, utility)
+        self.timings["dp"] += time.perf_counter() - started
+        return chunks
+
+    def utility(self, values: dict[str, np.ndarray]) -> np.ndarray:
+        """Calibrated per-edge utility: within-document percentiles, averaged over the chosen readouts."""
+        names = self.readout.split("+")
+        finite = np.logical_and.reduce([np.isfinite(values[name]) for name in names])
+        utility = np.full(finite.shape[0], np.nan)
+        if finite.any():
+            utility[finite] = np.mean([percentiles(values[name][finite]) for name in names], axis=0)
+        return utility
+
+    def _tokenize(self, text: str) -> Tokens:
+        if not isinstance(text, str):
+            raise RRFastError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise RRFastError("the text is empty or only whitespace: nothing to chunk")
+        started = time.perf_counter()
+        tokens = tokenize(self.tokenizer, text)
+        self.timings["tokenization"] += time.perf_counter() - started
+        return tokens
+
+    def _run(self, tokens: Tokens, edges: np.ndarray, progress: bool) -> dict[str, np.ndarray]:
+        bar = _progress_bar(len(tokens)) if progress else None
+        before = dict(self.engine.timings)
+        try:
+            return self.engine.score(tokens.ids, edges, bar.update_to if bar else None)
+        finally:
+            if bar:
+                bar.close()
+            for name, seconds in self.engine.timings.items():
+                self.timings[name] += seconds - before.get(name, 0.0)
+
+
+def _assemble(text, tokens, cuts, fallback, candidate_tokens, utility) -> list[Chunk]:
+    char_of = dict(zip(fallback.tokens.tolist(), fallback.chars.tolist()))
+    utility_of = dict(zip(candidate_tokens.tolist(), utility.tolist()))
+    bounds_tok = [0, *cuts.tolist(), len(tokens)]
+    bounds_chr = [0, *(char_of[c] for c in cuts.tolist()), len(text)]
+    chunks = []
+    for i in range(len(bounds_tok) - 1):
+        start, end = bounds_chr[i], bounds_chr[i + 1]
+        score = utility_of.get(bounds_tok[i + 1]) if i + 1 < len(bounds_tok) - 1 else None
+        chunks.append(
+            Chunk(
+                index=i,
+                start=start,
+                end=end,
+                token_count=bounds_tok[i + 1] - bounds_tok[i],
+                text=text[start:end],
+                score=None if score is None or not np.isfinite(score) else float(score),
+            )
+        )
+    return chunks
+
+
+def _load(folder: str, backend: str, dtype: str, device: str, config: ScoreConfig):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rr_fast.backends import load_backend
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model_config = AutoConfig.from_pretrained(folder)
+        loaded = load_backend(backend, folder, dtype=dtype, device=device)
+    except (OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RRFastError(f"cannot load model {folder!r}: {first}; {hub_hint()}") from None
+    try:
+        engine = Engine(loaded, bos_prefix(tokenizer, model_config), config)
+    except ValueError as error:
+        raise RRFastError(str(error)) from None
+    return tokenizer, engine
+
+
+class _progress_bar:
+    """tqdm on stderr, only when a person is watching it."""
+
+    def __init__(self, total: int):
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=total, unit="tok", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty()
+        )
+
+    def update_to(self, done: int) -> None:
+        self.bar.update(max(0, done - self.bar.n))
+
+    def close(self) -> None:
+        self.bar.close()

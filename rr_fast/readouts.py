@@ -1,0 +1,43 @@
+"""Readouts of the reset intervention, on aligned full and reset windows (paper, Eqs. 1 and 2).
+
+All inputs are window-aligned: index q of row i is the q-th token right of edge b_i. ``mask`` marks the
+positions that enter the mean. Every readout is oriented so that larger means "better place to cut".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+READOUTS = ("rr", "lr")
+
+
+def rr_cosine(full: np.ndarray, reset: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Eq. 1: mean cosine between full-context and reset states over the masked positions.
+
+    full, reset: [B, W, d]; mask: [B, W] bool. High preservation means the right side barely depended on
+    the removed prefix, so it is a good cut.
+    """
+    dot = np.einsum("bwd,bwd->bw", full, reset, dtype=np.float64)
+    norms = np.sqrt(
+        np.einsum("bwd,bwd->bw", full, full, dtype=np.float64)
+        * np.einsum("bwd,bwd->bw", reset, reset, dtype=np.float64)
+    )
+    cosine = dot / np.maximum(norms, 1e-30)
+    return _masked_mean(cosine, mask)
+
+
+def lr_utility(full_logprobs: np.ndarray, reset_logprobs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Eq. 2, negated: −mean log p_full(x)/p_reset(x) over the observed next tokens.
+
+    full_logprobs, reset_logprobs: [B, W], the log-probability of the same observed token with and
+    without the prefix. Little damage from removing the prefix means a good cut.
+    """
+    damage = full_logprobs.astype(np.float64) - reset_logprobs.astype(np.float64)
+    return -_masked_mean(damage, mask)
+
+
+def _masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    counts = mask.sum(axis=1)
+    sums = np.where(mask, values, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)

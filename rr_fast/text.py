@@ -1,0 +1,124 @@
+"""Text → tokens with character offsets → candidate edges.
+
+An *edge* e (0 < e < n) is the gap before token e: cutting there puts tokens [.., e) left and [e, ..) right.
+Every edge we may cut maps to one character offset, so chunks are verbatim slices of the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Sentence-final marks, Latin and CJK; closing quotes and brackets after them still belong to the
+# sentence (`."`, `?)`): records often end that way, and a rule blind to it misses many true ends.
+SENTENCE_END = frozenset(".?!…。！？")
+CLOSERS = frozenset("\"'”’»)]}」』）】")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Model tokens of one text. starts/ends are character offsets into that text."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True)
+class Edges:
+    """Candidate cut points of one text: token edge index and the character offset of the cut."""
+
+    tokens: np.ndarray  # int64 token edges, strictly increasing
+    chars: np.ndarray  # int64 character offsets, strictly increasing
+
+
+def tokenize(tokenizer, text: str) -> Tokens:
+    """Tokenize without special tokens; the backend adds the model's BOS where it needs one."""
+    if not text:
+        return Tokens(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    encoded = tokenizer(
+        text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False
+    )
+    ids = np.asarray(encoded["input_ids"], dtype=np.int64)
+    offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return Tokens(ids, offsets[:, 0].copy(), offsets[:, 1].copy())
+
+
+def cut_chars(text: str, tokens: Tokens) -> np.ndarray:
+    """Character offset of the cut before each token, or -1 where no clean cut exists.
+
+    A clean cut needs the right token to start at or after the end of the left one (byte-level BPE
+    splits an emoji into several tokens sharing one character) and to cover at least one character.
+    Leading whitespace of the right token is moved to the left chunk, so chunks end with the space
+    after a sentence and start with its first word. Result index e is the edge before token e.
+    """
+    count = len(tokens)
+    out = np.full(count, -1, dtype=np.int64)
+    starts, ends = tokens.starts, tokens.ends
+    for e in range(1, count):
+        start, end = int(starts[e]), int(ends[e])
+        if end <= start or start < ends[e - 1]:
+            continue
+        cut = start
+        while cut < end and text[cut].isspace():
+            cut += 1
+        out[e] = cut if cut < end else start
+    return out
+
+
+def candidate_edges(text: str, tokens: Tokens, step: int = 8) -> Edges:
+    """Word-boundary edges on a ``step``-token grid plus every sentence end (paper, Application section).
+
+    For each grid point g = step, 2·step, ... the first word-boundary edge at or after g is kept; sentence
+    ends are always kept.
+    """
+    if step < 1:
+        raise ValueError(f"candidate step must be at least 1, got {step}")
+    chars = cut_chars(text, tokens)
+    word = np.zeros(len(tokens), dtype=bool)
+    sentence = np.zeros(len(tokens), dtype=bool)
+    for e in range(1, len(tokens)):
+        cut = int(chars[e])
+        if cut < 0:
+            continue
+        before = int(tokens.ends[e - 1])
+        gap = text[before:cut]
+        if gap and gap.isspace() or (cut > 0 and text[cut - 1].isspace()):
+            word[e] = True
+            sentence[e] = _ends_sentence(text, cut)
+        elif cut > 0 and text[cut - 1] in SENTENCE_END and _is_cjk(text[cut - 1]):
+            sentence[e] = True  # CJK sentences are not followed by a space
+    keep = sentence.copy()
+    word_edges = np.flatnonzero(word)
+    if word_edges.size:
+        grid = np.arange(step, len(tokens), step)
+        picks = np.searchsorted(word_edges, grid, side="left")
+        picks = picks[picks < word_edges.size]
+        keep[word_edges[picks]] = True
+    edges = np.flatnonzero(keep).astype(np.int64)
+    return Edges(edges, chars[edges])
+
+
+def clean_edges(text: str, tokens: Tokens) -> Edges:
+    """Every edge with a clean character cut: the fallback when candidates cannot meet the limits."""
+    chars = cut_chars(text, tokens)
+    edges = np.flatnonzero(chars >= 0).astype(np.int64)
+    return Edges(edges, chars[edges])
+
+
+def _ends_sentence(text: str, stop: int) -> bool:
+    """Does text[:stop] end a sentence: a final mark, optional closing quotes or brackets, whitespace?"""
+    i = stop
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    while i > 0 and text[i - 1] in CLOSERS:
+        i -= 1
+    return i > 0 and text[i - 1] in SENTENCE_END
+
+
+def _is_cjk(char: str) -> bool:
+    return char in "。！？"
