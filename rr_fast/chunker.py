@@ -13,7 +13,7 @@ import numpy as np
 
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError
-from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, resolve
+from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, quiet_transformers, resolve
 from rr_fast.segment import Limits, percentiles, segment
 from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
 
@@ -198,9 +198,10 @@ def _load(folder: str, backend: str, dtype: str, device: str, config: ScoreConfi
     from rr_fast.backends import load_backend
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model_config = AutoConfig.from_pretrained(folder)
-        loaded = load_backend(backend, folder, dtype=dtype, device=device)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model_config = AutoConfig.from_pretrained(folder)
+            loaded = load_backend(backend, folder, dtype=dtype, device=device)
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RRFastError(f"cannot load model {folder!r}: {first}; {hub_hint()}") from None

@@ -99,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error already printed as one line
+        return int(stop.code or 0)
     try:
         if args.emit == "scores" and args.format == "text":
             raise RRFastError("--emit scores writes jsonl or json, not text")

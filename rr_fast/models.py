@@ -13,7 +13,9 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,16 +116,14 @@ def _convert_once(gguf: Path, target: Path) -> Path:
         return target
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    sys.stderr.write(f"rr-fast: converting {gguf.name} once into {target} (about a minute)\n")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
         model.config.__dict__.pop("quantization_config", None)
         model.save_pretrained(staging)
@@ -134,27 +134,54 @@ def _convert_once(gguf: Path, target: Path) -> Path:
         except OSError:
             if not (target / "config.json").exists():
                 raise
-    except RRFastError:
-        raise
     except Exception as error:  # conversion problems are the user's file, not our bug
         raise RRFastError(f"could not convert {gguf}: {error}") from error
     finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def _write_mlx_compatible_config(path: Path) -> None:
-    """mlx-lm ignores transformers 5's ``rope_parameters`` and would silently use rope_theta 10000."""
+@contextmanager
+def quiet_transformers():
+    """Silence transformers' progress bars and advice while loading: stderr is for our own messages."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+
+
+def _write_mlx_compatible_config(path: Path, write: bool = True) -> dict:
+    """Add the config keys mlx-lm reads but transformers 5 no longer writes; returns the keys added.
+
+    Without them mlx-lm loads the model and silently computes something else: it ignores
+    ``rope_parameters`` (falling back to rope_theta 10000 and no RoPE scaling) and ``layer_types`` (Gemma 3
+    places its full-attention layers by ``sliding_window_pattern``, default 6), and GPT-2 needs ``n_ctx``.
+    With write=False the file stays untouched: the MLX backend applies the keys in memory to folders
+    written elsewhere.
+    """
     config = json.loads(path.read_text())
+    added = {}
     rope = config.get("rope_parameters")
-    if isinstance(rope, dict) and "rope_theta" not in config:
-        if "rope_theta" in rope:
-            config["rope_theta"] = rope["rope_theta"]
-        elif "full_attention" in rope:  # per-attention-type parameters (Gemma 3)
-            config["rope_theta"] = rope["full_attention"].get("rope_theta")
-            local = rope.get("sliding_attention", {}).get("rope_theta")
-            if local is not None:
-                config.setdefault("rope_local_base_freq", local)
-    path.write_text(json.dumps(config, indent=2, sort_keys=True))
+    if isinstance(rope, dict):
+        full = rope.get("full_attention", rope)  # per-attention-type parameters (Gemma 3) or one set
+        added["rope_theta"] = full.get("rope_theta")
+        added["rope_local_base_freq"] = rope.get("sliding_attention", {}).get("rope_theta")
+        if full.get("rope_type", "default") != "default":
+            added["rope_scaling"] = full
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        period = types.index("full_attention") + 1 if "full_attention" in types else len(types) + 1
+        if all((kind == "full_attention") == ((i + 1) % period == 0) for i, kind in enumerate(types)):
+            added["sliding_window_pattern"] = period
+    if config.get("model_type") == "gpt2":
+        added["n_ctx"] = config.get("n_positions")
+    added = {key: value for key, value in added.items() if value is not None and config.get(key) is None}
+    if write and added:
+        path.write_text(json.dumps({**config, **added}, indent=2, sort_keys=True))
+    return added

@@ -1,0 +1,187 @@
+"""MLX backend (mlx-lm): Metal on Apple silicon, the CPU elsewhere.
+
+The layers are mlx-lm's own; this module replaces only the model's outer loop, to stop after ℓ layers and to
+give every row its own position ids. mlx-lm's attention rotates queries and keys by ``cache.offset`` and
+``mx.fast.rope`` accepts one offset per row, so a stand-in cache that holds the rows' first positions and
+stores nothing turns the stock layers into a batched, cache-free forward at arbitrary (consecutive)
+positions. The embedding step and the masks are replicated per family, following each family's
+``__call__`` in ``mlx_lm/models`` and transformers' conventions where the two differ.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models import gpt2
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.utils import load_model
+
+from rr_fast.backends.base import Forward
+from rr_fast.errors import RRFastError
+from rr_fast.models import _write_mlx_compatible_config
+
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma3_text", "gpt2")  # mlx-lm model modules this loop replicates
+
+
+class _Positions:
+    """Stands in for an mlx-lm KV cache: RoPE reads the rows' first positions from ``offset``, and keys
+    and values pass through unstored (each call sees whole rows, so there is nothing to cache)."""
+
+    def __init__(self, offset: int | mx.array):
+        self.offset = offset
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        return keys, values
+
+
+class _GPT2(gpt2.Model):
+    """mlx-lm's GPT-2 reads the original checkpoint layout; transformers saves GPT2LMHeadModel's weights
+    under ``transformer.`` and may keep the tied ``lm_head.weight``."""
+
+    def sanitize(self, weights: dict) -> dict:
+        weights = {k.removeprefix("transformer."): v for k, v in weights.items() if k != "lm_head.weight"}
+        return super().sanitize(weights)
+
+
+class MLXBackend:
+    name = "mlx"
+
+    def __init__(self, model: nn.Module, config: dict):
+        self.model = model
+        self.config = config
+        self.family = _family(model)
+        if self.family not in FAMILIES:
+            raise RRFastError(
+                f"the mlx backend does not support {config.get('model_type')!r} models; use --backend torch"
+            )
+        if config.get("attn_logit_softcapping"):  # mlx-lm's Gemma 3 attention has no softcap
+            raise RRFastError("the mlx backend does not support attention logit softcapping; use --backend torch")
+        self.decoder = model.model
+        self.layers = model.layers
+        self.depth = len(self.layers)
+        self.embed = self.decoder.wte if self.family == "gpt2" else self.decoder.embed_tokens
+        self.norm = self.decoder.ln_f if self.family == "gpt2" else self.decoder.norm
+        self.head = model.lm_head if "lm_head" in model else self.embed.as_linear
+        self.hidden_size = int(config.get("hidden_size") or config["n_embd"])
+        self.vocab_size = int((model.lm_head if "lm_head" in model else self.embed).weight.shape[0])
+        self.uses_rope = _relative_positions_only(config)
+        table = config.get("max_position_embeddings") or config.get("n_positions")
+        self.max_positions = None if self.uses_rope else int(table)
+        self.softcap = config.get("final_logit_softcapping")
+        self.windows = [self._sliding_window(i) for i in range(self.depth)]
+
+    @classmethod
+    def load(cls, folder: str | Path, dtype: str = "float32") -> "MLXBackend":
+        path = Path(folder).expanduser()
+        if not path.is_dir():  # a hub id, as models.resolve passes them on
+            from huggingface_hub import snapshot_download
+
+            path = Path(snapshot_download(str(folder), allow_patterns=["*.json", "*.safetensors"]))
+        fixes = _write_mlx_compatible_config(path / "config.json", write=False)
+        classes = {}
+        if json.loads((path / "config.json").read_text()).get("model_type") == "gpt2":
+            classes["get_model_classes"] = lambda config: (_GPT2, gpt2.ModelArgs)
+        model, config = load_model(path, model_config=fixes, **classes)
+        model.set_dtype(DTYPES[dtype])
+        return cls(model, config)
+
+    def forward(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        layer: int | None,
+        targets: np.ndarray | None = None,
+    ) -> Forward:
+        if layer is None and targets is None:
+            raise ValueError("nothing to compute: give a layer, targets or both")
+        if layer is not None and not 0 <= layer <= self.depth:
+            raise ValueError(f"layer must be in 0..{self.depth}, got {layer}")
+        positions = np.asarray(positions, dtype=np.int64)
+        if np.any(positions != positions[:, :1] + np.arange(positions.shape[1])):
+            raise ValueError("positions must be consecutive within each row")
+        h = self._embed(mx.array(np.asarray(ids, dtype=np.int32)), positions)
+        # one offset per row, or a plain int when all rows share their positions
+        offset = int(positions[0, 0]) if positions.shape[0] == 1 else mx.array(positions[:, 0].astype(np.int32))
+        cache = _Positions(offset)
+        masks = {w: create_attention_mask(h, None, window_size=w) for w in set(self.windows)}
+        last = self.depth if targets is not None else layer
+        hidden = h if layer == 0 else None
+        for i in range(last):
+            h = self.layers[i](h, masks[self.windows[i]], cache)
+            if i + 1 == layer:
+                hidden = h
+        final = self.norm(h) if last == self.depth else None
+        if layer == self.depth:
+            hidden = final
+        logprobs = None if targets is None else self._observed_logprobs(final, targets)
+        if hidden is not None:
+            hidden = hidden.astype(mx.float32)
+            mx.eval(hidden)
+            hidden = np.array(hidden)
+        return Forward(hidden, logprobs)
+
+    def _embed(self, ids: mx.array, positions: np.ndarray) -> mx.array:
+        h = self.embed(ids)
+        if self.family == "gpt2":
+            return h + self.decoder.wpe(mx.array(positions.astype(np.int32)))
+        if self.family == "gemma3_text":
+            # transformers rounds sqrt(d) to the weights' dtype from fp32; mlx-lm rounds it to bf16 always
+            return h * mx.array(self.hidden_size**0.5, dtype=mx.float32).astype(h.dtype)
+        return h
+
+    def _sliding_window(self, index: int) -> int | None:
+        """The attention window of layer ``index``, None for full attention."""
+        layer = self.layers[index]
+        if self.family == "gemma3_text":
+            sliding = layer.self_attn.is_sliding
+        else:
+            sliding = getattr(layer, "use_sliding", False)
+        types = self.config.get("layer_types")
+        if types is not None and sliding != (types[index] == "sliding_attention"):
+            # mlx-lm's Gemma 3 can only place full-attention layers periodically
+            raise RRFastError(f"the mlx backend cannot reproduce layer_types {types}; use --backend torch")
+        return int(self.config["sliding_window"]) if sliding else None
+
+    def _observed_logprobs(self, final: mx.array, targets: np.ndarray) -> np.ndarray:
+        """log p(target) per position, in row chunks so [rows, V] logits stay within LOGIT_BUDGET."""
+        flat = np.asarray(targets, dtype=np.int64).reshape(-1)
+        wanted = np.flatnonzero(flat >= 0)
+        rows = final.reshape(-1, final.shape[-1])[mx.array(wanted.astype(np.int32))]
+        picked = mx.array(flat[wanted].astype(np.int32))
+        step = max(1, LOGIT_BUDGET // self.vocab_size)
+        values = np.empty(len(wanted), dtype=np.float32)
+        for start in range(0, len(wanted), step):
+            logits = self.head(rows[start : start + step]).astype(mx.float32)
+            if self.softcap:
+                logits = mx.tanh(logits / self.softcap) * self.softcap
+            chosen = mx.take_along_axis(logits, picked[start : start + step, None], axis=1).squeeze(1)
+            chunk = chosen - mx.logsumexp(logits, axis=-1)
+            mx.eval(chunk)  # one chunk of logits at a time
+            values[start : start + step] = np.array(chunk)
+        out = np.full(flat.shape, np.nan, dtype=np.float32)
+        out[wanted] = values
+        return out.reshape(np.shape(targets))
+
+
+def _family(model: nn.Module) -> str:
+    """The mlx-lm module that defines the architecture (mistral models, for one, run llama's)."""
+    for cls in type(model).__mro__:
+        if cls.__module__.startswith("mlx_lm.models."):
+            return cls.__module__.rsplit(".", 1)[-1]
+    return type(model).__module__
+
+
+def _relative_positions_only(config: dict) -> bool:
+    """RoPE attention depends only on position differences, unless the rotation depends on length."""
+    if config.get("model_type") == "gpt2":
+        return False
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    nested = [v for v in rope.values() if isinstance(v, dict)] or [rope]
+    kinds = {str(v.get("rope_type", v.get("type", "default"))) for v in nested}
+    return not kinds & {"dynamic", "longrope"}

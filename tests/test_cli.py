@@ -1,0 +1,127 @@
+"""The command line: outputs, and one-line errors with a non-zero exit and nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from tiny_models import tiny_llama_folder
+
+from rr_fast.cli import main
+
+TEXT = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture()
+def sample(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def small(tiny):
+    return ["--model", tiny, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
+
+
+def test_jsonl_chunks(tiny, sample, capsys):
+    code, out, err = run([sample, *small(tiny)], capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert "".join(r["text"] for r in rows) == TEXT
+    assert set(rows[0]) == {"index", "start", "end", "token_count", "text", "score"}
+    assert all(TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
+
+
+def test_json_text_and_scores(tiny, sample, capsys):
+    code, out, _ = run([sample, *small(tiny), "--format", "json"], capsys)
+    assert code == 0 and "".join(r["text"] for r in json.loads(out)) == TEXT
+    code, out, _ = run([sample, *small(tiny), "--format", "text", "--separator", "=== cut ==="], capsys)
+    assert code == 0 and "=== cut ===\n" in out
+    code, out, _ = run([sample, *small(tiny), "--emit", "scores", "--readout", "rr+lr"], capsys)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and {"char", "token", "rr", "lr"} <= set(rows[0])
+
+
+def test_output_file_and_stdin(tiny, sample, tmp_path, capsys, monkeypatch):
+    target = tmp_path / "out.jsonl"
+    code, out, _ = run([sample, *small(tiny), "--output", target], capsys)
+    assert code == 0 and out == ""
+    assert "".join(json.loads(line)["text"] for line in target.read_text().splitlines()) == TEXT
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
+    monkeypatch.setattr(sys, "stdin", type("In", (), {"buffer": __import__("io").BytesIO(TEXT.encode())})())
+    code, out, _ = run(["-", *small(tiny)], capsys)
+    assert code == 0 and "".join(json.loads(line)["text"] for line in out.splitlines()) == TEXT
+
+
+@pytest.mark.parametrize(
+    "case, extra, message",
+    [
+        ("missing", [], "no such file"),
+        ("directory", [], "is a directory"),
+        ("empty", [], "empty or only whitespace"),
+        ("blank", [], "empty or only whitespace"),
+        ("latin1", [], "not valid UTF-8"),
+        ("ok", ["--max-tokens", "0"], "positive integer"),
+        ("ok", ["--min-tokens", "50", "--max-tokens", "40"], "max-tokens"),
+        ("ok", ["--window", "1"], "window"),
+        ("ok", ["--length-weight", "nan"], "finite"),
+        ("ok", ["--readout", "bogus"], "invalid choice"),
+        ("ok", ["--model", "no-such-model"], "unknown model"),
+        ("ok", ["--layer", "99"], "layer must be in"),
+        ("ok", ["--emit", "scores", "--format", "text"], "jsonl or json"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(case, extra, message, tiny, tmp_path, capsys):
+    source = tmp_path / "input.txt"
+    if case == "directory":
+        source.mkdir()
+    elif case == "empty":
+        source.write_text("")
+    elif case == "blank":
+        source.write_text(" \n\t\n")
+    elif case == "latin1":
+        source.write_bytes("caf\xe9 au lait. ".encode("latin-1") * 20)
+    elif case == "ok":
+        source.write_text(TEXT)
+    target = tmp_path / "out.jsonl"
+    argv = [source, *small(tiny), "--output", target, *extra]
+    code, out, err = run(argv, capsys)
+    assert code != 0 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err
+    assert not target.exists()
+
+
+def test_errors_replace_proceeds(tiny, tmp_path, capsys):
+    source = tmp_path / "latin.txt"
+    source.write_bytes("caf\xe9 au lait. ".encode("latin-1") * 20)
+    code, out, _ = run([source, *small(tiny), "--errors", "replace"], capsys)
+    assert code == 0 and "\ufffd" in out
+
+
+def test_module_entry_point_exit_codes(tmp_path):
+    """Through `python -m`: usage errors are one line with exit 2, runtime errors exit 1, no traceback."""
+    usage = subprocess.run(
+        [sys.executable, "-m", "rr_fast.chunk", str(tmp_path / "x.txt"), "--window", "zero"],
+        capture_output=True,
+        text=True,
+    )
+    assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
+    missing = subprocess.run(
+        [sys.executable, "-m", "rr_fast.chunk", str(tmp_path / "x.txt")], capture_output=True, text=True
+    )
+    assert missing.returncode == 1 and missing.stderr.startswith("rr-fast: error: no such file")
+    assert "Traceback" not in missing.stderr
+

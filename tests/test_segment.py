@@ -1,0 +1,86 @@
+"""The DP must return the exact optimum: checked against brute force over every subset of candidates."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from rr_fast.segment import Limits, percentiles, segment
+
+
+def objective(cuts, n, utility_of, limits, penalty):
+    bounds = [0, *cuts, n]
+    lengths = np.diff(bounds)
+    if (lengths < limits.min_tokens).any() or (lengths > limits.max_tokens).any():
+        return None
+    spread = ((lengths - limits.target_tokens) / limits.target_tokens) ** 2
+    return sum(utility_of[c] - penalty for c in cuts) - limits.length_weight * spread.sum()
+
+
+def brute_force(n, edges, utilities, limits, penalty, num_chunks=None):
+    utility_of = dict(zip(edges.tolist(), utilities.tolist()))
+    best, best_cuts = None, None
+    sizes = range(len(edges) + 1) if num_chunks is None else [num_chunks - 1]
+    for size in sizes:
+        for cuts in combinations(edges.tolist(), size):
+            value = objective(cuts, n, utility_of, limits, penalty)
+            if value is not None and (best is None or value > best + 1e-12):
+                best, best_cuts = value, list(cuts)
+    return best, best_cuts
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_open_count_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(10, 60))
+    edges = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(1, 12))), replace=False))
+    utilities = rng.random(len(edges))
+    limits = Limits(int(rng.integers(1, 8)), int(rng.integers(8, 30)), int(rng.integers(5, 20)), float(rng.random()))
+    penalty = float(rng.random())
+    best, cuts = brute_force(n, edges, utilities, limits, penalty)
+    if best is None:
+        return  # infeasible instances are covered by the fallback tests
+    got = segment(n, edges, utilities, limits, penalty=penalty)
+    assert not got.warnings
+    assert objective(got.cuts.tolist(), n, dict(zip(edges.tolist(), utilities.tolist())), limits, penalty) == pytest.approx(best)
+    assert got.cuts.tolist() == cuts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fixed_count_matches_brute_force(seed):
+    rng = np.random.default_rng(1000 + seed)
+    n = int(rng.integers(10, 50))
+    edges = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(2, 11))), replace=False))
+    utilities = rng.random(len(edges))
+    limits = Limits(int(rng.integers(1, 6)), int(rng.integers(6, 40)), int(rng.integers(5, 20)), float(rng.random()))
+    k = int(rng.integers(1, 5))
+    best, cuts = brute_force(n, edges, utilities, limits, 0.0, num_chunks=k)
+    if best is None:
+        with pytest.raises(ValueError):
+            segment(n, edges, utilities, limits, num_chunks=k)
+        return
+    got = segment(n, edges, utilities, limits, num_chunks=k)
+    assert len(got.cuts) == k - 1
+    assert got.cuts.tolist() == cuts
+
+
+def test_percentiles_average_ties():
+    assert percentiles(np.array([0.3, 0.1, 0.3, 0.9])).tolist() == [0.625, 0.25, 0.625, 1.0]
+
+
+def test_short_text_is_one_chunk_with_warning():
+    got = segment(10, np.array([5]), np.array([1.0]), Limits(48, 384, 192), penalty=0.0)
+    assert got.cuts.size == 0 and "fewer than min_tokens" in got.warnings[0]
+
+
+def test_fallback_edges_keep_max_length():
+    # candidates only near the start: without fallback edges no split can respect max_tokens
+    got = segment(100, np.array([5]), np.array([1.0]), Limits(4, 30, 20), penalty=0.5, fallback_edges=np.arange(1, 100))
+    lengths = np.diff([0, *got.cuts.tolist(), 100])
+    assert lengths.max() <= 30 and lengths.min() >= 4
+    assert "plain token boundaries" in got.warnings[0]
+
+
+def test_unmeetable_limits_relax_with_warning():
+    got = segment(100, np.array([50]), np.array([1.0]), Limits(4, 30, 20), penalty=0.5)
+    assert got.warnings and "longer than max_tokens" in got.warnings[-1]

@@ -1,0 +1,34 @@
+"""A tiny random Llama behind the real SmolLM2 tokenizer: real tokenization and offsets, millisecond forwards.
+
+Chunking tests need a real tokenizer (byte-level BPE offsets, emoji split across tokens, whitespace runs)
+but not real weights; a 2-layer model with hidden size 32 runs the whole pipeline in a blink.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from rr_fast.models import resolve
+
+
+def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m") -> Path:
+    if (folder / "config.json").exists():
+        return folder
+    tokenizer = AutoTokenizer.from_pretrained(resolve(tokenizer_model))
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
