@@ -169,7 +169,8 @@ class Engine:
             full = buffer.states_at(token_index)
             out["rr"] = rr_cosine(full, reset.hidden[:, p:], real & (offsets[None] >= cfg.skip))
         if targets is not None:
-            full_lp = buffer.logprobs_at(np.minimum(token_index + 1, len(ids) - 1))
+            # the last window position has no next token; clip its (masked) lookup into the buffer
+            full_lp = buffer.logprobs_at(np.minimum(token_index + 1, buffer.end - 1))
             out["lr"] = lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
         self.timings["readouts"] += time.perf_counter() - now
         return out
@@ -192,6 +193,10 @@ class _StateBuffer:
         if logprobs is not None:
             # logprobs[i] belongs to the token at start + i: log p(x_j | x_<j)
             self.logprobs = logprobs if self.logprobs is None else np.concatenate([self.logprobs, logprobs])
+
+    @property
+    def end(self):
+        return self.start + len(self.positions)
 
     def trim(self, new_start):
         drop = max(0, new_start - self.start)

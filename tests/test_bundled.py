@@ -1,0 +1,52 @@
+"""A few checks on the real bundled models (converted once into the cache; the rest of the suite is tiny)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rr_fast import Chunker
+from rr_fast.models import BUNDLED, DEFAULT_MODEL
+from rr_fast.reference import reference_scores
+from rr_fast.text import candidate_edges
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8")
+
+pytestmark = pytest.mark.bundled
+
+
+@pytest.mark.parametrize("name", list(BUNDLED))
+def test_engine_equals_reference_on_bundled_model(name):
+    chunker = Chunker(model=name, backend="torch", readout="rr+lr")
+    text = SAMPLE[:700]
+    tokens = chunker._tokenize(text)
+    edges = candidate_edges(text, tokens).tokens
+    got = chunker.engine.score(tokens.ids, edges)
+    model = chunker.engine.backend.model
+    expected = reference_scores(model, tokens.ids, edges, list(chunker.engine.prefix), chunker.engine.layer)
+    for readout in ("rr", "lr"):
+        assert np.nanmax(np.abs(got[readout] - expected[readout])) < 1e-4
+    if name == "gemma3-270m":
+        assert chunker.engine.prefix.tolist() == [chunker.tokenizer.bos_token_id]  # Gemma needs <bos> first
+
+
+def test_cli_default_model_on_the_sample(tmp_path):
+    """The README's first command, minus the install: the default model chunks the sample file."""
+    out = tmp_path / "chunks.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "rr_fast.chunk", str(ROOT / "examples" / "flattened_records.txt"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "".join(row["text"] for row in rows) == SAMPLE
+    assert len(rows) >= 2 and all(48 <= row["token_count"] <= 384 for row in rows)
+    assert DEFAULT_MODEL in BUNDLED

@@ -1,0 +1,96 @@
+"""The batched engine against the paper-faithful per-edge loop (rr_fast.reference), torch backend, fp32."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import Engine, ScoreConfig, _blocks, default_layer
+from rr_fast.reference import reference_scores
+
+TOL = 1e-4
+
+
+def random_text(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, 512, size=n)
+    edges = np.unique(np.concatenate([np.arange(1, n, 5), [n - 3, n - 2, n - 1]]))
+    return ids, edges
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir) -> TorchBackend:
+    return TorchBackend.load(tiny_model_dir, device="cpu")
+
+
+@pytest.mark.parametrize("bos", [(), (1,)], ids=["no-bos", "bos"])
+@pytest.mark.parametrize("window, skip, batch_tokens", [(24, 1, 4096), (9, 0, 40), (12, 3, 7)])
+def test_engine_equals_reference(backend, bos, window, skip, batch_tokens):
+    ids, edges = random_text(70)
+    layer = max(1, backend.depth - 1)
+    expected = reference_scores(backend.model, ids, edges, list(bos), layer, window, skip)
+    for reindex in {False, backend.uses_rope}:
+        config = ScoreConfig(window, skip, layer, ("rr", "lr"), batch_tokens=batch_tokens, reindex=reindex)
+        got = Engine(backend, list(bos), config).score(ids, edges)
+        for name in ("rr", "lr"):
+            assert np.array_equal(np.isnan(got[name]), np.isnan(expected[name])), name
+            assert np.nanmax(np.abs(got[name] - expected[name])) < TOL, (name, reindex)
+
+
+def test_full_depth_layer_matches_reference_hidden_states(backend):
+    """At layer == depth the state is after the final norm, like transformers' hidden_states[depth]."""
+    ids, edges = random_text(40, seed=1)
+    expected = reference_scores(backend.model, ids, edges, [], backend.depth, readouts=("rr",))
+    got = Engine(backend, [], ScoreConfig(layer=backend.depth)).score(ids, edges)
+    assert np.nanmax(np.abs(got["rr"] - expected["rr"])) < TOL
+
+
+def test_rope_reindexing_is_exact_and_absolute_positions_are_kept(tiny_model_dir):
+    backend = TorchBackend.load(tiny_model_dir, device="cpu")
+    ids, edges = random_text(60, seed=2)
+    if not backend.uses_rope:
+        assert tiny_model_dir.name == "gpt2"
+        with pytest.raises(ValueError, match="absolute position"):
+            Engine(backend, [], ScoreConfig(reindex=True))
+        # and it would matter: shifting positions changes a learned-position model's states
+        original = backend.forward(ids[None, :20], np.arange(30, 50)[None], backend.depth - 1).hidden
+        shifted = backend.forward(ids[None, :20], np.arange(20)[None], backend.depth - 1).hidden
+        assert np.abs(original - shifted).max() > 1e-3
+        return
+    original = Engine(backend, [], ScoreConfig(reindex=False)).score(ids, edges)["rr"]
+    reindexed = Engine(backend, [], ScoreConfig(reindex=True)).score(ids, edges)["rr"]
+    assert np.nanmax(np.abs(original - reindexed)) < 1e-5
+
+
+def test_long_input_uses_bounded_blocks(tiny_model_factory):
+    """Past 2·C tokens each block is an exact full pass over its own slice with at least C tokens of context."""
+    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    context, n = 32, 200
+    ids, edges = random_text(n, seed=3)
+    got = Engine(backend, [1], ScoreConfig(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
+    checked = 0
+    for in_start, out_start, out_end in _blocks(n, context):
+        assert out_end - in_start <= 2 * context and (in_start == 0 or out_start - in_start >= context)
+        inside = [i for i, b in enumerate(edges) if out_start <= b and b + 8 <= out_end]
+        if not inside:
+            continue
+        local = edges[inside] - in_start
+        expected = reference_scores(backend.model, ids[in_start:out_end], local, [1], default_layer(3), window=8)
+        for name in ("rr", "lr"):
+            assert np.nanmax(np.abs(got[name][inside] - expected[name])) < TOL
+        checked += len(inside)
+    assert checked > len(edges) * 0.6
+
+
+def test_blocks_cover_every_token_once():
+    for n in (1, 63, 64, 65, 200, 1000):
+        spans = list(_blocks(n, 32))
+        assert spans[0][1] == 0 and spans[-1][2] == n
+        assert all(a[2] == b[1] for a, b in zip(spans, spans[1:]))
+
+
+@pytest.mark.parametrize("bad", [dict(window=1), dict(skip=23), dict(readouts=("kl",)), dict(context=4)])
+def test_invalid_configs(bad):
+    with pytest.raises(ValueError):
+        ScoreConfig(**bad)
