@@ -199,7 +199,7 @@ class _StateBuffer:
         return self.start + len(self.positions)
 
     def trim(self, new_start):
-        drop = max(0, new_start - self.start)
+        drop = max(0, min(new_start, self.end) - self.start)
         self.positions = self.positions[drop:]
         if self.states is not None:
             self.states = self.states[drop:]

@@ -83,6 +83,15 @@ def test_long_input_uses_bounded_blocks(tiny_model_factory):
     assert checked > len(edges) * 0.6
 
 
+def test_long_input_with_no_edge_near_a_block_end(tiny_model_factory):
+    """A pending edge beyond the finished block must not lose the states the next block appends to."""
+    backend = TorchBackend.load(tiny_model_factory("qwen3"), device="cpu")
+    ids, _ = random_text(300, seed=4)
+    edges = np.array([5, 30, 150, 290])  # nothing between 30 and 150: blocks end in the gap
+    got = Engine(backend, [], ScoreConfig(window=8, context=32)).score(ids, edges)
+    assert np.isfinite(got["rr"]).all()
+
+
 def test_blocks_cover_every_token_once():
     for n in (1, 63, 64, 65, 200, 1000):
         spans = list(_blocks(n, 32))

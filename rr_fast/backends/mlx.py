@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
+from mlx import nn
 from mlx_lm.models import gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
@@ -77,7 +77,7 @@ class MLXBackend:
         self.windows = [self._sliding_window(i) for i in range(self.depth)]
 
     @classmethod
-    def load(cls, folder: str | Path, dtype: str = "float32") -> "MLXBackend":
+    def load(cls, folder: str | Path, dtype: str = "float32") -> MLXBackend:
         path = Path(folder).expanduser()
         if not path.is_dir():  # a hub id, as models.resolve passes them on
             from huggingface_hub import snapshot_download
