@@ -74,7 +74,7 @@ class Chunker:
     dtype: str = "float32"
     device: str = "auto"
     context: int = 2048
-    batch_tokens: int = 4096
+    batch_tokens: int | None = None
     reindex: bool | None = None
     warnings: list[str] = field(default_factory=list, init=False)
     timings: dict[str, float] = field(default_factory=lambda: defaultdict(float), init=False)

@@ -74,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     scoring.add_argument("--skip", type=_non_negative_int, default=1, help="reset positions skipped, s (default 1)")
     scoring.add_argument("--step", type=_positive, default=8, help="candidate grid step in tokens (default 8)")
     scoring.add_argument("--context", type=_positive, default=2048, help="guaranteed left context (default 2048)")
-    scoring.add_argument("--batch-tokens", type=_positive, default=4096, help="window tokens per forward call")
+    scoring.add_argument(
+        "--batch-tokens", type=_positive, help="window tokens per forward call (default: the backend's choice)"
+    )
     scoring.add_argument(
         "--positions",
         choices=("auto", "original", "reindex"),

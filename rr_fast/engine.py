@@ -35,7 +35,7 @@ class ScoreConfig:
     layer: int | None = None  # decoder layers to run; None means round(0.75 × depth)
     readouts: tuple[str, ...] = ("rr",)
     context: int = 2048  # guaranteed left context of the full pass, in tokens
-    batch_tokens: int = 4096  # window tokens per forward call
+    batch_tokens: int | None = None  # window tokens per forward call; None: the backend's preference
     reindex: bool | None = None  # None: re-index windows from 0 exactly when that cannot change states
 
     def __post_init__(self) -> None:
@@ -48,7 +48,7 @@ class ScoreConfig:
             raise ValueError(f"readouts must be a non-empty subset of {READOUTS}, got {self.readouts}")
         if self.context < self.window:
             raise ValueError(f"context must be at least the window ({self.window}), got {self.context}")
-        if self.batch_tokens < 1:
+        if self.batch_tokens is not None and self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
 
 
@@ -74,6 +74,7 @@ class Engine:
         if backend.max_positions is not None:
             context = min(context, (backend.max_positions - len(self.prefix)) // 2)
         self.context = context
+        self.batch_tokens = config.batch_tokens or getattr(backend, "preferred_batch_tokens", 4096)
         self.timings: dict[str, float] = defaultdict(float)
 
     def score(
@@ -114,7 +115,7 @@ class Engine:
                 ready += 1
             if out_end == len(ids):
                 ready = len(edges)
-            per_batch = max(1, self.config.batch_tokens // (self.config.window + len(self.prefix)))
+            per_batch = max(1, self.batch_tokens // (self.config.window + len(self.prefix)))
             for start in range(next_edge, ready, per_batch):
                 batch = np.arange(start, min(start + per_batch, ready))
                 for name, values in self._score_windows(ids, edges[batch], buffer).items():

@@ -29,6 +29,7 @@ class Backend(Protocol):
     hidden_size: int
     uses_rope: bool  # True when attention sees only relative positions, so windows may start at 0
     max_positions: int | None  # learned absolute position table size, None for RoPE models
+    preferred_batch_tokens: int  # window tokens per forward call when the user does not say
 
     def forward(
         self,

@@ -46,6 +46,8 @@ class TorchBackend:
         self.max_positions = None if self.uses_rope else int(self.config.max_position_embeddings)
         self.softcap = getattr(self.config, "final_logit_softcapping", None)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        # CPU: rows that keep weights and activations in cache win (bench/RESULTS.md); GPUs want big batches
+        self.preferred_batch_tokens = 1024 if device == "cpu" else 32768
         self._views: dict[int, nn.Module] = {}
 
     @classmethod
