@@ -17,7 +17,7 @@ from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, quiet_t
 from rr_fast.segment import Limits, percentiles, segment
 from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
 
-# Readouts a user can choose; "rr+lr" averages the two readouts' percentiles.
+# Readouts a user can choose; "rr+lr" ranks edges by the sum of the two readouts' percentiles.
 READOUT_CHOICES = ("rr", "lr", "rr+lr")
 
 
@@ -68,7 +68,7 @@ class Chunker:
     window: int = 24
     skip: int = 1
     step: int = 8
-    penalty: float | None = None  # ρ; None: the bundled model's calibrated value, else 0.5
+    penalty: float | None = None  # ρ; None: the bundled model's calibrated value, else 1.0
     limits: Limits = field(default_factory=Limits)
     num_chunks: int | None = None
     dtype: str = "float32"
@@ -86,7 +86,7 @@ class Chunker:
         if self.readout not in READOUT_CHOICES:
             raise RRFastError(f"readout must be one of {READOUT_CHOICES}, got {self.readout!r}")
         if self.penalty is None:
-            self.penalty = bundled.penalty if bundled else 0.5
+            self.penalty = bundled.penalties[self.readout] if bundled else 1.0
         if self.layer is None and bundled is not None:
             self.layer = bundled.layer
         if self.step < 1:
@@ -140,12 +140,16 @@ class Chunker:
         return chunks
 
     def utility(self, values: dict[str, np.ndarray]) -> np.ndarray:
-        """Calibrated per-edge utility: within-document percentiles, averaged over the chosen readouts."""
+        """Calibrated per-edge utility: within-document percentiles of the readout.
+
+        A combination is rank-averaged: the percentiles of the sum of each readout's percentiles, so its
+        utility is uniform on (0, 1] like a single readout's and one ρ scale serves every choice.
+        """
         names = self.readout.split("+")
         finite = np.logical_and.reduce([np.isfinite(values[name]) for name in names])
         utility = np.full(finite.shape[0], np.nan)
         if finite.any():
-            utility[finite] = np.mean([percentiles(values[name][finite]) for name in names], axis=0)
+            utility[finite] = percentiles(np.sum([percentiles(values[name][finite]) for name in names], axis=0))
         return utility
 
     def _tokenize(self, text: str) -> Tokens:

