@@ -1,0 +1,162 @@
+"""Smoke tests of the speed benchmark on a tiny random Llama (pytest-benchmark).
+
+CI runs them once (``--benchmark-disable`` is in pyproject's addopts) so the suite never rots; nothing here
+asserts a timing. ``pytest bench/bench_speed.py --benchmark-enable`` times the same calls for real.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+WORDS = (
+    "the river ran past the old mill and the miller watched it turn while his daughter counted sacks of "
+    "grain in the yard a letter came from the city asking whether the mill could be sold before winter"
+).split()
+
+
+def synthetic_book(sentences: int = 400, seed: int = 0) -> str:
+    """Sentences of random words with punctuation and paragraph breaks: stands in for a Gutenberg book."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(sentences):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+        out.append(" ".join(words).capitalize() + rng.choice([".", ".", "?", "!"]))
+        if i % 7 == 6:
+            out.append("\n\n")
+    return " ".join(out)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    (root / "passages").mkdir()
+    (root / "passages" / "sample.txt").write_text(synthetic_book())
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, data_root) -> Path:
+    """A 2-layer Llama with random weights and a byte-level BPE tokenizer, as a Hugging Face folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("model") / "tiny-llama"
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<unk>", "<s>", "</s>"]
+    )
+    tok.train_from_iterator([(data_root / "passages" / "sample.txt").read_text()], trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(folder)
+    config = LlamaConfig(
+        vocab_size=400, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text(tiny_model, data_root) -> str:
+    from transformers import AutoTokenizer
+
+    from bench.speed.data import timing_text
+
+    return timing_text(AutoTokenizer.from_pretrained(tiny_model), 256, data_root)
+
+
+def test_timing_text_has_the_requested_tokens(tiny_model, text):
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(tiny_model)(text, add_special_tokens=False)["input_ids"]
+    assert abs(len(ids) - 256) <= 2
+
+
+def test_engine_flops_match_torch_flop_counter(tiny_model, text):
+    """The analytic count equals what torch.utils.flop_counter sees in the engine's own calls."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bench.speed.flops import ModelShape, engine_work
+    from rr_fast import Chunker
+    from rr_fast.text import candidate_edges, tokenize
+
+    chunker = Chunker(model=str(tiny_model), device="cpu", readout="rr")
+    tokens = tokenize(chunker.tokenizer, text)
+    edges = candidate_edges(text, tokens, chunker.step).tokens
+    engine = chunker.engine
+    with FlopCounterMode(display=False) as counter:
+        engine.score(tokens.ids, edges)
+    counted = counter.get_flop_counts()["Global"]
+    linear = sum(v for k, v in counted.items() if str(k).split(".")[-1] in ("mm", "addmm"))
+    attention = sum(v for k, v in counted.items() if "scaled_dot_product" in str(k))
+    shape = ModelShape.from_config(json.loads((tiny_model / "config.json").read_text()))
+    work = engine_work(len(tokens), edges, prefix=len(engine.prefix), window=engine.config.window,
+                       skip=engine.config.skip, layer=engine.layer, depth=shape.depth, context=engine.context,
+                       readouts=("rr",))
+    expected_linear = sum(w.token_layers for w in work.values()) * shape.linear_per_token_layer
+    assert linear == pytest.approx(expected_linear, rel=1e-6)
+    if attention:  # the counter charges attention as dense (non-causal) S×S; ours is causal
+        p, width = len(engine.prefix), engine.config.window
+        dense = (len(tokens) + p) ** 2 + len(edges) * (p + width) ** 2
+        assert attention == pytest.approx(dense * engine.layer * shape.attention_per_key_layer, rel=1e-6)
+
+
+def test_engine_speed(benchmark, tiny_model, text):
+    from rr_fast import Chunker
+
+    chunker = Chunker(model=str(tiny_model), device="cpu")
+    chunks = benchmark(chunker.chunk, text)
+    assert "".join(c.text for c in chunks) == text
+
+
+def test_per_edge_loop_speed(benchmark, tiny_model, text):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rr_fast.reference import reference_scores
+    from rr_fast.text import candidate_edges, tokenize
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokens = tokenize(tokenizer, text)
+    edges = candidate_edges(text, tokens, 8).tokens[:4]
+    scores = benchmark(reference_scores, model, tokens.ids, edges, [], 3, readouts=("rr",))
+    assert np.isfinite(scores["rr"]).all()
+
+
+def test_report_quick(tiny_model, data_root, tmp_path):
+    """The whole command in quick mode, workers in-process: every table renders, no configuration fails."""
+    from bench.speed.__main__ import main
+
+    results = main([
+        "--quick", "--in-process", "--model", str(tiny_model), "--data-dir", str(data_root), "--out", str(tmp_path),
+        "--configs", "per-edge,torch-fp32,torch-bf16", "--readouts", "rr,lr", "--sizes", "256",
+        "--sample-edges", "2", "--parts", "compare,scaling,startup",
+    ])
+    for readout in ("rr", "lr"):
+        rows = results["compare"][readout]
+        assert all(r["ok"] for r in rows.values()), rows
+        assert rows["torch fp32"]["flops"]["total"] > 0
+    assert results["scaling"][0]["ok"] and results["startup"]["ok"]
+    report = (tmp_path / "speed.md").read_text()
+    assert "## Readout `rr`" in report and "## Scaling" in report
+    assert json.loads((tmp_path / "speed.json").read_text())["meta"]["threads"] >= 1
+
+
+def test_cost_model_brackets_the_paper():
+    """The roofline bound of the paper's own schedule is faster than what the paper measured, and
+    batching makes the same work compute-bound."""
+    from bench.speed import cost_model as cm
+
+    paper = cm.paper_loop_seconds(cm.QWEN3_4B, cm.M3_MAX)["total"]
+    assert paper < cm.PAPER_SECONDS
+    assert cm.engine_seconds(cm.QWEN3_4B, cm.M3_MAX, "rr")["total"] < paper
+    assert "| hardware |" in cm.render()

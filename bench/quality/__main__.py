@@ -1,0 +1,333 @@
+"""The flattened-record benchmark, end to end: ``python -m bench.quality [--quick] [--data-dir D] [--models M]``.
+
+Stages (each caches under ``--out``, default bench/out/, so a rerun only redoes what changed):
+
+1. streams: 20 evaluation + 5 calibration streams per domain (``--quick``: 2 + 1 from a 150-record pool per
+   domain, so a cold CI run embeds few records), bench/out/streams.jsonl;
+2. OCR: every evaluation stream rendered and read back by Tesseract (skipped by ``--quick``);
+3. LM scores: ``bench.quality.lm_scores.score_streams`` for each ``--models`` entry, when that module exists;
+4. scored methods (RR, LR and the LM comparators from the score files; embedding boundary, sentence cuts,
+   fixed grid from bench.quality.baselines): percentiles, ρ calibrated on the calibration streams, DP;
+5. peers as shipped (bench.quality.peers; ``--quick`` keeps the ones that load no embedding model);
+6. metrics per stream, then bench/out/quality/results.json and the report (bench.quality.report).
+
+The full run writes the "Quality" section of bench/RESULTS.md and its figure; ``--quick`` writes its report
+to bench/out/quality/RESULTS.md so a CI smoke run never overwrites the committed results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from bench.quality import report
+from bench.quality.baselines import default_tokenizer, embedding_boundary, fixed_grid, sentence_cuts
+from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans
+from bench.quality.metrics import stream_metrics
+from bench.quality.ocr import ocr_streams
+from bench.quality.peers import PEERS, Peer
+from bench.quality.streams import REPO_ROOT, Stream, build_streams, data_dir, minilm_embedder, write_streams
+from rr_fast.models import BUNDLED, DEFAULT_MODEL
+from rr_fast.segment import percentiles
+from rr_fast.text import candidate_edges, tokenize
+
+STEP = 8  # candidate grid, tokens
+QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)
+META_KEYS = ("edge_tokens", "edge_chars", "num_tokens")
+OURS = {
+    "embedding-boundary": "1 − cos(MiniLM(64 tokens left), MiniLM(64 tokens right))",
+    "sentence-cuts": "1 at sentence-end candidates, 0 elsewhere",
+    "fixed-grid": f"−distance to the nearest multiple of {LIMITS.target_tokens} tokens",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    out = Path(args.out)
+    timings: dict[str, float] = {}
+    clock = _Clock(timings)
+    n_eval, n_cal = args.eval_per_domain, args.cal_per_domain
+    if n_eval is None:
+        n_eval = 2 if args.quick else 20
+    if n_cal is None:
+        n_cal = 1 if args.quick else 5
+
+    with clock("streams"):
+        records_dir = data_dir(args.data_dir) / "records"
+        streams = build_streams(
+            records_dir,
+            n_eval,
+            n_cal,
+            args.seed,
+            embed=minilm_embedder(out / "cache"),
+            pool_size=QUICK_POOL if args.quick else None,
+        )
+    evaluation = [s for s in streams if s.split == "eval"]
+    calibration = [s for s in streams if s.split == "cal"]
+    conditions: dict[str, list[Stream]] = {"original": evaluation}
+    agreement: dict[str, float] = {}
+    if not args.no_ocr:
+        with clock("ocr"):
+            conditions["ocr"], agreement = ocr_streams(evaluation, out / "ocr")
+    every = streams + conditions.get("ocr", [])
+    write_streams(every, out / "streams.jsonl")
+    _log(f"{len(evaluation)} evaluation, {len(calibration)} calibration streams; conditions: {', '.join(conditions)}")
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not args.no_lm_scoring:
+        with clock("lm scores"):
+            _score_models(models, every, out / "lm_scores")
+
+    methods: dict[str, dict] = {}
+    with clock("baselines"):
+        for name, scores in _baseline_scores(every, out / "embedding").items():
+            methods[name] = _evaluate_scored(scores, calibration, conditions, boundaries=True)
+            methods[name].update(kind="ours", setting=OURS[name])
+    with clock("lm methods"):
+        for model in models:
+            loaded = _lm_scores(model, every, out / "lm_scores")
+            if not loaded:
+                _log(f"{model}: no score files in {out / 'lm_scores'}; its methods are left out")
+            for name, (scores, boundaries) in loaded.items():
+                if not all(s.id in scores for s in calibration + evaluation):
+                    _log(f"{model}:{name}: score files missing for some streams; left out")
+                    continue
+                methods[f"{model}:{name}"] = _evaluate_scored(scores, calibration, conditions, boundaries)
+                methods[f"{model}:{name}"].update(kind="lm", setting=f"{model} score file, key {name!r}")
+    with clock("peers"):
+        for peer in PEERS:
+            if args.no_peers or (args.quick and peer.slow):
+                continue
+            methods[peer.name] = _evaluate_peer(peer, conditions, out / "peers")
+
+    results = {
+        "command": "python -m bench.quality " + " ".join(sys.argv[1:] if argv is None else argv),
+        "quick": args.quick,
+        "seed": args.seed,
+        "resamples": args.bootstrap or (1000 if args.quick else 10_000),
+        "reference": args.reference,
+        "limits": dataclasses.asdict(LIMITS),
+        "penalty_grid": list(PENALTY_GRID),
+        "models": models,
+        "streams": {
+            cond: [{"id": s.id, "domain": s.domain, "length": len(s.text), "records": s.records} for s in group]
+            for cond, group in {**conditions, "calibration": calibration}.items()
+        },
+        "ocr_agreement": agreement,
+        "methods": methods,
+        "timings": timings,
+    }
+    target = out / "quality" / "results.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(results), encoding="utf-8")
+    default_report = out / "quality" / "RESULTS.md" if args.quick else REPO_ROOT / "bench" / "RESULTS.md"
+    report_path = Path(args.report) if args.report else default_report
+    figure_dir = out / "quality" if args.quick else REPO_ROOT / "bench" / "quality" / "figures"
+    with clock("report"):
+        summary = report.write(results, report_path, figure_dir)
+    _log(f"results: {target}; report: {report_path}")
+    print(summary)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="2 eval + 1 calibration streams per domain, no OCR, fast peers"
+    )
+    parser.add_argument("--data-dir", help="benchmark data folder (default $RR_FAST_DATA or ../shared/data)")
+    parser.add_argument("--models", default=None, help="LM score models, comma-separated ('' for none)")
+    parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"), help="cache and results folder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bootstrap", type=int, default=None, help="resamples (default 10000; --quick 1000)")
+    parser.add_argument("--eval-per-domain", type=int, default=None)
+    parser.add_argument("--cal-per-domain", type=int, default=None)
+    parser.add_argument("--no-ocr", action="store_true")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument(
+        "--no-lm-scoring", action="store_true", help="evaluate the LM score files already there; compute none"
+    )
+    parser.add_argument(
+        "--reference",
+        default=f"{DEFAULT_MODEL}:{BUNDLED[DEFAULT_MODEL].readout}",
+        help="method every other is compared to (default: rr-fast's default configuration)",
+    )
+    parser.add_argument("--report", default=None, help="markdown file whose 'Quality' section is (re)written")
+    args = parser.parse_args(argv)
+    args.no_ocr = args.no_ocr or args.quick
+    if args.models is None:
+        args.models = DEFAULT_MODEL if args.quick else f"{DEFAULT_MODEL},gemma3-270m"
+    return args
+
+
+def _score_models(models: list[str], streams: list[Stream], folder: Path) -> None:
+    """Runs the LM scorer for each model over streams without a score file yet; absent scorer: skip."""
+    if not models:
+        return
+    try:
+        from bench.quality import lm_scores
+    except ImportError as error:
+        _log(f"LM scores unavailable ({error}); evaluating only the methods without a causal LM")
+        return
+    for model in models:
+        try:
+            lm_scores.score_streams([s.as_dict() for s in streams], model, folder)
+        except Exception as error:  # noqa: BLE001 - a model that is not installed must not stop the other methods
+            _log(f"{model}: scoring failed ({type(error).__name__}: {error}); using whatever score files exist")
+
+
+def _baseline_scores(streams: list[Stream], cache: Path) -> dict[str, dict[str, EdgeScores]]:
+    """Our non-LM methods on the default model's candidate edges; embedding scores cached per stream."""
+    tokenizer = default_tokenizer()
+    cache.mkdir(parents=True, exist_ok=True)
+    out: dict[str, dict[str, EdgeScores]] = {name: {} for name in OURS}
+    for stream in streams:
+        tokens = tokenize(tokenizer, stream.text)
+        edges = candidate_edges(stream.text, tokens, STEP)
+        path = cache / f"{stream.id}.npy"
+        if path.exists():
+            embedding = np.load(path)
+        else:
+            embedding = embedding_boundary(stream.text, tokens, edges)
+            np.save(path, embedding)
+        for name, values in (
+            ("embedding-boundary", embedding),
+            ("sentence-cuts", sentence_cuts(stream.text, edges)),
+            ("fixed-grid", fixed_grid(edges, LIMITS.target_tokens)),
+        ):
+            out[name][stream.id] = EdgeScores(len(tokens), edges.tokens, edges.chars, values)
+    return out
+
+
+def _lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tuple[dict[str, EdgeScores], bool]]:
+    """Every method of a model's score files: name -> (stream id -> scores, whether to compute Pk/WD).
+
+    Per-layer RR (``rr_L<l>``) feeds the layer table, which reports recovery and F1 only, so segeval's
+    Pk and WindowDiff are skipped there.
+    """
+    out: dict[str, tuple[dict[str, EdgeScores], bool]] = {}
+    for stream in streams:
+        path = folder / Path(model).name / f"{stream.id}.npz"
+        if not path.exists():
+            continue
+        with np.load(path) as data:
+            if int(np.max(data["edge_chars"], initial=0)) >= len(stream.text):
+                raise ValueError(f"{path} does not fit stream {stream.id}")
+            for key in data.files:
+                if key in META_KEYS:
+                    continue
+                scores = EdgeScores(
+                    int(data["num_tokens"]), data["edge_tokens"], data["edge_chars"], data[key].astype(np.float64)
+                )
+                out.setdefault(key, ({}, not key.startswith("rr_L")))[0][stream.id] = scores
+            if "rr" in data.files and "lr" in data.files:
+                out.setdefault("rr+lr", ({}, True))[0][stream.id] = EdgeScores(
+                    int(data["num_tokens"]), data["edge_tokens"], data["edge_chars"], _rank_sum(data["rr"], data["lr"])
+                )
+    return out
+
+
+def _rank_sum(*readouts: np.ndarray) -> np.ndarray:
+    """rr-fast's combined readout (rr_fast.Chunker.utility): the sum of each readout's percentiles."""
+    finite = np.logical_and.reduce([np.isfinite(r) for r in readouts])
+    combined = np.full(finite.shape[0], np.nan)
+    combined[finite] = np.sum([percentiles(r[finite]) for r in readouts], axis=0)
+    return combined
+
+
+def _evaluate_scored(
+    scores: dict[str, EdgeScores], calibration: list[Stream], conditions: dict[str, list[Stream]], boundaries: bool
+) -> dict:
+    """ρ from the calibration streams, then chunks and metrics on each condition's streams."""
+
+    def run(streams: list[Stream], rho: float, with_boundaries: bool) -> tuple[list, list]:
+        spans = [chunk_spans(len(s.text), scores[s.id], rho) for s in streams]
+        rows = [stream_metrics(s.text, s.records, c, with_boundaries) for s, c in zip(streams, spans)]
+        return spans, rows
+
+    rho, grid = calibrate(lambda rho: run(calibration, rho, False)[1])
+    result: dict = {"penalty": rho, "calibration": grid, "conditions": {}}
+    for condition, streams in conditions.items():
+        if all(s.id in scores for s in streams):
+            spans, rows = run(streams, rho, boundaries)
+            result["conditions"][condition] = {"per_stream": rows, "spans": spans, "failures": 0, "error": None}
+    return result
+
+
+def _evaluate_peer(peer: Peer, conditions: dict[str, list[Stream]], cache: Path) -> dict:
+    """A peer on every condition's streams; a stream it fails on counts as one unsplit chunk."""
+    folder = cache / f"{peer.name}-{hashlib.sha1(peer.setting.encode()).hexdigest()[:6]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    chunker: Callable[[str], list[tuple[int, int]]] | None = None
+    load_error: str | None = None
+    result: dict = {"kind": "peer", "setting": peer.setting, "penalty": None, "calibration": None, "conditions": {}}
+    for condition, streams in conditions.items():
+        spans, rows, errors = [], [], []
+        for stream in streams:
+            path = folder / f"{stream.id}.json"
+            if path.exists():
+                saved = json.loads(path.read_text())
+            else:
+                if chunker is None and load_error is None:
+                    try:
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            chunker = peer.load()
+                    except Exception as error:  # noqa: BLE001 - a peer that cannot load is reported, not fatal
+                        load_error = f"{type(error).__name__}: {error}"
+                if load_error is not None:
+                    saved = {"error": f"cannot load: {load_error}"}
+                else:
+                    try:
+                        saved = {"spans": chunker(stream.text)}
+                    except Exception as error:  # noqa: BLE001 - report the peer's own failure honestly
+                        saved = {"error": f"{type(error).__name__}: {error}"}
+                    path.write_text(json.dumps(saved))
+            if "error" in saved:
+                errors.append(saved["error"])
+                chunks = [(0, len(stream.text))]
+            else:
+                chunks = [tuple(span) for span in saved["spans"]]
+            spans.append(chunks)
+            rows.append(stream_metrics(stream.text, stream.records, chunks))
+        result["conditions"][condition] = {
+            "per_stream": rows,
+            "spans": spans,
+            "failures": len(errors),
+            "error": errors[0] if errors else None,
+        }
+    return result
+
+
+class _Clock:
+    """Wall time per stage, for the report's timing line."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+
+    def __call__(self, stage: str) -> _Clock:
+        self.stage = stage
+        return self
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+        _log(f"{self.stage} ...")
+
+    def __exit__(self, *exc) -> None:
+        self.timings[self.stage] = self.timings.get(self.stage, 0.0) + time.perf_counter() - self.started
+
+
+def _log(message: str) -> None:
+    print(f"[bench.quality] {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

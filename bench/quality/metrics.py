@@ -1,0 +1,157 @@
+"""Scores of one predicted partition of a stream against its hidden records, and paired bootstrap intervals.
+
+Everything works on character spans: chunks are ``[start, end)`` slices that partition the text the chunker
+saw, records are spans of that same text. Overlaps are counted in non-whitespace characters, so the space
+that joins two records (which belongs to neither) and whitespace a peer strips or an OCR engine changes do
+not move any number. The paper weights purity and completeness by model tokens; non-space characters are a
+tokenizer-free stand-in that also works unchanged on OCR text.
+
+- clean-unit recovery: a record counts when some chunk holds >= 90% of it and >= 90% of that chunk is
+  from it; per stream, recovered records / records.
+- partition F1: harmonic mean of purity (each chunk's largest record share, weighted by chunk size) and
+  completeness (each record's largest share in one chunk, weighted by record size).
+- Pk and WindowDiff (``segeval``, default window) over whitespace-separated words: the reference segments are
+  the records' runs of words, the hypothesis segments the chunks'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from itertools import pairwise
+
+import numpy as np
+
+CLEAN = 0.9
+WHITESPACE = -2
+
+
+def partition(cuts: Sequence[int], length: int) -> list[tuple[int, int]]:
+    """Spans between sorted internal character cuts: [0, c1), [c1, c2), ..., [ck, length)."""
+    bounds = [0, *(int(c) for c in cuts), length]
+    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+
+def char_labels(text: str, records: Sequence[tuple[str, int, int]]) -> np.ndarray:
+    """Record index of every character: -1 outside every record, WHITESPACE for whitespace (never counted)."""
+    labels = np.full(len(text), -1, dtype=np.int64)
+    for index, (_, start, end) in enumerate(records):
+        labels[start:end] = index
+    labels[np.fromiter((ch.isspace() for ch in text), dtype=bool, count=len(text))] = WHITESPACE
+    return labels
+
+
+@lru_cache(maxsize=512)
+def _labels(text: str, records: tuple[tuple[str, int, int], ...]) -> np.ndarray:
+    """char_labels, kept per stream: every method and every ρ scores the same streams again."""
+    labels = char_labels(text, records)
+    labels.flags.writeable = False
+    return labels
+
+
+def contingency(labels: np.ndarray, chunks: Sequence[tuple[int, int]], num_records: int) -> np.ndarray:
+    """[chunk, record] counts of non-space characters; the last column counts characters of no record."""
+    table = np.zeros((len(chunks), num_records + 1), dtype=np.int64)
+    for row, (start, end) in enumerate(chunks):
+        counts = np.bincount(labels[start:end] + 2, minlength=num_records + 2)  # [whitespace, none, records...]
+        table[row, :-1] = counts[2:]
+        table[row, -1] = counts[1]
+    return table
+
+
+def stream_metrics(
+    text: str, records: Sequence[tuple[str, int, int]], chunks: Sequence[tuple[int, int]], boundaries: bool = True
+) -> dict:
+    """All per-stream numbers for one predicted partition ``chunks`` of ``text``.
+
+    boundaries=False leaves out Pk and WindowDiff (segeval takes ~0.1 s a stream), for penalty calibration.
+    """
+    _check_partition(chunks, len(text))
+    labels = _labels(text, tuple((str(r), int(a), int(b)) for r, a, b in records))
+    table = contingency(labels, chunks, len(records))
+    by_record = table[:, :-1]
+    chunk_size = table.sum(axis=1)
+    record_size = by_record.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share_of_record = np.where(record_size > 0, by_record / record_size, 0.0)
+        share_of_chunk = np.where(chunk_size[:, None] > 0, by_record / chunk_size[:, None], 0.0)
+    clean = (share_of_record >= CLEAN) & (share_of_chunk >= CLEAN)
+    purity = by_record.max(axis=1).sum() / max(chunk_size.sum(), 1)
+    completeness = by_record.max(axis=0).sum() / max(record_size.sum(), 1)
+    f1 = 0.0 if purity + completeness == 0 else 2 * purity * completeness / (purity + completeness)
+    pk, windowdiff = boundary_errors(text, labels, chunks) if boundaries else (None, None)
+    return {
+        "clean_unit_recovery": float(clean.any(axis=0).mean()) if len(records) else 0.0,
+        "partition_f1": float(f1),
+        "purity": float(purity),
+        "completeness": float(completeness),
+        "pk": pk,
+        "windowdiff": windowdiff,
+        "chunks": len(chunks),
+        "records": len(records),
+    }
+
+
+def boundary_errors(text: str, labels: np.ndarray, chunks: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """segeval Pk and WindowDiff over words; a word without a record label joins the record before it."""
+    import segeval
+
+    starts = np.array([i for i, ch in enumerate(text) if not ch.isspace() and (i == 0 or text[i - 1].isspace())])
+    if len(starts) == 0:
+        return 0.0, 0.0
+    word_record = labels[starts].copy()
+    for i in range(len(word_record)):
+        if word_record[i] < 0:
+            word_record[i] = word_record[i - 1] if i else _first_labelled(word_record)
+    chunk_starts = np.array([start for start, _ in chunks])
+    word_chunk = np.searchsorted(chunk_starts, starts, side="right") - 1
+    reference = _run_lengths(word_record)
+    hypothesis = _run_lengths(word_chunk)
+    try:
+        return float(segeval.pk(hypothesis, reference)), float(segeval.window_diff(hypothesis, reference))
+    except ArithmeticError:  # too few words for segeval's window (a toy text, never a benchmark stream)
+        return float("nan"), float("nan")
+
+
+def _first_labelled(values: np.ndarray) -> int:
+    labelled = values[values >= 0]
+    return int(labelled[0]) if len(labelled) else 0
+
+
+def _run_lengths(values: np.ndarray) -> list[int]:
+    change = np.flatnonzero(np.diff(values)) + 1
+    bounds = np.concatenate([[0], change, [len(values)]])
+    return np.diff(bounds).astype(int).tolist()
+
+
+def _check_partition(chunks: Sequence[tuple[int, int]], length: int) -> None:
+    if not chunks or chunks[0][0] != 0 or chunks[-1][1] != length:
+        raise ValueError("chunks must cover the whole text")
+    for (_, end), (start, stop) in pairwise(chunks):
+        if start != end or stop <= start:
+            raise ValueError("chunks must be contiguous, non-empty and in order")
+
+
+def bootstrap_indices(domains: Sequence[str], resamples: int, seed: int) -> np.ndarray:
+    """[resamples, streams] indices: within each domain, its streams drawn with replacement.
+
+    Domain-stratified: every resample keeps each domain's stream count, so domain mix never varies.
+    """
+    domains = np.asarray(domains)
+    rng = np.random.default_rng(seed)
+    columns = []
+    for domain in sorted(set(domains.tolist())):
+        members = np.flatnonzero(domains == domain)
+        columns.append(members[rng.integers(0, len(members), size=(resamples, len(members)))])
+    return np.concatenate(columns, axis=1)
+
+
+def interval(values: np.ndarray, indices: np.ndarray) -> tuple[float, float, float]:
+    """Mean of per-stream ``values`` and its 95% percentile interval over the resamples ``indices``.
+
+    Pass a difference of two methods' per-stream values (same streams, same order) for a paired interval.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    means = values[indices].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(values.mean()), float(low), float(high)

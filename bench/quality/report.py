@@ -1,0 +1,410 @@
+"""results.json → the "Quality" section of bench/RESULTS.md (tables beside the paper's numbers) and a figure.
+
+Intervals are 95% percentile intervals over domain-stratified paired stream-bootstrap resamples: one set of
+resampled stream indices per condition, shared by every method, so "reference − method" intervals are paired.
+Re-render without rerunning anything: ``python -m bench.quality.report [bench/out/quality/results.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from bench.quality.metrics import bootstrap_indices, interval
+from bench.quality.streams import REPO_ROOT
+
+BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
+PASSIVE = ("boundary_surprisal", "window_surprisal", "residual_jump", "local_hidden_distance", "attention_isolation")
+CONDITION_TITLES = {"original": "Flattened original text", "ocr": "180-DPI rendering, Tesseract OCR"}
+
+# The paper's Table (flattened-record recovery), BGE-packed construction: (clean-unit recovery, partition F1)
+# and RR − BGE with 95% intervals. Its "strongest same-Qwen passive" and prompted Qwen are original-text only.
+PAPER = {
+    "original": {"rr": (0.477, 0.893), "lr": (0.426, 0.878), "embedding-boundary": (0.259, 0.823)},
+    "ocr": {"rr": (0.487, 0.898), "lr": (0.404, 0.867), "embedding-boundary": (0.269, 0.829)},
+}
+PAPER_RR_MINUS_BGE = {
+    "original": ("0.219 [0.125, 0.311]", "0.070 [0.049, 0.093]"),
+    "ocr": ("0.218 [0.128, 0.305]", "0.069 [0.051, 0.087]"),
+}
+PAPER_PASSIVE = (0.190, 0.797)
+DIFFERENCES = (
+    (
+        "- Models: the bundled SmolLM2-135M and Gemma 3 270M (Q4 GGUF dequantized to fp32) instead of Qwen3-4B; "
+        "embedding boundary and stream packing use all-MiniLM-L6-v2 instead of BGE-base-en-v1.5; OCR is "
+        "Tesseract 5 instead of Apple Vision; PubMedQA replaces NFCorpus (see ../shared/data/README.md)."
+    ),
+    (
+        "- Records are kept only if they fit a chunk (48–384 default-model tokens): a longer record can never "
+        "be one clean unit under these limits. The paper does not state such a filter."
+    ),
+    (
+        "- Purity, completeness and clean-unit shares count non-whitespace characters, not model tokens, so "
+        "that peers (character offsets) and OCR text are measured on the same footing."
+    ),
+    (
+        "- Scored methods may cut only at candidate edges (no plain-token fallback), so all methods of one model "
+        "share exactly the same eligible edges."
+    ),
+)
+
+
+def write(results: dict, report_path: str | Path, figure_dir: str | Path) -> str:
+    """Write the Quality section (replacing an earlier one) and the figure; return a short text summary."""
+    report_path, figure_dir = Path(report_path), Path(figure_dir)
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    figure = figure_dir / "quality_examples.png"
+    reference = _reference(results)
+    figure_note = draw_examples(results, reference, figure)
+    section = render(results, reference, os.path.relpath(figure, report_path.parent), figure_note)
+    old = report_path.read_text(encoding="utf-8") if report_path.exists() else "# Benchmark results\n"
+    block = f"{BEGIN}\n{section}\n{END}"
+    if BEGIN in old and END in old:
+        new = old[: old.index(BEGIN)] + block + old[old.index(END) + len(END) :]
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path.write_text(new, encoding="utf-8")
+    return summary_text(results, reference)
+
+
+def _reference(results: dict) -> str | None:
+    """The requested reference if it was evaluated, else the first LM RR readout, else none."""
+    methods = results["methods"]
+    if results["reference"] in methods:
+        return results["reference"]
+    return next((name for name in methods if name.endswith(":rr")), None)
+
+
+def _ordered(results: dict) -> list[str]:
+    """Main-table order: reference, each model's LM methods, ours, peers; per-layer RR goes elsewhere."""
+    methods = results["methods"]
+    lm = [n for n in methods if methods[n]["kind"] == "lm" and not re.search(r":rr_L\d+$", n)]
+    ours = [n for n in methods if methods[n]["kind"] == "ours"]
+    peers = [n for n in methods if methods[n]["kind"] == "peer"]
+    ordered = sorted(lm, key=lambda n: (n.split(":")[0], _lm_rank(n.split(":", 1)[1]))) + ours + peers
+    reference = _reference(results)
+    if reference in ordered:
+        ordered.remove(reference)
+        ordered.insert(0, reference)
+    return ordered
+
+
+def _lm_rank(method: str) -> tuple[int, str]:
+    order = ["rr", "lr", "kl_neg", *PASSIVE]
+    return (order.index(method), "") if method in order else (len(order), method)
+
+
+def _indices(results: dict, condition: str) -> np.ndarray:
+    domains = [s["domain"] for s in results["streams"][condition]]
+    return bootstrap_indices(domains, results["resamples"], results["seed"])
+
+
+def _values(results: dict, method: str, condition: str, key: str) -> np.ndarray | None:
+    entry = results["methods"][method]["conditions"].get(condition)
+    if entry is None or entry["failures"] == len(entry["per_stream"]):
+        return None
+    return np.array([row[key] for row in entry["per_stream"]], dtype=np.float64)
+
+
+def _ci(triple: tuple[float, float, float]) -> str:
+    mean, low, high = (f"{value:.3f}".replace("-0.000", "0.000") for value in triple)
+    return f"{mean} [{low}, {high}]"
+
+
+def _paper_cell(method: str, condition: str, strongest_passive: str | None) -> str:
+    short = method.split(":", 1)[1] if ":" in method else method
+    paper = PAPER.get(condition, {})
+    if short in paper and (":" in method or short == "embedding-boundary"):
+        recovery, f1 = paper[short]
+        label = "BGE boundary: " if short == "embedding-boundary" else ""
+        return f"{label}{recovery:.3f} / {f1:.3f}"
+    if condition == "original" and method == strongest_passive:
+        return f"strongest passive: {PAPER_PASSIVE[0]:.3f} / {PAPER_PASSIVE[1]:.3f}"
+    return ""
+
+
+def condition_table(results: dict, condition: str, reference: str | None) -> list[str]:
+    """One row per method: ρ, recovery and F1 with intervals, Pk, WindowDiff, chunk counts, paired gaps."""
+    indices = _indices(results, condition)
+    records = np.mean([len(s["records"]) for s in results["streams"][condition]])
+    ref_rec = _values(results, reference, condition, "clean_unit_recovery") if reference else None
+    ref_f1 = _values(results, reference, condition, "partition_f1") if reference else None
+    passive = [n for n in results["methods"] if n.split(":", 1)[-1] in PASSIVE]
+    strongest = max(
+        (n for n in passive if _values(results, n, condition, "clean_unit_recovery") is not None),
+        key=lambda n: _values(results, n, condition, "clean_unit_recovery").mean(),
+        default=None,
+    )
+    ref_name = reference or "reference"
+    header = (
+        "| method | ρ | clean-unit recovery [95% CI] | partition F1 [95% CI] | Pk | WindowDiff | chunks / stream "
+        f"| {ref_name} − method: recovery | {ref_name} − method: F1 | paper (recovery / F1) |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
+    for method in _ordered(results):
+        entry = results["methods"][method]
+        data = entry["conditions"].get(condition)
+        if data is None:
+            continue
+        rho = "" if entry["penalty"] is None else f"{entry['penalty']:.2f}"
+        recovery = _values(results, method, condition, "clean_unit_recovery")
+        paper = _paper_cell(method, condition, strongest)
+        if recovery is None:
+            lines.append(f"| {method} | {rho} | failed on every stream: {data['error']} | | | | | | | {paper} |")
+            continue
+        f1 = _values(results, method, condition, "partition_f1")
+        pk = _values(results, method, condition, "pk")
+        wd = _values(results, method, condition, "windowdiff")
+        chunks = _values(results, method, condition, "chunks")
+        note = f" ({data['failures']} streams failed, scored as one chunk)" if data["failures"] else ""
+        gap_rec = gap_f1 = ""
+        if ref_rec is not None and method != reference:
+            gap_rec = _ci(interval(ref_rec - recovery, indices))
+            gap_f1 = _ci(interval(ref_f1 - f1, indices))
+            if method.endswith("embedding-boundary") and condition in PAPER_RR_MINUS_BGE:
+                gap_rec += f" (paper RR−BGE {PAPER_RR_MINUS_BGE[condition][0]})"
+                gap_f1 += f" (paper {PAPER_RR_MINUS_BGE[condition][1]})"
+        pk_cell = "" if np.isnan(pk).all() else f"{np.nanmean(pk):.3f}"
+        wd_cell = "" if np.isnan(wd).all() else f"{np.nanmean(wd):.3f}"
+        lines.append(
+            f"| {method}{note} | {rho} | {_ci(interval(recovery, indices))} | {_ci(interval(f1, indices))} "
+            f"| {pk_cell} | {wd_cell} | {chunks.mean():.2f} (records {records:.2f}) | {gap_rec} | {gap_f1} | {paper} |"
+        )
+    return lines
+
+
+def domain_table(results: dict, condition: str) -> list[str]:
+    """Mean clean-unit recovery per domain, for the main-table methods."""
+    domains = [s["domain"] for s in results["streams"][condition]]
+    names = sorted(set(domains))
+    lines = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for method in _ordered(results):
+        values = _values(results, method, condition, "clean_unit_recovery")
+        if values is None:
+            continue
+        cells = [f"{values[[d == name for d in domains]].mean():.3f}" for name in names]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def calibration_table(results: dict) -> list[str]:
+    """Where ρ landed for each scored method, and the calibration-stream recovery there."""
+    grid = results["penalty_grid"]
+    lines = [
+        "| method | ρ | at grid edge | calibration recovery at ρ | at ρ=0.5 | at ρ=1.0 | chunks / cal stream at ρ |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method in _ordered(results):
+        entry = results["methods"][method]
+        if entry["penalty"] is None:
+            continue
+        by_rho = {row["penalty"]: row for row in entry["calibration"]}
+        best = by_rho[entry["penalty"]]
+        edge = "top" if entry["penalty"] == max(grid) else ("bottom" if entry["penalty"] == min(grid) else "")
+        lines.append(
+            f"| {method} | {entry['penalty']:.2f} | {edge} | {best['clean_unit_recovery']:.3f} "
+            f"| {by_rho[0.5]['clean_unit_recovery']:.3f} | {by_rho[1.0]['clean_unit_recovery']:.3f} "
+            f"| {best['chunks']:.2f} |"
+        )
+    return lines
+
+
+def layer_table(results: dict, condition: str) -> list[str]:
+    """RR at every layer of each model (own calibrated ρ per layer): recovery and F1 on evaluation streams."""
+    lines = []
+    by_model: dict[str, list[tuple[int, str]]] = {}
+    for name in results["methods"]:
+        match = re.fullmatch(r"(.+):rr_L(\d+)", name)
+        if match:
+            by_model.setdefault(match.group(1), []).append((int(match.group(2)), name))
+    for model, layers in by_model.items():
+        lines += [f"{model}:", "", "| layer | ρ | clean-unit recovery | partition F1 |", "|---|---|---|---|"]
+        for layer, name in sorted(layers):
+            recovery = _values(results, name, condition, "clean_unit_recovery")
+            f1 = _values(results, name, condition, "partition_f1")
+            if recovery is None:
+                continue
+            rho = results["methods"][name]["penalty"]
+            lines.append(f"| {layer} | {rho:.2f} | {recovery.mean():.3f} | {f1.mean():.3f} |")
+        lines.append("")
+    return lines
+
+
+def render(results: dict, reference: str | None, figure: str, figure_note: str) -> str:
+    """The whole markdown section."""
+    streams = results["streams"]
+    total = sum(results["timings"].values())
+    timing = ", ".join(f"{stage} {seconds / 60:.1f} min" for stage, seconds in results["timings"].items())
+    n_records = sum(len(s["records"]) for s in streams["original"])
+    n_cal_records = sum(len(s["records"]) for s in streams["calibration"])
+    limits = results["limits"]
+    grid = results["penalty_grid"]
+    wall = (
+        f"Produced by `{results['command']}` on {datetime.date.today().isoformat()}"
+        f"{' (quick mode: a smoke run, not a result)' if results['quick'] else ''}; "
+        f"wall time {total / 60:.1f} min ({timing})."
+    )
+    stream_line = (
+        f"- Streams: {len(streams['original'])} evaluation streams ({n_records} unique records) and "
+        f"{len(streams['calibration'])} calibration streams ({n_cal_records} other records) from FiQA, PubMedQA "
+        "and SciFact (paper: 60 streams / 276 records and 15 / 65, with NFCorpus where we have PubMedQA); 3–6 "
+        "records per stream joined by one space, neighbours chained by all-MiniLM-L6-v2 similarity (paper: BGE-base)."
+    )
+    method_line = (
+        "- Every scored method: candidate edges of the default model's tokenizer (8-token word-boundary grid plus "
+        f"sentence ends), within-stream percentiles, open-count DP with Lmin {limits['min_tokens']}, Lmax "
+        f"{limits['max_tokens']}, T {limits['target_tokens']}, λ {limits['length_weight']}, and a cut penalty ρ "
+        f"chosen per method on the calibration streams only (grid {min(grid):.2f}–{max(grid):.2f} step 0.05, best "
+        "mean clean-unit recovery). LM methods (`<model>:<method>`) use that model's own tokenizer for edges and "
+        "lengths."
+    )
+    reference_line = (
+        f"- Reference for the paired gaps: `{reference}`."
+        if reference
+        else "- No RR score files were found: no reference method, so no paired gaps."
+    )
+    interval_line = (
+        f"- Intervals: 95%, {results['resamples']:,} domain-stratified paired stream-bootstrap resamples. "
+        "Pk and WindowDiff (segeval, default window, over words) are plain means; lower is better."
+    )
+    peer_line = (
+        "- Peers run as shipped with their documented defaults (MiniLM where they embed, 192 tokens where they "
+        "take a size); they are not calibrated on our streams."
+    )
+    out = [
+        "## Quality",
+        "",
+        'Flattened-record recovery (paper Section 4 and Appendix "Application construction").',
+        "",
+        wall,
+        "",
+        stream_line,
+        method_line,
+        reference_line,
+        interval_line,
+        peer_line,
+        "",
+    ]
+    for condition, title in CONDITION_TITLES.items():
+        if condition not in streams:
+            continue
+        out += [f"### {title}", ""]
+        if condition == "ocr" and results["ocr_agreement"]:
+            values = list(results["ocr_agreement"].values())
+            agreement = (
+                f"Tesseract reads back {np.mean(values):.2%} of the source's non-space characters "
+                f"(lowest stream {min(values):.2%}; paper, Apple Vision: 99.26% character agreement). "
+                "ρ is the one calibrated on original-text calibration streams."
+            )
+            out += [agreement, ""]
+        out += condition_table(results, condition, reference) + [""]
+        out += ["Clean-unit recovery by domain:", ""] + domain_table(results, condition) + [""]
+    out += ["### Where the cut penalty lands", ""] + calibration_table(results) + [""]
+    layers = layer_table(results, "original")
+    if layers:
+        out += ["### RR by layer (flattened original text)", ""] + layers
+    out += [
+        "### Example streams",
+        "",
+        f"![records and predicted chunks]({figure})",
+        "",
+        figure_note,
+        "",
+        "### Differences from the paper's setup",
+        "",
+        *DIFFERENCES,
+    ]
+    return "\n".join(out)
+
+
+def draw_examples(results: dict, reference: str | None, path: Path) -> str:
+    """Figure like the paper's Figure 2: records as coloured bars, predicted chunks as pale bars, for the
+    reference method's best and worst evaluation stream (original text); returns the caption."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = results["methods"]
+    shown = reference or next((n for n in methods if methods[n]["penalty"] is not None), None)
+    if shown is None:
+        return "No scored method to draw."
+    rows = methods[shown]["conditions"]["original"]["per_stream"]
+    order = sorted(
+        range(len(rows)), key=lambda i: (rows[i]["clean_unit_recovery"], rows[i]["partition_f1"], rows[i]["records"])
+    )
+    picks = [("success", order[-1]), ("failure", order[0])]
+    compare = [n for n in ("embedding-boundary",) if n in methods and n != shown]
+    streams = results["streams"]["original"]
+    fig, axes = plt.subplots(len(picks), 1, figsize=(11, 1.2 + 1.1 * (2 + len(compare)) * len(picks)))
+    colors = plt.get_cmap("tab10").colors
+    for ax, (label, index) in zip(np.atleast_1d(axes), picks):
+        stream = streams[index]
+        lanes = [("records", [(s, e) for _, s, e in stream["records"]])]
+        lanes += [(name, methods[name]["conditions"]["original"]["spans"][index]) for name in [shown, *compare]]
+        for lane, (name, spans) in enumerate(lanes):
+            y = len(lanes) - 1 - lane
+            for k, (start, end) in enumerate(spans):
+                color = colors[k % len(colors)] if lane == 0 else ("#c9d6e8" if k % 2 == 0 else "#e8dcc9")
+                ax.barh(
+                    y, end - start, left=start, height=0.7, color=color, edgecolor="white" if lane == 0 else "#777777"
+                )
+        ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)])
+        ax.set_xlim(0, stream["length"])
+        recovered = rows[index]["clean_unit_recovery"] * rows[index]["records"]
+        ax.set_title(
+            f"{label}: {stream['id']} ({stream['domain']}), {shown} recovers {recovered:.0f} of "
+            f"{rows[index]['records']} records (partition F1 {rows[index]['partition_f1']:.3f})",
+            fontsize=9,
+        )
+        ax.set_xlabel("character offset in the stream", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return (
+        f"Two held-out streams: top, the one where `{shown}` does best; bottom, where it does worst. Coloured bars "
+        "are the hidden records; pale bars are predicted chunks"
+        + (f" of `{shown}` and, for comparison, `{compare[0]}`." if compare else f" of `{shown}`.")
+    )
+
+
+def summary_text(results: dict, reference: str | None) -> str:
+    """A few lines for the terminal: recovery and F1 per method and condition."""
+    lines = []
+    for condition in CONDITION_TITLES:
+        if condition not in results["streams"]:
+            continue
+        lines.append(f"{condition}:")
+        for method in _ordered(results):
+            recovery = _values(results, method, condition, "clean_unit_recovery")
+            if recovery is None:
+                continue
+            f1 = _values(results, method, condition, "partition_f1")
+            rho = results["methods"][method]["penalty"]
+            lines.append(
+                f"  {method:45s} recovery {recovery.mean():.3f}  F1 {f1.mean():.3f}"
+                + (f"  ρ {rho:.2f}" if rho is not None else "")
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.quality.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="?", default=str(REPO_ROOT / "bench" / "out" / "quality" / "results.json"))
+    parser.add_argument("--report", default=str(REPO_ROOT / "bench" / "RESULTS.md"))
+    parser.add_argument("--figures", default=str(REPO_ROOT / "bench" / "quality" / "figures"))
+    args = parser.parse_args(argv)
+    results = json.loads(Path(args.results).read_text(encoding="utf-8"))
+    print(write(results, args.report, args.figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Flattened-record streams (paper, "Application construction"): related records joined by one space.
+
+Each stream holds 3–6 records of one domain, concatenated with a single ordinary space and nothing else, so
+a chunker gets no separator, line or layout cue. Records that are topically related sit next to each other
+(a nearest-neighbour chain under all-MiniLM-L6-v2 cosine similarity), which weakens the topic-shift cue that
+would make the joins easy. No record appears twice; calibration and evaluation streams draw from disjoint
+record pools.
+
+Choices the paper leaves open, fixed here so every run builds the same streams:
+
+- Records must fit one chunk: between ``min_tokens`` and ``max_tokens`` of the default model's tokenizer
+  (48–384, the chunk limits). A longer record can never be recovered as one clean unit by any method under
+  those limits, and a shorter one cannot fill a legal chunk, so they would only add noise shared by all.
+- Each domain's eligible records are shuffled with the seed and split once: ``cal_fraction`` of them form
+  the calibration pool, the rest the evaluation pool. Streams are then built one after another from their
+  own pool, so the first k streams of a split do not depend on how many streams follow (``--quick`` streams
+  are the first streams of a full build, and cached scores stay valid).
+- A stream starts at the next unused record in shuffled order, then repeatedly appends the unused record of
+  its pool most similar to the record just added.
+- A stream id carries a hash of its text, so scores cached under an id can never belong to another text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DOMAINS = ("fiqa", "pubmedqa", "scifact")
+MIN_RECORDS, MAX_RECORDS = 3, 6
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One benchmark text. ``records`` are (record id, start, end) character spans into ``text``."""
+
+    id: str
+    domain: str
+    split: str  # "eval", "cal", or "ocr" (an evaluation stream after rendering and OCR)
+    text: str
+    records: list[tuple[str, int, int]]
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "domain": self.domain,
+            "split": self.split,
+            "text": self.text,
+            "records": [list(r) for r in self.records],
+        }
+
+    @classmethod
+    def from_dict(cls, row: dict) -> Stream:
+        records = [(str(r[0]), int(r[1]), int(r[2])) for r in row["records"]]
+        return cls(row["id"], row["domain"], row["split"], row["text"], records)
+
+
+def data_dir(argument: str | None = None) -> Path:
+    """``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` beside the repository root."""
+    chosen = argument or os.environ.get("RR_FAST_DATA")
+    return Path(chosen).expanduser() if chosen else (REPO_ROOT.parent / "shared" / "data").resolve()
+
+
+def record_text(record: dict) -> str:
+    """The benchmark text of one record (data README): title, one space, text; no title, just the text."""
+    title, text = record.get("title", "").strip(), record["text"].strip()
+    return f"{title} {text}" if title else text
+
+
+def load_records(records_dir: str | Path, domain: str) -> list[tuple[str, str]]:
+    """(id, text) of a domain's records, sorted by id, identical texts kept once."""
+    path = Path(records_dir) / f"{domain}.jsonl"
+    seen: set[str] = set()
+    out = []
+    with open(path, encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    for row in sorted(rows, key=lambda r: r["id"]):
+        text = record_text(row)
+        if text and text not in seen:
+            seen.add(text)
+            out.append((row["id"], text))
+    return out
+
+
+def minilm_embedder(cache_dir: str | Path | None = None) -> Callable[[list[str], list[str]], np.ndarray]:
+    """Normalised all-MiniLM-L6-v2 embeddings of records, cached by record id in ``cache_dir``.
+
+    One cache file for all runs: a quick run and a full run share the vectors of the records they share.
+    """
+    from bench.quality.baselines import load_minilm
+
+    path = Path(cache_dir) / "record_embeddings_minilm.npz" if cache_dir else None
+
+    def embed(ids: list[str], texts: list[str]) -> np.ndarray:
+        known: dict[str, np.ndarray] = {}
+        if path is not None and path.exists():
+            with np.load(path) as saved:
+                known = dict(zip(saved["ids"].tolist(), saved["vectors"]))
+        missing = [i for i, record_id in enumerate(ids) if record_id not in known]
+        if missing:
+            model = load_minilm()
+            vectors = model.encode(
+                [texts[i] for i in missing], batch_size=64, normalize_embeddings=True, convert_to_numpy=True
+            )
+            known.update(zip([ids[i] for i in missing], vectors))
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                np.savez(path, ids=np.array(list(known)), vectors=np.stack(list(known.values())))
+        return np.stack([known[record_id] for record_id in ids])
+
+    return embed
+
+
+def default_token_counter() -> Callable[[list[str]], list[int]]:
+    """Token counts in the default model's tokenizer, the unit of the chunk limits."""
+    from bench.quality.baselines import default_tokenizer
+
+    tokenizer = default_tokenizer()
+    return lambda texts: [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def build_streams(
+    records_dir: str | Path,
+    n_eval_per_domain: int,
+    n_cal_per_domain: int,
+    seed: int,
+    *,
+    domains: Sequence[str] = DOMAINS,
+    embed: Callable[[list[str], list[str]], np.ndarray] | None = None,
+    count_tokens: Callable[[list[str]], list[int]] | None = None,
+    min_tokens: int = 48,
+    max_tokens: int = 384,
+    cal_fraction: float = 0.2,
+    pool_size: int | None = None,
+) -> list[Stream]:
+    """Evaluation then calibration streams of every domain (see the module docstring for the recipe).
+
+    embed(ids, texts) must return unit-norm row vectors; count_tokens(texts) token counts. Both default to
+    the benchmark's models (MiniLM, the default RR model's tokenizer); tests pass cheap stand-ins.
+    pool_size keeps only that many eligible records per domain (after the shuffle): fewer to embed for a
+    smoke run, at the price of less closely related neighbours.
+    """
+    embed = embed or minilm_embedder()
+    count_tokens = count_tokens or default_token_counter()
+    streams: list[Stream] = []
+    for domain in domains:
+        records = load_records(records_dir, domain)
+        counts = count_tokens([text for _, text in records])
+        records = [r for r, n in zip(records, counts) if min_tokens <= n <= max_tokens]
+        rng = np.random.default_rng([seed, zlib.crc32(domain.encode())])
+        order = rng.permutation(len(records))[:pool_size]
+        records = [records[k] for k in order]
+        order = np.arange(len(records))
+        cal_size = round(cal_fraction * len(records))
+        pools = {"eval": order[cal_size:], "cal": order[:cal_size]}
+        wanted = {"eval": n_eval_per_domain, "cal": n_cal_per_domain}
+        vectors = embed([r[0] for r in records], [r[1] for r in records])
+        for split in ("eval", "cal"):
+            split_rng = np.random.default_rng([seed, zlib.crc32(f"{domain}/{split}".encode())])
+            groups = _chain(pools[split], vectors, wanted[split], split_rng)
+            for i, group in enumerate(groups):
+                streams.append(_join(domain, split, i, [records[k] for k in group]))
+    return streams
+
+
+def _chain(pool: np.ndarray, vectors: np.ndarray, count: int, rng: np.random.Generator) -> list[list[int]]:
+    """``count`` groups of 3–6 record indices; each next record is the unused one nearest the last."""
+    unused = np.ones(len(vectors), dtype=bool)
+    in_pool = np.zeros(len(vectors), dtype=bool)
+    in_pool[pool] = True
+    groups = []
+    cursor = 0
+    for _ in range(count):
+        size = int(rng.integers(MIN_RECORDS, MAX_RECORDS + 1))
+        while cursor < len(pool) and not unused[pool[cursor]]:
+            cursor += 1
+        if cursor >= len(pool) or (unused & in_pool).sum() < size:
+            raise ValueError(f"record pool exhausted after {len(groups)} streams; ask for fewer streams")
+        group = [int(pool[cursor])]
+        unused[group[0]] = False
+        while len(group) < size:
+            similarity = vectors @ vectors[group[-1]]
+            similarity[~(unused & in_pool)] = -np.inf
+            nearest = int(np.argmax(similarity))
+            group.append(nearest)
+            unused[nearest] = False
+        groups.append(group)
+    return groups
+
+
+def _join(domain: str, split: str, index: int, records: list[tuple[str, str]]) -> Stream:
+    """Records joined by exactly one space; each span slices the stream to that record's text."""
+    spans, parts, position = [], [], 0
+    for record_id, text in records:
+        spans.append((record_id, position, position + len(text)))
+        parts.append(text)
+        position += len(text) + 1
+    text = " ".join(parts)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    return Stream(f"{domain}-{split}-{index:02d}-{digest}", domain, split, text, spans)
+
+
+def write_streams(streams: Sequence[Stream], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(stream.as_dict(), ensure_ascii=False) + "\n" for stream in streams)
+
+
+def read_streams(path: str | Path) -> list[Stream]:
+    with open(path, encoding="utf-8") as handle:
+        return [Stream.from_dict(json.loads(line)) for line in handle if line.strip()]

@@ -1,0 +1,139 @@
+"""bench.quality.lm_scores against the paper-faithful loop, on a tiny random Llama with the SmolLM2 tokenizer.
+
+The scorer batches, re-indexes and groups what rr_fast.reference computes one edge at a time; these tests
+check that the batched RR and LR equal the reference, and that KL and the passive scores equal their
+definitions computed directly from stock forward calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from bench.quality import lm_scores
+from bench.quality.lm_scores import LMScorer, score_streams
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.models import resolve
+from rr_fast.reference import reference_scores
+
+TEXT = (
+    'The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: "Lower the boats." '
+    "Meanwhile, in the valley, farmers were bringing in the harvest; rain had come late that year (as it often "
+    "did). Prices of grain rose sharply in the autumn markets, and the merchants were pleased."
+)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("tiny_lm")
+    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m"))
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny) -> TorchBackend:
+    return TorchBackend.load(tiny, dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    return AutoTokenizer.from_pretrained(tiny)
+
+
+@pytest.mark.parametrize("bos", [[], [1]])
+def test_rr_and_lr_match_reference(backend, tokenizer, bos):
+    # a small batch forces several reset batches
+    scorer = LMScorer(backend, tokenizer, bos, batch_tokens=200)
+    out = scorer.score_text(TEXT)
+    ids = np.asarray(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    ref = reference_scores(backend.model, ids, out["edge_tokens"], bos, 1, readouts=("rr",))
+    np.testing.assert_allclose(out["rr_L1"], ref["rr"], atol=1e-4, equal_nan=True)
+    ref = reference_scores(backend.model, ids, out["edge_tokens"], bos, 2)
+    np.testing.assert_allclose(out["rr_L2"], ref["rr"], atol=1e-4, equal_nan=True)
+    np.testing.assert_allclose(out["lr"], ref["lr"], atol=1e-4, equal_nan=True)
+    np.testing.assert_array_equal(out["rr"], out["rr_L2"])
+    assert np.isfinite(out["rr"][:-1]).all()
+
+
+@torch.inference_mode()
+def test_kl_and_passive_match_definitions(backend, tokenizer):
+    bos = [1]
+    scorer = LMScorer(backend, tokenizer, bos)
+    out = scorer.score_text(TEXT)
+    model, p, width, skip = backend.model, len(bos), scorer.window, scorer.skip
+    ids = np.asarray(scorer.tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    n = len(ids)
+    model.set_attn_implementation("eager")
+    try:
+        row = torch.tensor([bos + ids.tolist()])
+        full = model(input_ids=row, output_hidden_states=True, output_attentions=True, use_cache=False)
+    finally:
+        model.set_attn_implementation("sdpa")
+    full_lsm = torch.log_softmax(full.logits[0].double(), dim=-1)  # row r predicts row r + 1
+    states = full.hidden_states[2][0, p:].double()
+    attention = full.attentions[1][0].double().mean(dim=0)  # layer 2, head mean: [query row, key row]
+    for k, b in enumerate(out["edge_tokens"][:12]):
+        b = int(b)
+        m = min(width, n - b)
+        reset = model(input_ids=torch.tensor([bos + ids[b : b + m].tolist()]), use_cache=False)
+        reset_lsm = torch.log_softmax(reset.logits[0, p:].double(), dim=-1)
+        qs = range(skip, m - 1)
+        kl = [torch.sum(full_lsm[p + b + q].exp() * (full_lsm[p + b + q] - reset_lsm[q])).item() for q in qs]
+        assert out["kl_neg"][k] == pytest.approx(-np.mean(kl), abs=1e-5)
+        assert out["boundary_surprisal"][k] == pytest.approx(-full_lsm[p + b - 1, ids[b]].item(), abs=1e-5)
+        nll = [-full_lsm[p + b + q, ids[b + q + 1]].item() for q in qs]
+        assert out["window_surprisal"][k] == pytest.approx(np.mean(nll), abs=1e-5)
+        jump = 1 - torch.cosine_similarity(states[b - 1], states[b], dim=0).item()
+        assert out["residual_jump"][k] == pytest.approx(jump, abs=1e-5)
+        half = min(width, b, n - b)
+        local = 1 - torch.cosine_similarity(states[b - half : b].mean(0), states[b : b + half].mean(0), dim=0)
+        assert out["local_hidden_distance"][k] == pytest.approx(local.item(), abs=1e-5)
+        mass = [attention[p + b + q, p : p + b].sum().item() for q in range(skip, m)]
+        assert out["attention_isolation"][k] == pytest.approx(-np.mean(mass), abs=1e-5)
+    assert (out["kl_neg"][np.isfinite(out["kl_neg"])] <= 1e-6).all()
+
+
+def test_score_streams_writes_and_caches(tiny, tmp_path, monkeypatch):
+    loads = []
+    real_load = LMScorer.load
+
+    def counting_load(model, layers=None):
+        loads.append(model)
+        return real_load(model, layers)
+
+    monkeypatch.setattr(lm_scores.LMScorer, "load", staticmethod(counting_load))
+    streams = [{"id": "s-1", "text": TEXT}, {"id": "s-2", "text": TEXT[:120]}]
+    score_streams(streams, tiny, tmp_path, layers=[1])
+    with np.load(tmp_path / Path(tiny).name / "s-1.npz") as saved:
+        names = set(saved.files)
+        assert int(saved["num_tokens"]) > 0 and saved["edge_chars"].shape == saved["rr"].shape
+    assert names == {
+        "edge_tokens",
+        "edge_chars",
+        "num_tokens",
+        "rr_L1",
+        "rr_L2",
+        "rr",
+        "lr",
+        "kl_neg",
+        *lm_scores.PASSIVE,
+    }
+    score_streams(streams, tiny, tmp_path)  # everything cached: the model is not even loaded
+    assert loads == [tiny]

@@ -1,0 +1,201 @@
+"""The MLX backend against the torch backend and the paper-faithful reference, on tiny random models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'mlx[cpu]' mlx-lm on Linux)")
+
+import mlx.core as mx
+from mlx.utils import tree_map
+
+import rr_fast.backends.mlx as mlx_backend
+from rr_fast.backends.mlx import MLXBackend
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import Engine, ScoreConfig
+from rr_fast.models import _write_mlx_compatible_config
+from rr_fast.reference import reference_scores
+
+TOL = 1e-4
+ROWS, LENGTH = 3, 40  # longer than Gemma's sliding window of 16
+TEXT_LENGTH = 50
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_model_dir: Path) -> tuple[MLXBackend, TorchBackend]:
+    return MLXBackend.load(tiny_model_dir), TorchBackend.load(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def reference(pair) -> dict:
+    """Reference scores per BOS prefix, computed once per model (they do not depend on re-indexing)."""
+    model = pair[1].model
+    ids, edges = _text()
+    return {
+        bos: reference_scores(model, ids, edges, list(bos), _layer(model.config), readouts=("rr", "lr"))
+        for bos in ((), (1,))
+    }
+
+
+def _text() -> tuple[np.ndarray, np.ndarray]:
+    ids = np.random.default_rng(7).integers(3, 512, TEXT_LENGTH)
+    return ids, np.arange(1, TEXT_LENGTH)
+
+
+def _layer(config) -> int:
+    from rr_fast.engine import default_layer
+
+    return default_layer(config.num_hidden_layers)
+
+
+def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows at different offsets, and targets with unwanted (-1) positions scattered in."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 512, (ROWS, LENGTH))
+    positions = np.array([0, 5, 17])[:, None] + np.arange(LENGTH)
+    targets = np.where(rng.random((ROWS, LENGTH)) < 0.3, -1, rng.integers(0, 512, (ROWS, LENGTH)))
+    return ids, positions, targets
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    return float(np.nanmax(np.abs(a - b)))
+
+
+def test_attributes_match_torch(pair):
+    mlx_side, torch_side = pair
+    assert mlx_side.name == "mlx"
+    for name in ("depth", "hidden_size", "uses_rope", "max_positions", "vocab_size"):
+        assert getattr(mlx_side, name) == getattr(torch_side, name), name
+
+
+def test_forward_matches_torch(pair):
+    mlx_side, torch_side = pair
+    ids, positions, targets = _batch()
+    for layer in sorted({0, 1, mlx_side.depth // 2 + 1, mlx_side.depth}):
+        for rows in (positions, positions[:1]):  # per-row positions, and one shared row
+            ours = mlx_side.forward(ids, rows, layer)
+            theirs = torch_side.forward(ids, rows, layer)
+            assert ours.logprobs is None and ours.hidden.dtype == np.float32
+            assert _max_diff(ours.hidden, theirs.hidden) < TOL, layer
+        ours = mlx_side.forward(ids, positions, layer, targets)
+        theirs = torch_side.forward(ids, positions, layer, targets)
+        assert _max_diff(ours.hidden, theirs.hidden) < TOL, layer
+        assert ours.logprobs.dtype == np.float32
+        assert _max_diff(ours.logprobs, theirs.logprobs) < TOL, layer
+    ours = mlx_side.forward(ids, positions, None, targets)
+    assert ours.hidden is None
+    assert _max_diff(ours.logprobs, torch_side.forward(ids, positions, None, targets).logprobs) < TOL
+
+
+@pytest.mark.parametrize("bos", [(), (1,)])
+@pytest.mark.parametrize("reindex", [None, False])
+def test_engine_matches_reference(pair, reference, bos, reindex):
+    mlx_side = pair[0]
+    if reindex is None and not mlx_side.uses_rope:
+        pytest.skip("absolute positions: windows always keep their positions (reindex None means False)")
+    config = ScoreConfig(readouts=("rr", "lr"), reindex=reindex, batch_tokens=200)
+    ids, edges = _text()
+    scores = Engine(mlx_side, list(bos), config).score(ids, edges)
+    for name in ("rr", "lr"):
+        assert _max_diff(scores[name], reference[bos][name]) < TOL, name
+
+
+def test_logit_chunks_do_not_change_logprobs(pair, monkeypatch):
+    mlx_side = pair[0]
+    ids, positions, targets = _batch(1)
+    whole = mlx_side.forward(ids, positions, None, targets).logprobs
+    monkeypatch.setattr(mlx_backend, "LOGIT_BUDGET", 5 * mlx_side.vocab_size)  # 5 rows of logits at a time
+    assert _max_diff(mlx_side.forward(ids, positions, None, targets).logprobs, whole) < 1e-6
+
+
+def test_layers_above_the_exit_never_run(tiny_model_dir):
+    backend = MLXBackend.load(tiny_model_dir)
+    ids, positions, targets = _batch(2)
+    before = backend.forward(ids, positions, 1).hidden
+    top = backend.layers[-1]
+    top.update(tree_map(lambda p: p * float("nan"), top.parameters()))  # poison the last layer
+    assert np.array_equal(backend.forward(ids, positions, 1).hidden, before)
+    assert np.isnan(backend.forward(ids, positions, 1, targets).logprobs).all()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_stays_close(tiny_model_dir, dtype):
+    ids, positions, targets = _batch(3)
+    full = MLXBackend.load(tiny_model_dir).forward(ids, positions, 1, targets)
+    half = MLXBackend.load(tiny_model_dir, dtype=dtype)
+    assert _dtypes(half) == {getattr(mx, dtype)}
+    out = half.forward(ids, positions, 1, targets)
+    assert out.hidden.dtype == np.float32 and out.logprobs.dtype == np.float32
+    cosine = (
+        (out.hidden * full.hidden).sum(-1) / np.linalg.norm(out.hidden, axis=-1) / np.linalg.norm(full.hidden, axis=-1)
+    )
+    assert cosine.min() > 0.99
+    assert _max_diff(out.logprobs, full.logprobs) < 0.5
+
+
+def _dtypes(backend: MLXBackend) -> set:
+    found = set()
+    tree_map(lambda p: found.add(p.dtype), backend.model.parameters())
+    return found
+
+
+def test_config_keys_mlx_lm_needs(tiny_model_factory):
+    """transformers 5 writes rope_parameters and layer_types; mlx-lm reads neither."""
+    expected = {
+        "llama": {"rope_theta": 500000.0},
+        "gemma3": {"rope_theta": 500000.0, "rope_local_base_freq": 20000.0, "sliding_window_pattern": 2},
+        "gpt2": {"n_ctx": 128},
+    }
+    for kind, keys in expected.items():
+        path = tiny_model_factory(kind) / "config.json"
+        text = path.read_text()
+        added = _write_mlx_compatible_config(path, write=False)
+        assert path.read_text() == text  # the user's folder is never touched
+        assert {k: added.get(k) for k in keys} == keys
+    llama = _write_mlx_compatible_config(tiny_model_factory("llama") / "config.json", write=False)
+    assert llama["rope_scaling"]["rope_type"] == "llama3"
+
+
+def test_written_config_loads_without_fixes(tiny_model_factory, tmp_path, monkeypatch):
+    """A converted folder carries the keys itself, so stock mlx-lm loads it correctly."""
+    source = tiny_model_factory("gemma3")
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    assert _write_mlx_compatible_config(tmp_path / "config.json")["sliding_window_pattern"] == 2
+    assert json.loads((tmp_path / "config.json").read_text())["rope_local_base_freq"] == 20000.0
+    assert _write_mlx_compatible_config(tmp_path / "config.json", write=False) == {}
+    monkeypatch.setattr(mlx_backend, "_write_mlx_compatible_config", lambda path, write=False: {})
+    ids, positions, _ = _batch(4)
+    ours = MLXBackend.load(tmp_path).forward(ids, positions, 4).hidden
+    theirs = TorchBackend.load(source, device="cpu").forward(ids, positions, 4).hidden
+    assert _max_diff(ours, theirs) < TOL
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_rope_fallback_would_be_caught(tiny_model_factory, monkeypatch, kind):
+    """Without the rope keys mlx-lm silently uses its default bases; the parity tests must see that."""
+    folder = tiny_model_factory(kind)
+    fixes = _write_mlx_compatible_config(folder / "config.json", write=False)
+    rope_free = {k: v for k, v in fixes.items() if not k.startswith("rope")}
+    monkeypatch.setattr(mlx_backend, "_write_mlx_compatible_config", lambda path, write=False: rope_free)
+    ids, positions, _ = _batch(5)
+    backend = MLXBackend.load(folder)
+    ours = backend.forward(ids, positions, backend.depth).hidden
+    theirs = TorchBackend.load(folder, device="cpu").forward(ids, positions, backend.depth).hidden
+    assert _max_diff(ours, theirs) > 100 * TOL
+
+
+def test_irregular_layer_types_are_refused(tiny_model_factory, tmp_path):
+    """mlx-lm's Gemma 3 places full attention periodically; anything else must fail loudly, not silently."""
+    source = tiny_model_factory("gemma3")
+    config = json.loads((source / "config.json").read_text())
+    config["layer_types"] = ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes())
+    with pytest.raises(mlx_backend.RRFastError, match="layer_types"):
+        MLXBackend.load(tmp_path)

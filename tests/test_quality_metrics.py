@@ -1,0 +1,252 @@
+"""The quality benchmark's metrics, stream builder, peer alignment, OCR alignment and score-file loading.
+
+All fast: synthetic records, a hashing stand-in for the embedder and a word counter for the tokenizer, so
+nothing here loads MiniLM or a language model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.quality.__main__ import _evaluate_scored, _lm_scores
+from bench.quality.calibration import LIMITS, EdgeScores, calibrate, chunk_spans
+from bench.quality.metrics import bootstrap_indices, interval, partition, stream_metrics
+from bench.quality.ocr import align_chars, ocr_stream
+from bench.quality.peers import align
+from bench.quality.streams import Stream, build_streams, data_dir, read_streams, write_streams
+
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+
+
+def _records(count: int, words: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    texts = []
+    for _ in range(count):
+        sentences = [" ".join(rng.choice(WORDS, size=words // 4)).capitalize() + "." for _ in range(4)]
+        texts.append(" ".join(sentences))
+    return texts
+
+
+def _stream(texts: list[str]) -> Stream:
+    spans, position = [], 0
+    for i, text in enumerate(texts):
+        spans.append((f"r{i}", position, position + len(text)))
+        position += len(text) + 1
+    return Stream("s", "toy", "eval", " ".join(texts), spans)
+
+
+def _perfect(stream: Stream) -> list[tuple[int, int]]:
+    return partition([start for _, start, _ in stream.records[1:]], len(stream.text))
+
+
+def test_perfect_partition_scores_perfectly():
+    stream = _stream(_records(4, 40))
+    result = stream_metrics(stream.text, stream.records, _perfect(stream))
+    assert result["clean_unit_recovery"] == 1.0
+    assert result["partition_f1"] == 1.0
+    assert result["pk"] == 0.0 and result["windowdiff"] == 0.0
+    assert result["chunks"] == result["records"] == 4
+
+
+def test_cuts_on_either_side_of_the_joining_space_are_equivalent():
+    stream = _stream(_records(3, 40))
+    after = stream_metrics(stream.text, stream.records, _perfect(stream))
+    before = partition([start - 1 for _, start, _ in stream.records[1:]], len(stream.text))
+    assert stream_metrics(stream.text, stream.records, before) == after
+
+
+def test_one_giant_chunk_recovers_nothing():
+    stream = _stream(_records(3, 40))
+    result = stream_metrics(stream.text, stream.records, [(0, len(stream.text))])
+    assert result["clean_unit_recovery"] == 0.0
+    assert result["completeness"] == 1.0
+    assert 0 < result["purity"] < 0.5
+    assert result["pk"] > 0
+
+
+def test_clean_unit_threshold_is_ninety_percent_both_ways():
+    texts = ["x" * 100, "y" * 100]
+    stream = _stream(texts)
+    # chunk 1 holds all of record 0 plus 12 chars of record 1: 100/112 < 0.9 of the chunk is record 0,
+    # and record 1 keeps only 88% of itself in chunk 2
+    spans = partition([101 + 12], len(stream.text))
+    result = stream_metrics(stream.text, stream.records, spans)
+    assert result["clean_unit_recovery"] == 0.0
+    # 9 chars of record 1 leak in: 100/109 >= 0.9 and record 1 keeps 91 of 100 chars
+    spans = partition([101 + 9], len(stream.text))
+    assert stream_metrics(stream.text, stream.records, spans)["clean_unit_recovery"] == 1.0
+
+
+def test_partition_must_cover_the_text():
+    stream = _stream(_records(2, 20))
+    with pytest.raises(ValueError):
+        stream_metrics(stream.text, stream.records, [(0, 10)])
+
+
+def test_bootstrap_is_domain_stratified_and_paired():
+    domains = ["a"] * 3 + ["b"] * 5
+    indices = bootstrap_indices(domains, 200, seed=1)
+    assert indices.shape == (200, 8)
+    assert np.all(indices[:, :3] < 3) and np.all(indices[:, 3:] >= 3)
+    same = np.ones(8)
+    assert interval(same - same, indices) == (0.0, 0.0, 0.0)
+    mean, low, high = interval(np.arange(8.0), indices)
+    assert low <= mean <= high
+
+
+def _write_records(folder: Path, domain: str, count: int) -> None:
+    rows = [
+        {"id": f"{domain}-{i}", "domain": domain, "title": "" if i % 2 else f"Title {i}", "text": text}
+        for i, text in enumerate(_records(count, 60, seed=zlib.crc32(domain.encode())))
+    ]
+    (folder / f"{domain}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def _hash_embed(ids: list[str], texts: list[str]) -> np.ndarray:
+    vectors = np.zeros((len(texts), 32))
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            vectors[row, zlib.crc32(word.strip(".").encode()) % 32] += 1
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _word_count(texts: list[str]) -> list[int]:
+    return [len(t.split()) for t in texts]
+
+
+@pytest.fixture
+def built(tmp_path) -> list[Stream]:
+    for domain in ("fiqa", "pubmedqa", "scifact"):
+        _write_records(tmp_path, domain, 80)
+    return build_streams(tmp_path, 4, 2, seed=3, embed=_hash_embed, count_tokens=_word_count)
+
+
+def test_streams_join_records_by_one_space_and_spans_slice_exactly(built, tmp_path):
+    texts = {}
+    for path in tmp_path.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            texts[row["id"]] = f"{row['title']} {row['text']}" if row["title"] else row["text"]
+    for stream in built:
+        assert 3 <= len(stream.records) <= 6
+        assert stream.text == " ".join(texts[rid] for rid, _, _ in stream.records)
+        for (rid, start, end), nxt in zip(stream.records, stream.records[1:] + [None]):
+            assert stream.text[start:end] == texts[rid]
+            if nxt is not None:
+                assert stream.text[end : nxt[1]] == " "
+        assert not re.search(r"\s\s", stream.text)
+
+
+def test_streams_never_reuse_a_record_and_splits_are_separate(built):
+    used = [rid for stream in built for rid, _, _ in stream.records]
+    assert len(used) == len(set(used))
+    counts = {}
+    for stream in built:
+        counts[(stream.domain, stream.split)] = counts.get((stream.domain, stream.split), 0) + 1
+    assert set(counts.values()) <= {4, 2} and counts[("fiqa", "eval")] == 4 and counts[("fiqa", "cal")] == 2
+    assert len({s.id for s in built}) == len(built)
+
+
+def test_streams_are_deterministic_and_prefix_stable(built, tmp_path):
+    again = build_streams(tmp_path, 4, 2, seed=3, embed=_hash_embed, count_tokens=_word_count)
+    assert again == built
+    fewer = build_streams(tmp_path, 2, 1, seed=3, embed=_hash_embed, count_tokens=_word_count)
+    assert {s.id for s in fewer} <= {s.id for s in built}
+    other = build_streams(tmp_path, 4, 2, seed=4, embed=_hash_embed, count_tokens=_word_count)
+    assert other != built
+
+
+def test_streams_round_trip_jsonl(built, tmp_path):
+    write_streams(built, tmp_path / "out" / "streams.jsonl")
+    assert read_streams(tmp_path / "out" / "streams.jsonl") == built
+
+
+def test_data_dir_argument_then_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RR_FAST_DATA", str(tmp_path))
+    assert data_dir() == tmp_path
+    assert data_dir("/elsewhere") == Path("/elsewhere")
+    monkeypatch.delenv("RR_FAST_DATA")
+    assert data_dir().name == "data" and data_dir().parent.name == "shared"
+
+
+def test_align_recovers_offsets_when_peers_strip_or_rejoin_whitespace():
+    text = "One fish. Two fish.  Red fish.\nBlue fish."
+    pieces = ["One fish.", "Two fish. Red fish.", "Blue fish."]
+    spans = align(text, pieces)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert [text[s:e].strip() for s, e in spans] == ["One fish.", "Two fish.  Red fish.", "Blue fish."]
+
+
+def test_ocr_alignment_projects_record_spans():
+    stream = _stream(["The first record ends here.", "A second one follows it."])
+    ocr = "The flrst record ends here. A second one fol lows it."
+    mapping = align_chars(stream.text, ocr)
+    assert mapping[ocr.index("record")] == stream.text.index("record")
+    converted, agreement = ocr_stream(stream, ocr)
+    assert 0.9 < agreement < 1.0
+    assert converted.split == "ocr" and converted.id.startswith("s-ocr-")
+    (_, s0, e0), (_, s1, e1) = converted.records
+    assert ocr[s0:e0] == "The flrst record ends here." and ocr[s1:e1] == "A second one fol lows it."
+
+
+def _edge_scores(stream: Stream, favoured: list[int]) -> EdgeScores:
+    """Candidate edges every 8 'tokens' (one token = one character here), high scores at ``favoured``."""
+    edge_chars = np.arange(8, len(stream.text), 8)
+    edge_chars = np.union1d(edge_chars, favoured)
+    scores = np.where(np.isin(edge_chars, favoured), 1.0, 0.0) + np.linspace(0, 0.01, len(edge_chars))
+    return EdgeScores(len(stream.text), edge_chars, edge_chars, scores)
+
+
+def test_chunk_spans_and_calibration_find_the_record_joins():
+    stream = _stream(["a" * 150, "b" * 200, "c" * 120])
+    joins = [start for _, start, _ in stream.records[1:]]
+    scores = _edge_scores(stream, joins)
+    spans = chunk_spans(len(stream.text), scores, penalty=0.9)
+    assert spans == _perfect(stream)
+    rho, grid = calibrate(
+        lambda rho: [stream_metrics(stream.text, stream.records, chunk_spans(len(stream.text), scores, rho), False)]
+    )
+    assert len(grid) == 25 and grid[-1]["penalty"] == 1.2
+    assert {g["penalty"]: g["clean_unit_recovery"] for g in grid}[rho] == 1.0
+
+
+def test_lm_score_files_load_and_evaluate(tmp_path):
+    """A fake score file in the other worker's format goes through loading, calibration and metrics."""
+    cal = _stream(["d" * 130, "e" * 170, "f" * 140])
+    cal = Stream("cal-0", "toy", "cal", cal.text, cal.records)
+    ev = _stream(["a" * 130, "b" * 170, "c" * 140])  # cal-like, so the calibrated ρ transfers
+    ev = Stream("eval-0", "toy", "eval", ev.text, ev.records)
+    folder = tmp_path / "lm_scores" / "fake-lm"
+    folder.mkdir(parents=True)
+    for stream in (cal, ev):
+        joins = [start for _, start, _ in stream.records[1:]]
+        good = _edge_scores(stream, joins)
+        noise = np.random.default_rng(0).random(len(good.scores))
+        noise[-1] = np.nan  # scorers leave NaN where a window is too short
+        np.savez(
+            folder / f"{stream.id}.npz",
+            edge_tokens=good.edge_tokens,
+            edge_chars=good.edge_chars,
+            num_tokens=np.int64(good.num_tokens),
+            rr=good.scores,
+            rr_L3=good.scores,
+            lr=noise,
+        )
+    loaded = _lm_scores("fake-lm", [cal, ev], tmp_path / "lm_scores")
+    assert set(loaded) == {"rr", "rr_L3", "lr", "rr+lr"}  # rr+lr: rr-fast's rank-summed default readout
+    assert loaded["rr"][1] and not loaded["rr_L3"][1]  # per-layer entries skip Pk/WD
+    result = _evaluate_scored(loaded["rr"][0], [cal], {"original": [ev]}, boundaries=True)
+    row = result["conditions"]["original"]["per_stream"][0]
+    assert row["clean_unit_recovery"] == 1.0 and row["pk"] == 0.0
+    noisy = _evaluate_scored(loaded["lr"][0], [cal], {"original": [ev]}, boundaries=True)
+    assert noisy["conditions"]["original"]["spans"][0][-1][1] == len(ev.text)
+
+
+def test_limits_are_the_benchmark_limits():
+    assert (LIMITS.min_tokens, LIMITS.max_tokens, LIMITS.target_tokens, LIMITS.length_weight) == (48, 384, 192, 0.02)
