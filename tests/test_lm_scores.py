@@ -137,3 +137,8 @@ def test_score_streams_writes_and_caches(tiny, tmp_path, monkeypatch):
     }
     score_streams(streams, tiny, tmp_path)  # everything cached: the model is not even loaded
     assert loads == [tiny]
+    np.savez(tmp_path / Path(tiny).name / "s-2.npz", rr=np.zeros(3))  # an RR-only file from elsewhere
+    score_streams(streams, tiny, tmp_path)
+    with np.load(tmp_path / Path(tiny).name / "s-2.npz") as saved:
+        assert set(saved.files) == names
+    assert loads == [tiny, tiny]

@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         for name, scores in _baseline_scores(every, out / "embedding").items():
             methods[name] = _evaluate_scored(scores, calibration, conditions, boundaries=True)
             methods[name].update(kind="ours", setting=OURS[name])
+    score_files: dict[str, dict[str, int]] = {}
     with clock("lm methods"):
         for model in models:
             loaded = _lm_scores(model, every, out / "lm_scores")
+            score_files[model] = {name: len(scores) for name, (scores, _) in loaded.items()}
             if not loaded:
                 _log(f"{model}: no score files in {out / 'lm_scores'}; its methods are left out")
             for name, (scores, boundaries) in loaded.items():
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         "limits": dataclasses.asdict(LIMITS),
         "penalty_grid": list(PENALTY_GRID),
         "models": models,
+        "score_files": score_files,
         "streams": {
             cond: [{"id": s.id, "domain": s.domain, "length": len(s.text), "records": s.records} for s in group]
             for cond, group in {**conditions, "calibration": calibration}.items()

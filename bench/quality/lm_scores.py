@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.engine import _blocks, default_layer
@@ -73,6 +73,15 @@ class FullPass:
     prefix_mass: np.ndarray  # [n, W]: [j, q] = RR-layer attention of query j on text keys before j - q
 
 
+def chosen_layers(depth: int, layers: Iterable[int] | None) -> list[int]:
+    """The layers that get an ``rr_L`` array: all of them by default, and always the RR layer."""
+    return sorted(set(range(1, depth + 1) if layers is None else layers) | {default_layer(depth)})
+
+
+def method_names(layers: list[int]) -> list[str]:
+    return [f"rr_L{layer}" for layer in layers] + ["rr", "lr", "kl_neg", *PASSIVE]
+
+
 class LMScorer:
     """Scores the candidate edges of texts with one loaded model (all methods, one reset pass per batch)."""
 
@@ -92,7 +101,7 @@ class LMScorer:
         self.tokenizer = tokenizer
         self.prefix = np.asarray(bos, dtype=np.int64)
         self.layer = default_layer(backend.depth)
-        self.layers = sorted(set(range(1, backend.depth + 1) if layers is None else layers) | {self.layer})
+        self.layers = chosen_layers(backend.depth, layers)
         if not 1 <= self.layers[0] <= self.layers[-1] <= backend.depth:
             raise ValueError(f"layers must be in 1..{backend.depth}, got {self.layers}")
         if not 0 <= skip < window - 1:
@@ -112,7 +121,7 @@ class LMScorer:
         return cls(backend, tokenizer, bos_prefix(tokenizer, backend.config), layers)
 
     def method_names(self) -> list[str]:
-        return [f"rr_L{layer}" for layer in self.layers] + ["rr", "lr", "kl_neg", *PASSIVE]
+        return method_names(self.layers)
 
     def score_text(self, text: str) -> dict[str, np.ndarray]:
         """Edges and every method's per-edge score for one text (NaN where a window is too short)."""
@@ -346,11 +355,15 @@ def score_streams(
     """Write ``out_dir/<model_name>/<stream id>.npz`` for every stream not scored yet.
 
     model_name: a bundled model name (or a local model folder; its folder name then names the output).
-    Each file is written under a temporary name and renamed, so a killed run never leaves a partial file.
+    A file that lacks any of this scorer's arrays (say, one written by a faster RR/LR-only run) is scored
+    again and replaced. Each file is written under a temporary name and renamed, so a killed run never
+    leaves a partial file.
     """
     folder = Path(out_dir) / Path(model_name).name
     folder.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in streams if not (folder / f"{_safe_id(s['id'])}.npz").exists()]
+    depth = AutoConfig.from_pretrained(resolve(model_name)).num_hidden_layers
+    wanted = {"edge_tokens", "edge_chars", "num_tokens", *method_names(chosen_layers(depth, layers))}
+    todo = [s for s in streams if not _complete(folder / f"{_safe_id(s['id'])}.npz", wanted)]
     if not todo:
         return
     started = time.perf_counter()
@@ -371,6 +384,13 @@ def score_streams(
             f"{len(scores['edge_tokens'])} edges), {total_tokens / elapsed:.0f} tok/s overall",
             file=sys.stderr,
         )
+
+
+def _complete(path: Path, wanted: set[str]) -> bool:
+    if not path.exists():
+        return False
+    with np.load(path) as saved:
+        return wanted <= set(saved.files)
 
 
 def _safe_id(stream_id: str) -> str:

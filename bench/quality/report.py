@@ -248,7 +248,9 @@ def render(results: dict, reference: str | None, figure: str, figure_note: str) 
     wall = (
         f"Produced by `{results['command']}` on {datetime.date.today().isoformat()}"
         f"{' (quick mode: a smoke run, not a result)' if results['quick'] else ''}; "
-        f"wall time {total / 60:.1f} min ({timing})."
+        f"this invocation's wall time {total / 60:.1f} min ({timing}); stages cached under bench/out/ by an earlier "
+        "invocation (record embeddings, OCR text, embedding-boundary scores, peer outputs, LM score files) take "
+        "no time here."
     )
     stream_line = (
         f"- Streams: {len(streams['original'])} evaluation streams ({n_records} unique records) and "
@@ -269,6 +271,18 @@ def render(results: dict, reference: str | None, figure: str, figure_note: str) 
         if reference
         else "- No RR score files were found: no reference method, so no paired gaps."
     )
+    found = {
+        model: sorted({re.sub(r"^rr_L\d+$", "rr_L*", key) for key in keys})
+        for model, keys in results.get("score_files", {}).items()
+    }
+    score_line = "- LM score files (`bench.quality.lm_scores` format, bench/out/lm_scores/): " + (
+        "; ".join(
+            f"{model}: {', '.join(keys) if keys else 'none'}"
+            + (f" ({max(results['score_files'][model].values())} streams)" if keys else "")
+            for model, keys in found.items()
+        )
+        or "no model requested"
+    )
     interval_line = (
         f"- Intervals: 95%, {results['resamples']:,} domain-stratified paired stream-bootstrap resamples. "
         "Pk and WindowDiff (segeval, default window, over words) are plain means; lower is better."
@@ -287,6 +301,7 @@ def render(results: dict, reference: str | None, figure: str, figure_note: str) 
         stream_line,
         method_line,
         reference_line,
+        score_line,
         interval_line,
         peer_line,
         "",

@@ -366,16 +366,27 @@ def agreement_job(job: Job) -> dict:
     other = Chunker(model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, device="cpu")
     same_cuts, max_diff, tokens = 0, 0.0, 0
     for row in picked:
-        a_scores, b_scores = base.score(row["text"]), other.score(row["text"])
-        for name in a_scores.readouts:
-            a, b = a_scores.readouts[name], b_scores.readouts[name]
-            finite = np.isfinite(a) & np.isfinite(b)
+        runs = []
+        for chunker in (base, other):
+            captured: dict = {}
+            score = chunker.engine.score
+
+            def capturing_score(ids, edges, progress=None, score=score, captured=captured):
+                captured["scores"] = score(ids, edges, progress)
+                captured["n"] = len(ids)
+                return captured["scores"]
+
+            chunker.engine.score = capturing_score
+            cuts = [c.start for c in chunker.chunk(row["text"])]
+            chunker.engine.score = score
+            runs.append((cuts, captured))
+        (cuts_a, a), (cuts_b, b) = runs
+        for name, values in a["scores"].items():
+            finite = np.isfinite(values) & np.isfinite(b["scores"][name])
             if finite.any():
-                max_diff = max(max_diff, float(np.abs(a[finite] - b[finite]).max()))
-        cuts_a = [c.start for c in base.chunk(row["text"])]
-        cuts_b = [c.start for c in other.chunk(row["text"])]
+                max_diff = max(max_diff, float(np.abs(values[finite] - b["scores"][name][finite]).max()))
         same_cuts += cuts_a == cuts_b
-        tokens += a_scores.num_tokens
+        tokens += a["n"]
     return {"streams": len(picked), "tokens": tokens, "identical_cuts": same_cuts, "max_abs_score_diff": max_diff}
 
 

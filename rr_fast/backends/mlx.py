@@ -161,12 +161,20 @@ class MLXBackend:
             if self.softcap:
                 logits = mx.tanh(logits / self.softcap) * self.softcap
             chosen = mx.take_along_axis(logits, picked[start : start + step, None], axis=1).squeeze(1)
-            chunk = chosen - mx.logsumexp(logits, axis=-1)
+            chunk = chosen - _logsumexp(logits)
             mx.eval(chunk)  # one chunk of logits at a time
             values[start : start + step] = np.array(chunk)
         out = np.full(flat.shape, np.nan, dtype=np.float32)
         out[wanted] = values
         return out.reshape(np.shape(targets))
+
+
+def _logsumexp(logits: mx.array, block: int = 512) -> mx.array:
+    """logsumexp over the last axis in blocks: mlx's CPU reductions add sequentially, which in fp32 costs
+    ~5e-4 over Gemma's 262k logits (torch: ~1e-6); summing 512 at a time, then the block sums, does not."""
+    rows, vocab = logits.shape
+    padded = mx.pad(logits, [(0, 0), (0, -vocab % block)], constant_values=-float("inf"))
+    return mx.logsumexp(mx.logsumexp(padded.reshape(rows, -1, block), axis=-1), axis=-1)
 
 
 def _family(model: nn.Module) -> str:
