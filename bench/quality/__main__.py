@@ -3,7 +3,7 @@
 Stages (each caches under ``--out``, default bench/out/, so a rerun only redoes what changed):
 
 1. streams: 20 evaluation + 5 calibration streams per domain (``--quick``: 2 + 1 from a 150-record pool per
-   domain, so a cold CI run embeds few records), bench/out/streams.jsonl;
+   domain, so a cold CI run embeds few records), bench/out/streams.jsonl (``--quick``: streams_quick.jsonl);
 2. OCR: every evaluation stream rendered and read back by Tesseract (skipped by ``--quick``);
 3. LM scores: ``bench.quality.lm_scores.score_streams`` for each ``--models`` entry, when that module exists;
 4. scored methods (RR, LR and the LM comparators from the score files; embedding boundary, sentence cuts,
@@ -12,7 +12,7 @@ Stages (each caches under ``--out``, default bench/out/, so a rerun only redoes 
 6. metrics per stream, then bench/out/quality/results.json and the report (bench.quality.report).
 
 The full run writes the "Quality" section of bench/RESULTS.md and its figure; ``--quick`` writes its report
-to bench/out/quality/RESULTS.md so a CI smoke run never overwrites the committed results.
+to bench/out/quality/RESULTS.md (results in results_quick.json) so a CI smoke run never overwrites the full results.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         with clock("ocr"):
             conditions["ocr"], agreement = ocr_streams(evaluation, out / "ocr")
     every = streams + conditions.get("ocr", [])
-    write_streams(every, out / "streams.jsonl")
+    # the LM scorer's CLI reads streams.jsonl: a smoke run must not replace the full set there
+    write_streams(every, out / ("streams_quick.jsonl" if args.quick else "streams.jsonl"))
     _log(f"{len(evaluation)} evaluation, {len(calibration)} calibration streams; conditions: {', '.join(conditions)}")
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         "methods": methods,
         "timings": timings,
     }
-    target = out / "quality" / "results.json"
+    target = out / "quality" / ("results_quick.json" if args.quick else "results.json")  # quick never clobbers full
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(results), encoding="utf-8")
     default_report = out / "quality" / "RESULTS.md" if args.quick else REPO_ROOT / "bench" / "RESULTS.md"
