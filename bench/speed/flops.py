@@ -94,23 +94,10 @@ class Work:
 
 
 def blocks(count: int, context: int) -> Iterator[tuple[int, int, int]]:
-    """The engine's full-pass blocks (input start, output start, output end); rr_fast.engine._blocks."""
-    try:
-        from rr_fast.engine import _blocks
+    """The engine's full-pass blocks (input start, output start, output end): counted as the engine runs them."""
+    from rr_fast.engine import _blocks
 
-        yield from _blocks(count, context)
-        return
-    except ImportError:
-        pass
-    if count <= 2 * context:
-        yield 0, 0, count
-        return
-    yield 0, 0, 2 * context
-    out_start = 2 * context
-    while out_start < count:
-        out_end = min(out_start + context, count)
-        yield out_start - context, out_start, out_end
-        out_start = out_end
+    yield from _blocks(count, context)
 
 
 def engine_work(
