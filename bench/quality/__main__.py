@@ -12,7 +12,7 @@ Stages (each caches under ``--out``, default bench/out/, so a rerun only redoes 
 6. metrics per stream, then bench/out/quality/results.json and the report (bench.quality.report).
 
 The full run writes the "Quality" section of bench/RESULTS.md and its figure; ``--quick`` writes its report
-to bench/out/quality/RESULTS.md (results in results_quick.json) so a CI smoke run never overwrites the full results.
+to bench/out/quality/RESULTS.md so a CI smoke run never overwrites the committed results.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         "methods": methods,
         "timings": timings,
     }
-    target = out / "quality" / ("results_quick.json" if args.quick else "results.json")  # quick never clobbers full
+    target = out / "quality" / "results.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(results), encoding="utf-8")
     default_report = out / "quality" / "RESULTS.md" if args.quick else REPO_ROOT / "bench" / "RESULTS.md"

@@ -418,7 +418,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--figures", default=str(REPO_ROOT / "bench" / "quality" / "figures"))
     args = parser.parse_args(argv)
     results = json.loads(Path(args.results).read_text(encoding="utf-8"))
-    print(write(results, args.report, args.figures))
+    report, figures = args.report, args.figures
+    if results["quick"] and report == parser.get_default("report"):
+        # a smoke run's numbers never replace the committed section; they go beside the results file
+        figures = str(Path(args.results).parent)
+        report = str(Path(figures) / "RESULTS.md")
+    print(write(results, report, figures))
 
 
 if __name__ == "__main__":
