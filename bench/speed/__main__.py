@@ -66,7 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comparison rows, from {','.join(CONFIGS)}")
     p.add_argument("--readouts", default="rr,lr", help="readouts to compare, e.g. rr,lr")
     p.add_argument("--scaling-config", default="torch-fp32")
-    p.add_argument("--batch-tokens", type=int, default=4096, help="ScoreConfig.batch_tokens")
+    p.add_argument("--batch-tokens", type=int, default=None,
+                   help="ScoreConfig.batch_tokens (default: the backend's preference)")
     p.add_argument("--sample-edges", type=int, default=None, help="edges the per-edge loop really runs (64)")
     p.add_argument("--parts", default="compare,scaling,startup,profile,agreement")
     p.add_argument("--profile", action="store_true", help="run the torch.profiler part")

@@ -39,7 +39,7 @@ class Job:
     readout: str = "rr"
     n: int = 4096
     threads: int = 2
-    batch_tokens: int = 4096
+    batch_tokens: int | None = None  # ScoreConfig.batch_tokens; None: the backend's preference
     data_dir: str | None = None
     sample_edges: int = 64
     peak: bool = True
@@ -171,13 +171,14 @@ def engine_job(job: Job) -> dict:
         "flops": flops,
         "work": {part: asdict(w) for part, w in work.items()},
         "forward_s": split["full pass"] + split["reset windows"],
+        "batch_tokens": int(getattr(engine, "batch_tokens", None) or cfg.batch_tokens),
     }
     if job.capture:
         result["edge_tokens"] = edges.tolist()
         result["scores"] = {name: [None if not np.isfinite(v) else float(v) for v in values]
                             for name, values in captured["scores"].items()}
     if job.peak:
-        shapes = matmul_shapes(shape, job.peak_rows or job.batch_tokens, square=job.peak_rows is None)
+        shapes = matmul_shapes(shape, job.peak_rows or result["batch_tokens"], square=job.peak_rows is None)
         result["matmul_gflops"] = measure_matmul_peak(
             shapes, job.dtype, "mlx" if job.backend == "mlx" else "torch", job.peak_seconds
         )
@@ -263,14 +264,26 @@ def startup_job(job: Job) -> dict:
     resolve_s = time.perf_counter() - started
     weights = sorted(Path(folder).glob("*.safetensors"))
     stamps = {p.name: p.stat().st_mtime_ns for p in weights}
+    started = time.perf_counter()
+    import torch
+    import transformers  # noqa: F401
+
+    libraries_s = time.perf_counter() - started  # paid once per process, by any torch program
     set_threads(job.threads)
     started = time.perf_counter()
     chunker = rr_fast.Chunker(model=job.model, device="cpu")
     construct_s = time.perf_counter() - started
+    started = time.perf_counter()
+    again = rr_fast.Chunker(model=job.model, device="cpu")
+    second_s = time.perf_counter() - started
+    del again
     return {
         "import_s": import_s,
         "resolve_s": resolve_s,
+        "libraries_s": libraries_s,
         "chunker_s": construct_s,
+        "chunker_again_s": second_s,
+        "torch_version": torch.__version__,
         "model_load_s": chunker.timings["model load"],
         "gguf_imported": "gguf" in sys.modules,
         "weights_rewritten": any(p.stat().st_mtime_ns != stamps[p.name] for p in weights),
