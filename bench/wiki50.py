@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import segeval
 
 from bench.mechanism import default_data_dir
 from rr_fast.text import cut_chars, tokenize
@@ -143,6 +142,8 @@ def masses(cuts: np.ndarray, num_sentences: int) -> list[int]:
 
 def pk_parts(cuts: np.ndarray, doc: Document) -> tuple[int, int]:
     """(windows in disagreement, windows) of segeval's P_k for one document."""
+    import segeval  # here, not at the top: the GPU scoring run imports this module without segeval
+
     misses, windows = segeval.pk(masses(cuts, len(doc.sentences)), doc.sections, return_parts=True)
     return int(misses), int(windows)
 
@@ -266,7 +267,9 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     cache = args.out / "wiki50_scores.json"
     all_scores = json.loads(cache.read_text()) if cache.exists() else {}
-    wanted = [f"rr:{m.strip()}" for m in args.models.split(",") if m.strip()] + ["minilm"]
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    # LR rows where bench/gpu_scores.py left them in the cache (it scores RR and LR in one pass)
+    wanted = [f"rr:{m}" for m in models] + [f"lr:{m}" for m in models if f"lr:{m}" in all_scores] + ["minilm"]
     for method in wanted:
         if method not in all_scores:
             all_scores[method] = minilm_scores(docs) if method == "minilm" else rr_scores(method[3:], docs)

@@ -65,7 +65,7 @@ class Chunker:
     backend: str = "auto"
     readout: str | None = None  # None: the bundled model's choice, else "rr"
     layer: int | None = None
-    window: int = 24
+    window: int | None = None  # None: the bundled model's choice, else 24
     skip: int = 1
     step: int = 8
     penalty: float | None = None  # ρ; None: the bundled model's calibrated value, else 1.0
@@ -89,6 +89,8 @@ class Chunker:
             self.penalty = bundled.penalties[self.readout] if bundled else 1.0
         if self.layer is None and bundled is not None:
             self.layer = bundled.layer
+        if self.window is None:
+            self.window = bundled.window if bundled else 24
         if self.step < 1:
             raise RRFastError(f"step must be at least 1, got {self.step}")
         try:

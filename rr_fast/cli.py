@@ -70,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     scoring = parser.add_argument_group("scoring")
     scoring.add_argument("--readout", choices=READOUT_CHOICES, help="default: the model's benchmarked choice")
     scoring.add_argument("--layer", type=_positive, help="decoder layer (default 75%% of depth)")
-    scoring.add_argument("--window", type=_positive, default=24, help="reset window W in tokens (default 24)")
+    scoring.add_argument(
+        "--window", type=_positive, help="reset window W in tokens (default: the bundled model's choice, else 24)"
+    )
     scoring.add_argument("--skip", type=_non_negative_int, default=1, help="reset positions skipped, s (default 1)")
     scoring.add_argument("--step", type=_positive, default=8, help="candidate grid step in tokens (default 8)")
     scoring.add_argument("--context", type=_positive, default=2048, help="guaranteed left context (default 2048)")

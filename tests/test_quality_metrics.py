@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.quality.__main__ import _evaluate_scored, _lm_scores
+from bench.quality.__main__ import _combine, _evaluate_scored, _lm_scores
 from bench.quality.calibration import LIMITS, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, partition, stream_metrics
 from bench.quality.ocr import align_chars, ocr_stream
@@ -237,10 +237,13 @@ def test_lm_score_files_load_and_evaluate(tmp_path):
             rr=good.scores,
             rr_L3=good.scores,
             lr=noise,
+            **{"rr@w48": good.scores, "lr@w48": noise},
         )
     loaded = _lm_scores("fake-lm", [cal, ev], tmp_path / "lm_scores")
-    assert set(loaded) == {"rr", "rr_L3", "lr", "rr+lr"}  # rr+lr: rr-fast's rank-summed default readout
-    assert loaded["rr"][1] and not loaded["rr_L3"][1]  # per-layer entries skip Pk/WD
+    # rr+lr: rr-fast's rank-summed default readout, for the default window and for each control
+    assert set(loaded) == {"rr", "rr_L3", "lr", "rr+lr", "rr@w48", "lr@w48", "rr+lr@w48"}
+    assert loaded["rr"][1] and not loaded["rr_L3"][1] and not loaded["rr+lr@w48"][1]  # own tables skip Pk/WD
+    np.testing.assert_array_equal(loaded["rr+lr@w48"][0]["eval-0"].scores, loaded["rr+lr"][0]["eval-0"].scores)
     result = _evaluate_scored(loaded["rr"][0], [cal], {"original": [ev]}, boundaries=True)
     row = result["conditions"]["original"]["per_stream"][0]
     assert row["clean_unit_recovery"] == 1.0 and row["pk"] == 0.0
@@ -250,3 +253,14 @@ def test_lm_score_files_load_and_evaluate(tmp_path):
 
 def test_limits_are_the_benchmark_limits():
     assert (LIMITS.min_tokens, LIMITS.max_tokens, LIMITS.target_tokens, LIMITS.length_weight) == (48, 384, 192, 0.02)
+
+
+def test_combinations_match_edges_by_character():
+    """A combination ranks on the first method's edges; another method's edges are matched by character
+    offset, and an edge it lacks drops out rather than borrowing a neighbour's score."""
+    first = EdgeScores(10, np.array([2, 4, 6]), np.array([10, 20, 30]), np.array([0.1, 0.9, 0.5]))
+    other = EdgeScores(12, np.array([3, 7]), np.array([20, 30]), np.array([5.0, 1.0]))
+    combined = _combine({"a": {"s": first}, "b": {"s": other}}, ("a", "b"))["s"]
+    assert np.isnan(combined.scores[0])
+    assert combined.scores[1] > combined.scores[2]  # best in both
+    np.testing.assert_array_equal(combined.edge_tokens, first.edge_tokens)

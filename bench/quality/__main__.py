@@ -36,13 +36,23 @@ from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import REPO_ROOT, Stream, build_streams, data_dir, minilm_embedder, write_streams
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
+from rr_fast.models import DEFAULT_MODEL
 from rr_fast.segment import percentiles
 from rr_fast.text import candidate_edges, tokenize
 
 STEP = 8  # candidate grid, tokens
 QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)
 META_KEYS = ("edge_tokens", "edge_chars", "num_tokens")
+# Combinations of readouts across models and with the embedding boundary (issue: "what did not help" too)
+COMBINATIONS = (
+    ("smollm2-135m:rr", "embedding-boundary"),
+    ("smollm2-135m:rr+lr", "embedding-boundary"),
+    ("smollm2-135m:rr+lr@w48", "embedding-boundary"),
+    ("smollm2-135m:rr", "gemma3-270m:lr"),
+    ("smollm2-135m:rr@w48", "gemma3-270m:lr@w48"),
+    ("gemma3-270m:lr", "embedding-boundary"),
+    ("gemma3-270m:lr@w48", "embedding-boundary"),
+)
 OURS = {
     "embedding-boundary": "1 − cos(MiniLM(64 tokens left), MiniLM(64 tokens right))",
     "sentence-cuts": "1 at sentence-end candidates, 0 elsewhere",
@@ -89,8 +99,10 @@ def main(argv: list[str] | None = None) -> None:
             _score_models(models, every, out / "lm_scores")
 
     methods: dict[str, dict] = {}
+    scored: dict[str, dict[str, EdgeScores]] = {}  # method -> stream id -> scores, for the combinations
     with clock("baselines"):
         for name, scores in _baseline_scores(every, out / "embedding").items():
+            scored[name] = scores
             methods[name] = _evaluate_scored(scores, calibration, conditions, boundaries=True)
             methods[name].update(kind="ours", setting=OURS[name])
     score_files: dict[str, dict[str, int]] = {}
@@ -104,8 +116,17 @@ def main(argv: list[str] | None = None) -> None:
                 if not all(s.id in scores for s in calibration + evaluation):
                     _log(f"{model}:{name}: score files missing for some streams; left out")
                     continue
-                methods[f"{model}:{name}"] = _evaluate_scored(scores, calibration, conditions, boundaries)
+                scored[f"{model}:{name}"] = scores
+                main_table = boundaries or f"{model}:{name}" == args.reference or (
+                    model in BUNDLED and f"{model}:{name}" == report.bundled_method(model)
+                )
+                methods[f"{model}:{name}"] = _evaluate_scored(scores, calibration, conditions, main_table)
                 methods[f"{model}:{name}"].update(kind="lm", setting=f"{model} score file, key {name!r}")
+        for parts in COMBINATIONS:
+            if all(part in scored for part in parts):
+                name = " + ".join(parts)
+                methods[name] = _evaluate_scored(_combine(scored, parts), calibration, conditions, boundaries=True)
+                methods[name].update(kind="combination", setting="sum of the methods' percentiles, first one's edges")
     with clock("peers"):
         for peer in PEERS:
             if args.no_peers or (args.quick and peer.slow):
@@ -161,7 +182,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--reference",
-        default=f"{DEFAULT_MODEL}:{BUNDLED[DEFAULT_MODEL].readout}",
+        default=report.bundled_method(DEFAULT_MODEL),
         help="method every other is compared to (default: rr-fast's default configuration)",
     )
     parser.add_argument("--report", default=None, help="markdown file whose 'Quality' section is (re)written")
@@ -214,8 +235,9 @@ def _baseline_scores(streams: list[Stream], cache: Path) -> dict[str, dict[str, 
 def _lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tuple[dict[str, EdgeScores], bool]]:
     """Every method of a model's score files: name -> (stream id -> scores, whether to compute Pk/WD).
 
-    Per-layer RR (``rr_L<l>``) feeds the layer table, which reports recovery and F1 only, so segeval's
-    Pk and WindowDiff are skipped there.
+    Per-layer RR (``rr_L<l>``) and the window / reset-prefix controls (``rr@w12``, ``lr@sep`` ...) feed their
+    own tables, which report recovery and F1 only, so segeval's Pk and WindowDiff are skipped there. Every
+    pair ``rr<suffix>`` / ``lr<suffix>`` also yields the combined readout ``rr+lr<suffix>``.
     """
     out: dict[str, tuple[dict[str, EdgeScores], bool]] = {}
     for stream in streams:
@@ -231,12 +253,36 @@ def _lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tup
                 scores = EdgeScores(
                     int(data["num_tokens"]), data["edge_tokens"], data["edge_chars"], data[key].astype(np.float64)
                 )
-                out.setdefault(key, ({}, not key.startswith("rr_L")))[0][stream.id] = scores
-            if "rr" in data.files and "lr" in data.files:
-                out.setdefault("rr+lr", ({}, True))[0][stream.id] = EdgeScores(
-                    int(data["num_tokens"]), data["edge_tokens"], data["edge_chars"], _rank_sum(data["rr"], data["lr"])
-                )
+                out.setdefault(key, ({}, _main_table(key)))[0][stream.id] = scores
+            for rr_key in [key for key in data.files if key == "rr" or key.startswith("rr@")]:
+                suffix = rr_key[len("rr") :]
+                if "lr" + suffix in data.files:
+                    combined = _rank_sum(data[rr_key], data["lr" + suffix])
+                    out.setdefault("rr+lr" + suffix, ({}, _main_table(rr_key)))[0][stream.id] = EdgeScores(
+                        int(data["num_tokens"]), data["edge_tokens"], data["edge_chars"], combined
+                    )
     return out
+
+
+def _combine(scored: dict[str, dict[str, EdgeScores]], parts: tuple[str, ...]) -> dict[str, EdgeScores]:
+    """Rank-sum of several methods on the first one's candidate edges; the others are matched by character
+    offset (models tokenize differently), and an edge that any of them lacks is dropped."""
+    out = {}
+    for stream_id, first in scored[parts[0]].items():
+        if not all(stream_id in scored[part] for part in parts[1:]):
+            continue
+        values = [first.scores]
+        for part in parts[1:]:
+            other = scored[part][stream_id]
+            by_char = dict(zip(other.edge_chars.tolist(), other.scores.tolist()))
+            values.append(np.array([by_char.get(c, np.nan) for c in first.edge_chars.tolist()]))
+        out[stream_id] = EdgeScores(first.num_tokens, first.edge_tokens, first.edge_chars, _rank_sum(*values))
+    return out
+
+
+def _main_table(key: str) -> bool:
+    """Whether a score-file key is a main-table method (per-layer RR and the controls have their own tables)."""
+    return not key.startswith("rr_L") and "@" not in key
 
 
 def _rank_sum(*readouts: np.ndarray) -> np.ndarray:

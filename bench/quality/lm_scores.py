@@ -56,8 +56,8 @@ PASSIVE = (
     "local_hidden_distance",
     "attention_isolation",
 )
-ROW_TILE = 512  # rows of one logit tile
-VOCAB_TILE = 1024  # vocabulary entries of one logit tile: [512, 1024] fp32 = 2 MiB
+# logit tiles (rows, vocabulary entries): [512, 1024] fp32 = 2 MiB stays in a CPU cache; a GPU wants big tiles
+TILES = {"cpu": (512, 1024), "gpu": (4096, 32768)}
 DEFAULT_STREAMS = Path("bench/out/streams.jsonl")
 DEFAULT_OUT = Path("bench/out/lm_scores")
 
@@ -96,6 +96,8 @@ class LMScorer:
         step: int = 8,
         context: int = 2048,
         batch_tokens: int = 4096,
+        reset_prefix: Iterable[int] = (),
+        local_prefix: int = 0,
     ):
         self.backend = backend
         self.tokenizer = tokenizer
@@ -107,18 +109,29 @@ class LMScorer:
         if not 0 <= skip < window - 1:
             raise ValueError(f"skip must be in 0..{window - 2}, got {skip}")
         self.window, self.skip, self.step = window, skip, step
+        # reset-prefix controls (paper Appendix, "configuration"): fixed tokens after BOS in every reset window
+        # (a neutral separator) and/or the last ``local_prefix`` tokens before the edge kept in the window
+        self.reset_prefix = np.asarray(list(reset_prefix), dtype=np.int64)
+        self.local_prefix = local_prefix
+        if (len(self.reset_prefix) or local_prefix) and not backend.uses_rope:
+            raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
+        self.device = torch.device(backend.device)
+        self.row_tile, self.vocab_tile = TILES["cpu" if self.device.type == "cpu" else "gpu"]
         self.context = context  # full-pass blocks hold at most 2 * context tokens (eager attention is n^2)
         self.per_batch = max(1, batch_tokens // (window + len(self.prefix)))
         head = backend.model.get_output_embeddings()
         self.head_weight, self.head_bias = head.weight, head.bias
 
     @classmethod
-    def load(cls, model: str, layers: Iterable[int] | None = None) -> LMScorer:
-        """A bundled model name or a local folder, in fp32 on the CPU (the benchmark's precision)."""
+    def load(cls, model: str, layers: Iterable[int] | None = None, device: str = "cpu", **options) -> LMScorer:
+        """A bundled model name, a local folder or a .gguf file, in fp32 (the benchmark's precision).
+
+        device: "cpu" (default) or a torch device such as "cuda"; options go to the constructor.
+        """
         folder = resolve(model)
-        backend = TorchBackend.load(folder, dtype="float32", device="cpu")
+        backend = TorchBackend.load(folder, dtype="float32", device=device)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        return cls(backend, tokenizer, bos_prefix(tokenizer, backend.config), layers)
+        return cls(backend, tokenizer, bos_prefix(tokenizer, backend.config), layers, **options)
 
     def method_names(self) -> list[str]:
         return method_names(self.layers)
@@ -161,7 +174,7 @@ class LMScorer:
     def _full_pass(self, ids: np.ndarray) -> FullPass:
         n, p, width = len(ids), len(self.prefix), self.window
         states = {layer: np.empty((n, self.backend.hidden_size), np.float32) for layer in self.layers}
-        final = torch.empty((n, self.backend.hidden_size))
+        final = torch.empty((n, self.backend.hidden_size), device=self.device)
         prefix_mass = np.full((n, width), np.nan)
         captured: dict[str, torch.Tensor] = {}
         attention = getattr(self.backend.decoder, self.backend.layers_attr)[self.layer - 1].self_attn
@@ -171,59 +184,62 @@ class LMScorer:
                 for in_start, out_start, out_end in _blocks(n, self.context):
                     row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
                     out = self.backend.decoder(
-                        input_ids=torch.from_numpy(row),
-                        position_ids=torch.arange(row.shape[1])[None],
+                        input_ids=torch.from_numpy(row).to(self.device),
+                        position_ids=torch.arange(row.shape[1], device=self.device)[None],
                         use_cache=False,
                         output_hidden_states=True,
                     )
                     rows = slice(p + out_start - in_start, p + out_end - in_start)  # token j: row p + j - in_start
                     for layer in self.layers:
-                        states[layer][out_start:out_end] = out.hidden_states[layer][0, rows].float().numpy()
+                        states[layer][out_start:out_end] = out.hidden_states[layer][0, rows].float().cpu().numpy()
                     final[out_start:out_end] = out.last_hidden_state[0, rows].float()
-                    prefix_mass[out_start:out_end] = _prefix_mass(
-                        captured.pop("weights")[0], rows, p, in_start, out_start, width
-                    )
+                    weights = captured.pop("weights", None)
+                    if weights is not None:  # a transformers version that returns no weights: NaN isolation
+                        prefix_mass[out_start:out_end] = _prefix_mass(weights[0], rows, p, in_start, out_start, width)
         finally:
             hook.remove()
         log_normalizer = self._log_normalizer(final)
         token_logprobs = np.full(n, np.nan)
-        targets = torch.from_numpy(ids[1:])
-        token_logprobs[1:] = (self._target_logits(final[:-1], targets) - log_normalizer[:-1]).double().numpy()
+        targets = torch.from_numpy(ids[1:]).to(self.device)
+        token_logprobs[1:] = (self._target_logits(final[:-1], targets) - log_normalizer[:-1]).double().cpu().numpy()
         return FullPass(states, final, log_normalizer, token_logprobs, prefix_mass)
 
     @torch.inference_mode()
     def _reset_windows(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
         """RR at every layer, LR and KL for one batch of edges, from one full-depth reset forward call."""
-        n, p, width, rows = len(ids), len(self.prefix), self.window, len(edges)
+        n, width, rows = len(ids), self.window, len(edges)
         lengths = np.minimum(width, n - edges)
         offsets = np.arange(width)
         token_index = np.minimum(edges[:, None] + offsets, n - 1)
         real = offsets[None] < lengths[:, None]
         window_ids = np.where(real, ids[token_index], 0)
-        row_ids = np.concatenate([np.broadcast_to(self.prefix, (rows, p)), window_ids], axis=1)
+        # an edge closer to the start than local_prefix repeats token 0 (no candidate edge is that close here)
+        local = ids[np.maximum(edges[:, None] + np.arange(-self.local_prefix, 0), 0)]
+        fixed = np.concatenate([self.prefix, self.reset_prefix])
+        row_ids = np.concatenate([np.broadcast_to(fixed, (rows, len(fixed))), local, window_ids], axis=1)
+        p = row_ids.shape[1] - width  # reset-row index of window position 0
         if self.backend.uses_rope:
             positions = np.arange(p + width)[None]  # relative positions only: same states, one rotary table
         else:
             positions = edges[:, None] + np.arange(p + width)[None]  # token e keeps its full-pass position
         out = self.backend.decoder(
-            input_ids=torch.from_numpy(row_ids),
-            position_ids=torch.from_numpy(np.ascontiguousarray(positions)),
+            input_ids=torch.from_numpy(row_ids).to(self.device),
+            position_ids=torch.from_numpy(np.ascontiguousarray(positions)).to(self.device),
             use_cache=False,
             output_hidden_states=True,
         )
         rr_mask = real & (offsets[None] >= self.skip)
         scores = {}
         for layer in self.layers:
-            reset = out.hidden_states[layer][:, p:].float().numpy()
+            reset = out.hidden_states[layer][:, p:].float().cpu().numpy()
             scores[f"rr_L{layer}"] = rr_cosine(full.states[layer][token_index], reset, rr_mask)
         # window position q predicts token b + q + 1, which must lie inside the window (Eqs. 2 and 3)
         eval_mask = rr_mask & (offsets[None] < lengths[:, None] - 1)
         tokens = token_index[eval_mask]
         reset_logprobs = np.full(eval_mask.shape, np.nan)
         kl = np.full(eval_mask.shape, np.nan)
-        reset_logprobs[eval_mask], kl[eval_mask] = self._compare_outputs(
-            out.last_hidden_state[:, p:][torch.from_numpy(eval_mask)].float(), tokens, ids[tokens + 1], full
-        )
+        reset_final = out.last_hidden_state[:, p:][torch.from_numpy(eval_mask).to(self.device)].float()
+        reset_logprobs[eval_mask], kl[eval_mask] = self._compare_outputs(reset_final, tokens, ids[tokens + 1], full)
         full_logprobs = full.token_logprobs[np.minimum(token_index + 1, n - 1)]
         scores["lr"] = lr_utility(full_logprobs, reset_logprobs, eval_mask)
         scores["kl_neg"] = -_masked_mean(kl, eval_mask)
@@ -240,15 +256,16 @@ class LMScorer:
         """
         reset_logprobs = np.empty(len(tokens))
         kl = np.empty(len(tokens))
-        for start in range(0, len(tokens), ROW_TILE):
-            rows = slice(start, start + ROW_TILE)
+        device = self.device
+        for start in range(0, len(tokens), self.row_tile):
+            rows = slice(start, start + self.row_tile)
             reset, aligned = reset_final[rows], tokens[rows]
             low = int(aligned.min())
             span = full.final[low : int(aligned.max()) + 1]
             span_normalizer = full.log_normalizer[low : low + span.shape[0], None]
-            index = torch.from_numpy(aligned - low)
-            reset_normalizer = torch.full((reset.shape[0],), -torch.inf)
-            expected_gap = torch.zeros(reset.shape[0], dtype=torch.float64)
+            index = torch.from_numpy(aligned - low).to(device)
+            reset_normalizer = torch.full((reset.shape[0],), -torch.inf, device=device)
+            expected_gap = torch.zeros(reset.shape[0], dtype=torch.float64, device=device)
             for vocab in self._vocab_tiles():
                 full_logits = self._logits(span, vocab)
                 full_probs = (full_logits - span_normalizer).exp_()
@@ -257,14 +274,14 @@ class LMScorer:
                 expected_gap += gap.sum(dim=1)
                 reset_normalizer = torch.logaddexp(reset_normalizer, _logsumexp(reset_logits))
             full_normalizer = full.log_normalizer[index + low]
-            kl[rows] = (expected_gap - (full_normalizer - reset_normalizer).double()).numpy()
-            observed = self._target_logits(reset, torch.from_numpy(targets[rows]))
-            reset_logprobs[rows] = (observed - reset_normalizer).double().numpy()
+            kl[rows] = (expected_gap - (full_normalizer - reset_normalizer).double()).cpu().numpy()
+            observed = self._target_logits(reset, torch.from_numpy(targets[rows]).to(device))
+            reset_logprobs[rows] = (observed - reset_normalizer).double().cpu().numpy()
         return reset_logprobs, kl
 
     def _vocab_tiles(self) -> Iterator[slice]:
-        for start in range(0, self.head_weight.shape[0], VOCAB_TILE):
-            yield slice(start, start + VOCAB_TILE)
+        for start in range(0, self.head_weight.shape[0], self.vocab_tile):
+            yield slice(start, start + self.vocab_tile)
 
     def _logits(self, final: torch.Tensor, vocab: slice) -> torch.Tensor:
         bias = None if self.head_bias is None else self.head_bias[vocab]
@@ -283,13 +300,13 @@ class LMScorer:
 
     def _log_normalizer(self, final: torch.Tensor) -> torch.Tensor:
         """logsumexp over the vocabulary of each row's logits, tile by tile."""
-        out = torch.empty(final.shape[0])
-        for start in range(0, final.shape[0], ROW_TILE):
-            rows = final[start : start + ROW_TILE]
-            total = torch.full((rows.shape[0],), -torch.inf)
+        out = torch.empty(final.shape[0], device=self.device)
+        for start in range(0, final.shape[0], self.row_tile):
+            rows = final[start : start + self.row_tile]
+            total = torch.full((rows.shape[0],), -torch.inf, device=self.device)
             for vocab in self._vocab_tiles():
                 total = torch.logaddexp(total, _logsumexp(self._logits(rows, vocab)))
-            out[start : start + ROW_TILE] = total
+            out[start : start + self.row_tile] = total
         return out
 
     def _passive(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
@@ -323,7 +340,7 @@ def _prefix_mass(weights: torch.Tensor, rows: slice, p: int, in_start: int, out_
     For edge b and window position q (query j = b + q) that is the mass on the prefix x_<b that the block
     holds; the BOS key is left out because a reset window keeps it too.
     """
-    cumulative = torch.cumsum(weights.float().mean(dim=0)[rows, p:], dim=1)  # [i, k]: keys in_start..in_start+k
+    cumulative = torch.cumsum(weights.float().mean(dim=0)[rows, p:], dim=1).cpu()  # [i, k]: keys in_start..in_start+k
     queries = np.arange(out_start, out_start + cumulative.shape[0])[:, None]
     last_key = queries - np.arange(width)[None] - in_start - 1  # column of key b - 1
     values = cumulative.gather(1, torch.from_numpy(np.maximum(last_key, 0))).double().numpy()

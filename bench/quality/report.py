@@ -17,6 +17,7 @@ import numpy as np
 
 from bench.quality.metrics import bootstrap_indices, interval
 from bench.quality.streams import REPO_ROOT
+from rr_fast.models import BUNDLED
 
 BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
 PASSIVE = ("boundary_surprisal", "window_surprisal", "residual_jump", "local_hidden_distance", "attention_isolation")
@@ -81,14 +82,27 @@ def _reference(results: dict) -> str | None:
     return next((name for name in methods if name.endswith(":rr")), None)
 
 
+def bundled_method(model: str) -> str:
+    """A bundled model's default configuration as a method name of this benchmark (``model:readout[@wW]``)."""
+    bundled = BUNDLED[model]
+    return f"{model}:{bundled.readout}" + ("" if bundled.window == 24 else f"@w{bundled.window}")
+
+
 def _ordered(results: dict) -> list[str]:
     """Main-table order: reference, each model's LM methods, ours, peers; per-layer RR goes elsewhere."""
     methods = results["methods"]
-    lm = [n for n in methods if methods[n]["kind"] == "lm" and not re.search(r":rr_L\d+$", n)]
-    ours = [n for n in methods if methods[n]["kind"] == "ours"]
-    peers = [n for n in methods if methods[n]["kind"] == "peer"]
-    ordered = sorted(lm, key=lambda n: (n.split(":")[0], _lm_rank(n.split(":", 1)[1]))) + ours + peers
     reference = _reference(results)
+    defaults = {bundled_method(model) for model in BUNDLED}
+    lm = [
+        n
+        for n in methods
+        if methods[n]["kind"] == "lm"
+        and (n in defaults or n == reference or not re.search(r":rr_L\d+$", n) and "@" not in n)
+    ]
+    ours = [n for n in methods if methods[n]["kind"] == "ours"]
+    combinations = [n for n in methods if methods[n]["kind"] == "combination"]
+    peers = [n for n in methods if methods[n]["kind"] == "peer"]
+    ordered = sorted(lm, key=lambda n: (n.split(":")[0], _lm_rank(n.split(":", 1)[1]))) + ours + combinations + peers
     if reference in ordered:
         ordered.remove(reference)
         ordered.insert(0, reference)
@@ -236,6 +250,47 @@ def layer_table(results: dict, condition: str) -> list[str]:
     return lines
 
 
+CONTROLS = {
+    "w12": "12-token window",
+    "w16": "16-token window",
+    "w32": "32-token window",
+    "w48": "48-token window",
+    "local4": "4 tokens before the edge kept in the reset window",
+    "sep": 'separator "\\n\\n" after BOS in the reset window',
+    "local8": "8 tokens before the edge kept in the reset window",
+    "bos": "BOS token before the reset window (the full pass has none)",
+}
+
+
+def control_table(results: dict, condition: str) -> list[str]:
+    """Window and reset-prefix controls (paper Appendix): each readout against its default setting, paired."""
+    methods = results["methods"]
+    indices = _indices(results, condition)
+    lines = [
+        "| model | readout | control | ρ | clean-unit recovery | partition F1 | Δ recovery vs W 24, empty reset |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows = 0
+    for name in methods:
+        match = re.fullmatch(r"([^ :]+):(rr\+lr|rr|lr)@(\w+)", name)
+        if not match:
+            continue
+        model, readout, control = match.groups()
+        base = f"{model}:{readout}"
+        recovery = _values(results, name, condition, "clean_unit_recovery")
+        f1 = _values(results, name, condition, "partition_f1")
+        base_recovery = _values(results, base, condition, "clean_unit_recovery") if base in methods else None
+        if recovery is None or f1 is None:
+            continue
+        gap = _ci(interval(recovery - base_recovery, indices)) if base_recovery is not None else "–"
+        lines.append(
+            f"| {model} | {readout} | {CONTROLS.get(control, control)} | {methods[name]['penalty']:.2f} | "
+            f"{_ci(interval(recovery, indices))} | {_ci(interval(f1, indices))} | {gap} |"
+        )
+        rows += 1
+    return lines if rows else []
+
+
 def render(results: dict, reference: str | None, figure: str, figure_note: str) -> str:
     """The whole markdown section."""
     streams = results["streams"]
@@ -324,6 +379,18 @@ def render(results: dict, reference: str | None, figure: str, figure_note: str) 
     layers = layer_table(results, "original")
     if layers:
         out += ["### RR by layer (flattened original text)", ""] + layers
+    controls = control_table(results, "original")
+    if controls:
+        out += [
+            "### Window and reset-prefix controls (flattened original text)",
+            "",
+            (
+                "Each control changes one thing in the reset windows of the default scorer (RR at 75% depth, "
+                "W 24, s 1, empty reset after the model's own BOS convention) and gets its own calibrated ρ; the "
+                "gap is paired against the same readout at the default setting."
+            ),
+            "",
+        ] + controls + [""]
     out += [
         "### Example streams",
         "",
