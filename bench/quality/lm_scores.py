@@ -18,10 +18,15 @@ are right-padded ``[B, W]`` rows (causal attention keeps padding away from real 
 position 0 for RoPE models, and the full pass runs over the engine's bounded blocks.
 
 KL needs the whole next-token distribution at aligned full and reset positions, and Gemma's vocabulary has
-262k entries. Logits are therefore formed in ``[ROW_TILE, VOCAB_TILE]`` tiles that stay in the CPU cache
+262k entries. Logits are therefore formed in ``TILES`` (rows × vocabulary entries) that stay in the CPU cache
 (elementwise passes over large ``[rows, V]`` arrays are memory-bound and were as slow as the head matmul
 itself here), with log-normalisers accumulated across vocabulary tiles; the full-context normaliser of each
-token is computed once in the full pass. Nothing of size ``[B, W, V]`` or ``[rows, V]`` ever exists.
+token is computed once in the full pass. Nothing of size ``[B, W, V]`` or ``[rows, V]`` ever exists. On a
+GPU (``LMScorer.load(..., device="cuda")``, as bench/gpu_scores.py runs it) the tiles are large instead.
+
+Reset-prefix controls (paper Appendix): ``reset_prefix`` puts fixed tokens (a separator, a BOS) after the
+model's own BOS in every reset window, ``local_prefix`` keeps the k tokens before the edge; either way RR,
+LR and KL still compare only the window's own positions with the uninterrupted pass.
 
 Usage: ``python -m bench.quality.lm_scores --models smollm2-135m,gemma3-270m [--streams F]
 [--quick | --per-group N] [--splits cal,eval]``.
