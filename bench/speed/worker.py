@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+WINDOW = 24  # the paper's W, for the per-edge loop and every engine row alike (bundled defaults may differ)
 STAGES = ("model load", "tokenization", "full pass", "reset windows", "readouts", "dp")
 WARM_TOKENS = 256
 
@@ -105,6 +106,7 @@ def engine_job(job: Job) -> dict:
         backend=job.backend,
         dtype=job.dtype,
         readout=job.readout,
+        window=WINDOW,
         batch_tokens=job.batch_tokens,
         device="cpu",
     )
@@ -229,7 +231,7 @@ def reference_job(job: Job) -> dict:
     full_s = (starts[1] if len(sample) else ended) - started
     per_edge_s = (ended - starts[1]) / len(sample) if len(sample) else float("nan")
     scoring_s = full_s + per_edge_s * len(edges)
-    work = reference_work(len(ids), edges, prefix=len(bos), window=24, depth=depth)
+    work = reference_work(len(ids), edges, prefix=len(bos), window=WINDOW, depth=depth)
     return {
         "n": len(ids),
         "edges": int(len(edges)),
@@ -323,8 +325,8 @@ def profile_job(job: Job) -> dict:
     from rr_fast.text import candidate_edges, tokenize
 
     set_threads(job.threads)
-    chunker = Chunker(model=job.model, dtype=job.dtype, readout=job.readout, batch_tokens=job.batch_tokens,
-                      device="cpu")
+    chunker = Chunker(model=job.model, dtype=job.dtype, readout=job.readout, window=WINDOW,
+                      batch_tokens=job.batch_tokens, device="cpu")
     text = timing_text(chunker.tokenizer, job.n, data_dir(job.data_dir))
     tokens = tokenize(chunker.tokenizer, text)
     edges = candidate_edges(text, tokens, chunker.step).tokens
@@ -375,8 +377,9 @@ def agreement_job(job: Job) -> dict:
         for domain in sorted(by_domain):
             if by_domain[domain] and len(picked) < job.stream_count:
                 picked.append(by_domain[domain].pop(0))
-    base = Chunker(model=job.model, readout=job.readout, device="cpu")
-    other = Chunker(model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, device="cpu")
+    base = Chunker(model=job.model, readout=job.readout, window=WINDOW, device="cpu")
+    other = Chunker(model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, window=WINDOW,
+                    device="cpu")
     same_cuts, max_diff, tokens = 0, 0.0, 0
     for row in picked:
         runs = []

@@ -17,7 +17,8 @@ from torch import nn
 from rr_fast.backends.base import Forward
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
+LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
+CPU_ROWS, CPU_VOCAB = 512, 2048  # a CPU logit tile: 4 MiB in fp32, cache-sized
 
 
 def pick_device(device: str = "auto") -> str:
@@ -93,23 +94,56 @@ class TorchBackend:
         return Forward(hidden, self._observed_logprobs(out.last_hidden_state, targets))
 
     def _observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> np.ndarray:
-        """log p(target) per position, in row chunks so [rows, V] logits stay within LOGIT_BUDGET."""
+        """log p(target) per position: the target's logit minus the log-normalizer over the vocabulary.
+
+        The target's logit is one dot product per row; the normalizer never holds more than a bounded
+        block of [rows, V] logits (see _log_normalizer).
+        """
         targets_t = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(final.device)
         wanted = (targets_t >= 0).reshape(-1).nonzero().squeeze(1)
         rows = final.reshape(-1, final.shape[-1]).index_select(0, wanted)
         picked = targets_t.reshape(-1).index_select(0, wanted)
         head = self.model.get_output_embeddings()
-        step = max(1, LOGIT_BUDGET // self.vocab_size)
-        values = torch.empty(rows.shape[0], dtype=torch.float32, device=final.device)
-        for start in range(0, rows.shape[0], step):
-            logits = head(rows[start : start + step]).float()
-            if self.softcap:
-                logits = torch.tanh(logits / self.softcap) * self.softcap
-            chosen = logits.gather(1, picked[start : start + step, None]).squeeze(1)
-            values[start : start + step] = chosen - torch.logsumexp(logits, dim=-1)
+        chosen = (rows.float() * head.weight[picked].float()).sum(dim=1)
+        if head.bias is not None:
+            chosen = chosen + head.bias[picked].float()
+        values = self._softcap(chosen) - self._log_normalizer(rows, head.weight, head.bias)
         out = torch.full((targets_t.numel(),), float("nan"), device=final.device)
         out[wanted] = values
         return out.reshape(targets_t.shape).cpu().numpy()
+
+    def _log_normalizer(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """logsumexp of each row's logits over the vocabulary.
+
+        On a CPU the logits are formed in [CPU_ROWS, CPU_VOCAB] tiles that stay in cache, with a running
+        max and sum across vocabulary tiles: the elementwise passes over a [rows, V] block are memory-bound
+        and cost as much as the head's matmul (1.5× faster on SmolLM2's head, bench/RESULTS.md). A GPU gets
+        large row chunks of the whole vocabulary instead, which keep it busy with few launches.
+        """
+        out = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
+        if rows.device.type != "cpu":
+            step = max(1, LOGIT_BUDGET // self.vocab_size)
+            for start in range(0, rows.shape[0], step):
+                logits = self._softcap(torch.nn.functional.linear(rows[start : start + step], weight, bias).float())
+                out[start : start + step] = torch.logsumexp(logits, dim=-1)
+            return out
+        for start in range(0, rows.shape[0], CPU_ROWS):
+            block = rows[start : start + CPU_ROWS]
+            top = torch.full((block.shape[0],), -torch.inf)
+            total = torch.zeros(block.shape[0])
+            for vocab in range(0, weight.shape[0], CPU_VOCAB):
+                tile_bias = None if bias is None else bias[vocab : vocab + CPU_VOCAB]
+                logits = self._softcap(
+                    torch.nn.functional.linear(block, weight[vocab : vocab + CPU_VOCAB], tile_bias).float()
+                )
+                new_top = torch.maximum(top, logits.amax(dim=1))
+                total = total * torch.exp(top - new_top) + torch.exp(logits - new_top[:, None]).sum(dim=1)
+                top = new_top
+            out[start : start + CPU_ROWS] = top + total.log()
+        return out
+
+    def _softcap(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(logits / self.softcap) * self.softcap if self.softcap else logits
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
