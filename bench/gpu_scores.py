@@ -60,16 +60,12 @@ def convert_with_tokenizer(gguf: str, tokenizer_dir: str) -> Path:
     Skips transformers' GGUF tokenizer conversion: it is wrong for Gemma under the GPU image's transformers
     and takes a minute of device time for a 262k vocabulary.
     """
-    import torch
-    from transformers import AutoModelForCausalLM
+    from rr_fast.models import save_dequantized
 
     path = Path(gguf)
     target = path.with_suffix(".converted")
     if not (target / "config.json").exists():
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-        model.hf_quantizer = None
-        model.config.__dict__.pop("quantization_config", None)
-        model.save_pretrained(target)
+        save_dequantized(path, target)
     for file in Path(tokenizer_dir).iterdir():
         if file.name.startswith("tokenizer"):
             shutil.copy(file, target / file.name)
@@ -85,10 +81,7 @@ class Saver:
 
     def add(self, stream_id: str, scores: dict[str, np.ndarray], suffix: str = "") -> None:
         for key, values in scores.items():
-            meta = key in ("edge_tokens", "edge_chars", "num_tokens")
-            if suffix and meta:
-                continue
-            if suffix and key not in ("rr", "lr"):
+            if suffix and key not in ("rr", "lr"):  # a control adds its readouts; the edges are the default's
                 continue
             self.arrays[f"{stream_id}|{key}{suffix}"] = np.asarray(values)
         partial = self.path.with_name(self.path.name + ".partial.npz")
@@ -105,14 +98,12 @@ def score(args: argparse.Namespace) -> None:
     import torch
 
     from bench.mechanism import passages
-    from bench.quality.lm_scores import LMScorer
+    from bench.quality.lm_scores import LMScorer, read_streams
     from rr_fast.models import resolve
     from rr_fast.text import candidate_edges, tokenize
 
     torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32
-    with open(args.streams, encoding="utf-8") as handle:
-        streams = [json.loads(line) for line in handle if line.strip()]
-    streams = [s for s in streams if s.get("split") in args.splits.split(",")][: args.limit]
+    streams = [s for s in read_streams(args.streams) if s.get("split") in args.splits.split(",")][: args.limit]
     tokenizers = dict(spec.split("=", 1) for spec in args.tokenizer)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

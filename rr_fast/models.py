@@ -122,8 +122,7 @@ def _convert_once(gguf: Path, target: Path) -> Path:
     """Dequantize a GGUF into ``target`` unless a finished conversion is already there."""
     if (target / "config.json").exists():
         return target
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -131,10 +130,7 @@ def _convert_once(gguf: Path, target: Path) -> Path:
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
-        model.config.__dict__.pop("quantization_config", None)
-        model.save_pretrained(staging)
+        save_dequantized(gguf, staging)
         tokenizer.save_pretrained(staging)
         _write_mlx_compatible_config(staging / "config.json")
         try:
@@ -147,6 +143,18 @@ def _convert_once(gguf: Path, target: Path) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def save_dequantized(gguf: Path, folder: Path) -> None:
+    """The GGUF's weights, dequantized to fp32, as a transformers model folder (config and safetensors)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
+    model.config.__dict__.pop("quantization_config", None)
+    model.save_pretrained(folder)
 
 
 @contextmanager

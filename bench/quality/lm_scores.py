@@ -203,7 +203,7 @@ class LMScorer:
                         prefix_mass[out_start:out_end] = _prefix_mass(weights[0], rows, p, in_start, out_start, width)
         finally:
             hook.remove()
-        log_normalizer = self._log_normalizer(final)
+        log_normalizer = self.backend.log_normalizer(final, self.head_weight, self.head_bias)
         token_logprobs = np.full(n, np.nan)
         targets = torch.from_numpy(ids[1:]).to(self.device)
         token_logprobs[1:] = (self._target_logits(final[:-1], targets) - log_normalizer[:-1]).double().cpu().numpy()
@@ -290,29 +290,14 @@ class LMScorer:
 
     def _logits(self, final: torch.Tensor, vocab: slice) -> torch.Tensor:
         bias = None if self.head_bias is None else self.head_bias[vocab]
-        return self._softcap(torch.nn.functional.linear(final, self.head_weight[vocab], bias).float())
+        return self.backend.cap_logits(torch.nn.functional.linear(final, self.head_weight[vocab], bias).float())
 
     def _target_logits(self, final: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Logit of one chosen entry per row, without forming the row's whole vocabulary."""
         logits = (final * self.head_weight[targets]).sum(dim=1)
         if self.head_bias is not None:
             logits = logits + self.head_bias[targets]
-        return self._softcap(logits.float())
-
-    def _softcap(self, logits: torch.Tensor) -> torch.Tensor:
-        cap = self.backend.softcap
-        return torch.tanh(logits / cap) * cap if cap else logits
-
-    def _log_normalizer(self, final: torch.Tensor) -> torch.Tensor:
-        """logsumexp over the vocabulary of each row's logits, tile by tile."""
-        out = torch.empty(final.shape[0], device=self.device)
-        for start in range(0, final.shape[0], self.row_tile):
-            rows = final[start : start + self.row_tile]
-            total = torch.full((rows.shape[0],), -torch.inf, device=self.device)
-            for vocab in self._vocab_tiles():
-                total = torch.logaddexp(total, _logsumexp(self._logits(rows, vocab)))
-            out[start : start + self.row_tile] = total
-        return out
+        return self.backend.cap_logits(logits.float())
 
     def _passive(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
         """The non-counterfactual comparators, all from the uninterrupted pass at the RR layer."""

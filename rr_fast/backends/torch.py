@@ -97,7 +97,7 @@ class TorchBackend:
         """log p(target) per position: the target's logit minus the log-normalizer over the vocabulary.
 
         The target's logit is one dot product per row; the normalizer never holds more than a bounded
-        block of [rows, V] logits (see _log_normalizer).
+        block of [rows, V] logits (see log_normalizer).
         """
         targets_t = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(final.device)
         wanted = (targets_t >= 0).reshape(-1).nonzero().squeeze(1)
@@ -107,12 +107,12 @@ class TorchBackend:
         chosen = (rows.float() * head.weight[picked].float()).sum(dim=1)
         if head.bias is not None:
             chosen = chosen + head.bias[picked].float()
-        values = self._softcap(chosen) - self._log_normalizer(rows, head.weight, head.bias)
+        values = self.cap_logits(chosen) - self.log_normalizer(rows, head.weight, head.bias)
         out = torch.full((targets_t.numel(),), float("nan"), device=final.device)
         out[wanted] = values
         return out.reshape(targets_t.shape).cpu().numpy()
 
-    def _log_normalizer(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def log_normalizer(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """logsumexp of each row's logits over the vocabulary.
 
         On a CPU the logits are formed in [CPU_ROWS, CPU_VOCAB] tiles that stay in cache, with a running
@@ -124,7 +124,7 @@ class TorchBackend:
         if rows.device.type != "cpu":
             step = max(1, LOGIT_BUDGET // self.vocab_size)
             for start in range(0, rows.shape[0], step):
-                logits = self._softcap(torch.nn.functional.linear(rows[start : start + step], weight, bias).float())
+                logits = self.cap_logits(torch.nn.functional.linear(rows[start : start + step], weight, bias).float())
                 out[start : start + step] = torch.logsumexp(logits, dim=-1)
             return out
         for start in range(0, rows.shape[0], CPU_ROWS):
@@ -133,7 +133,7 @@ class TorchBackend:
             total = torch.zeros(block.shape[0])
             for vocab in range(0, weight.shape[0], CPU_VOCAB):
                 tile_bias = None if bias is None else bias[vocab : vocab + CPU_VOCAB]
-                logits = self._softcap(
+                logits = self.cap_logits(
                     torch.nn.functional.linear(block, weight[vocab : vocab + CPU_VOCAB], tile_bias).float()
                 )
                 new_top = torch.maximum(top, logits.amax(dim=1))
@@ -142,7 +142,8 @@ class TorchBackend:
             out[start : start + CPU_ROWS] = top + total.log()
         return out
 
-    def _softcap(self, logits: torch.Tensor) -> torch.Tensor:
+    def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The model's final logit soft-capping (Gemma 2), or the logits unchanged."""
         return torch.tanh(logits / self.softcap) * self.softcap if self.softcap else logits
 
 
