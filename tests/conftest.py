@@ -22,14 +22,12 @@ def _tiny_config(kind: str):
     from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig, Qwen3Config
 
     common = {"vocab_size": 512, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "initializer_range": 0.2}
+    small = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+             "num_key_value_heads": 2}
     if kind == "llama":
         return LlamaConfig(
             **common,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            **small,
             max_position_embeddings=4096,
             tie_word_embeddings=False,
             rope_parameters={
@@ -41,14 +39,17 @@ def _tiny_config(kind: str):
                 "original_max_position_embeddings": 64,
             },
         )
+    if kind in ("smollm", "tinyllama"):  # default RoPE: rr_fast.backends.plain's Llama; tied and untied head
+        return LlamaConfig(
+            **common,
+            **small,
+            tie_word_embeddings=kind == "smollm",
+            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        )
     if kind == "qwen3":
         return Qwen3Config(
             **common,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            **small,
             head_dim=16,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 20000.0},
@@ -73,7 +74,7 @@ def _tiny_config(kind: str):
         )
     if kind == "gpt2":
         return GPT2Config(**common, n_embd=64, n_layer=3, n_head=4, n_positions=128)
-    raise ValueError(f"unknown tiny model kind {kind!r}; one of {TINY_KINDS}")
+    raise ValueError(f"unknown tiny model kind {kind!r}; one of {TINY_KINDS}, smollm, tinyllama")
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +88,7 @@ def tiny_model_factory(tmp_path_factory) -> Callable[[str], Path]:
             from transformers import AutoModelForCausalLM
 
             config = _tiny_config(kind)
-            torch.manual_seed(TINY_KINDS.index(kind))
+            torch.manual_seed((*TINY_KINDS, "smollm", "tinyllama").index(kind))
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             folder = tmp_path_factory.mktemp("tiny") / kind
             model.save_pretrained(folder)
@@ -95,6 +96,24 @@ def tiny_model_factory(tmp_path_factory) -> Callable[[str], Path]:
         return folders[kind]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def stock_model() -> Callable[[Path], object]:
+    """folder → transformers' own model for it (the reference the engine and plain modules must match)."""
+    models: dict[Path, object] = {}
+
+    def load(folder: Path):
+        if folder not in models:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            models[folder] = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=torch.float32, attn_implementation="sdpa"
+            ).eval()
+        return models[folder]
+
+    return load
 
 
 @pytest.fixture(scope="session", params=TINY_KINDS)

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from rr_fast import Chunker
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
+from rr_fast.models import BUNDLED, DEFAULT_MODEL, resolve
 from rr_fast.reference import reference_scores
 from rr_fast.text import candidate_edges
 
@@ -29,7 +31,7 @@ def test_engine_equals_reference_on_bundled_model(name):
     tokens = chunker._tokenize(text)
     edges = candidate_edges(text, tokens).tokens
     got = chunker.engine.score(tokens.ids, edges)
-    model = chunker.engine.backend.model
+    model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=torch.float32, attn_implementation="sdpa")
     expected = reference_scores(
         model, tokens.ids, edges, list(chunker.engine.prefix), chunker.engine.layer, chunker.window
     )

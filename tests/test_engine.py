@@ -26,10 +26,10 @@ def backend(tiny_model_dir) -> TorchBackend:
 
 @pytest.mark.parametrize("bos", [(), (1,)], ids=["no-bos", "bos"])
 @pytest.mark.parametrize("window, skip, batch_tokens", [(24, 1, 4096), (9, 0, 40), (12, 3, 7)])
-def test_engine_equals_reference(backend, bos, window, skip, batch_tokens):
+def test_engine_equals_reference(backend, stock_model, tiny_model_dir, bos, window, skip, batch_tokens):
     ids, edges = random_text(70)
     layer = max(1, backend.depth - 1)
-    expected = reference_scores(backend.model, ids, edges, list(bos), layer, window, skip)
+    expected = reference_scores(stock_model(tiny_model_dir), ids, edges, list(bos), layer, window, skip)
     for reindex in {False, backend.uses_rope}:
         config = ScoreConfig(window, skip, layer, ("rr", "lr"), batch_tokens=batch_tokens, reindex=reindex)
         got = Engine(backend, list(bos), config).score(ids, edges)
@@ -38,10 +38,10 @@ def test_engine_equals_reference(backend, bos, window, skip, batch_tokens):
             assert np.nanmax(np.abs(got[name] - expected[name])) < TOL, (name, reindex)
 
 
-def test_full_depth_layer_matches_reference_hidden_states(backend):
+def test_full_depth_layer_matches_reference_hidden_states(backend, stock_model, tiny_model_dir):
     """At layer == depth the state is after the final norm, like transformers' hidden_states[depth]."""
     ids, edges = random_text(40, seed=1)
-    expected = reference_scores(backend.model, ids, edges, [], backend.depth, readouts=("rr",))
+    expected = reference_scores(stock_model(tiny_model_dir), ids, edges, [], backend.depth, readouts=("rr",))
     got = Engine(backend, [], ScoreConfig(layer=backend.depth)).score(ids, edges)
     assert np.nanmax(np.abs(got["rr"] - expected["rr"])) < TOL
 
@@ -63,9 +63,10 @@ def test_rope_reindexing_is_exact_and_absolute_positions_are_kept(tiny_model_dir
     assert np.nanmax(np.abs(original - reindexed)) < 1e-5
 
 
-def test_long_input_uses_bounded_blocks(tiny_model_factory):
+@pytest.mark.parametrize("kind", ["llama", "smollm"])
+def test_long_input_uses_bounded_blocks(tiny_model_factory, stock_model, kind):
     """Past 2·C tokens each block is an exact full pass over its own slice with at least C tokens of context."""
-    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
     context, n = 32, 200
     ids, edges = random_text(n, seed=3)
     got = Engine(backend, [1], ScoreConfig(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
@@ -76,7 +77,8 @@ def test_long_input_uses_bounded_blocks(tiny_model_factory):
         if not inside:
             continue
         local = edges[inside] - in_start
-        expected = reference_scores(backend.model, ids[in_start:out_end], local, [1], default_layer(3), window=8)
+        stock = stock_model(tiny_model_factory(kind))
+        expected = reference_scores(stock, ids[in_start:out_end], local, [1], default_layer(3), window=8)
         for name in ("rr", "lr"):
             assert np.nanmax(np.abs(got[name][inside] - expected[name])) < TOL
         checked += len(inside)

@@ -49,7 +49,7 @@ def tiny(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def backend(tiny) -> TorchBackend:
-    return TorchBackend.load(tiny, dtype="float32", device="cpu")
+    return TorchBackend.load(tiny, dtype="float32", device="cpu", implementation="transformers")
 
 
 @pytest.fixture(scope="module")

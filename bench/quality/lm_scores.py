@@ -134,9 +134,9 @@ class LMScorer:
         device: "cpu" (default) or a torch device such as "cuda"; options go to the constructor.
         """
         folder = resolve(model)
-        backend = TorchBackend.load(folder, dtype="float32", device=device)
+        backend = TorchBackend.load(folder, dtype="float32", device=device, implementation="transformers")
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        return cls(backend, tokenizer, bos_prefix(tokenizer, backend.config), layers, **options)
+        return cls(backend, tokenizer, bos_prefix(tokenizer, backend.config.model_type), layers, **options)
 
     def method_names(self) -> list[str]:
         return method_names(self.layers)

@@ -260,6 +260,8 @@ CONTROLS = {
     "w16": "16-token window",
     "w32": "32-token window",
     "w48": "48-token window",
+    "w64": "64-token window",
+    "w96": "96-token window",
     "local4": "4 tokens before the edge kept in the reset window",
     "sep": 'separator "\\n\\n" after BOS in the reset window',
     "local8": "8 tokens before the edge kept in the reset window",

@@ -41,6 +41,7 @@ from bench.speed.worker import Job
 CONFIGS = {
     "per-edge": ("per-edge loop", "reference", "torch", "float32"),
     "torch-fp32": ("torch fp32", "engine", "torch", "float32"),
+    "torch-fp32-transformers": ("torch fp32, transformers' classes", "engine", "torch-transformers", "float32"),
     "torch-bf16": ("torch bf16", "engine", "torch", "bfloat16"),
     "torch-fp16": ("torch fp16", "engine", "torch", "float16"),
     "mlx-fp32": ("mlx fp32", "engine", "mlx", "float32"),
@@ -232,6 +233,9 @@ def main(argv: list[str] | None = None) -> dict:
             with locked(args.lock):
                 startup["python_import_wall_s"] = wall_of([sys.executable, "-c", "import rr_fast"])
                 startup["python_bare_wall_s"] = wall_of([sys.executable, "-c", "pass"])
+                startup["python_chunker_wall_s"] = wall_of(
+                    [sys.executable, "-c", f"from rr_fast import Chunker; Chunker(model={job.model!r}, device='cpu')"]
+                )
         results["startup"] = startup
         save()
     if "profile" in parts and args.profile:

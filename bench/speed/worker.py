@@ -90,26 +90,29 @@ def engine_job(job: Job) -> dict:
 
     import_s = time.perf_counter() - started
     set_threads(job.threads)
-    from transformers import AutoTokenizer
-
     from bench.speed.data import data_dir, timing_text
     from bench.speed.flops import engine_work, matmul_shapes, measure_matmul_peak, total_flops
+    from rr_fast.tokenizer import load_tokenizer
 
     folder = resolve(job.model)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = load_tokenizer(folder)
     root = data_dir(job.data_dir)
     text = timing_text(tokenizer, job.n, root)
     warm = timing_text(tokenizer, min(WARM_TOKENS, job.n), root)
     rss_start = rss_kib()
     chunker = Chunker(
         model=job.model,
-        backend=job.backend,
+        backend="torch" if job.backend == "torch-transformers" else job.backend,
         dtype=job.dtype,
         readout=job.readout,
         window=WINDOW,
         batch_tokens=job.batch_tokens,
         device="cpu",
     )
+    if job.backend == "torch-transformers":  # the engine on transformers' model classes instead of plain modules
+        from rr_fast.backends.torch import TorchBackend
+
+        chunker.engine.backend = TorchBackend.load(folder, job.dtype, "cpu", implementation="transformers")
     rss_loaded = rss_kib()
     captured: dict = {}
     score = chunker.engine.score
@@ -210,7 +213,7 @@ def reference_job(job: Job) -> dict:
     tokens = tokenize(tokenizer, text)
     tokenize_s = time.perf_counter() - started
     edges = candidate_edges(text, tokens, 8).tokens
-    bos = bos_prefix(tokenizer, model.config)
+    bos = bos_prefix(tokenizer, model.config.model_type)
     bundled = BUNDLED.get(job.model)
     depth = model.config.num_hidden_layers
     layer = bundled.layer if bundled and bundled.layer else default_layer(depth)
@@ -268,18 +271,32 @@ def startup_job(job: Job) -> dict:
     stamps = {p.name: p.stat().st_mtime_ns for p in weights}
     started = time.perf_counter()
     import torch
-    import transformers  # noqa: F401
 
     libraries_s = time.perf_counter() - started  # paid once per process, by any torch program
     set_threads(job.threads)
     started = time.perf_counter()
     chunker = rr_fast.Chunker(model=job.model, device="cpu")
     construct_s = time.perf_counter() - started
+    transformers_imported = "transformers" in sys.modules
     started = time.perf_counter()
     again = rr_fast.Chunker(model=job.model, device="cpu")
     second_s = time.perf_counter() - started
     del again
+    # the route rr-fast took before plain modules: transformers' tokenizer and model classes
+    from rr_fast.backends.torch import TorchBackend
+
+    started = time.perf_counter()
+    from transformers import AutoTokenizer
+
+    hf_import_s = time.perf_counter() - started
+    started = time.perf_counter()
+    AutoTokenizer.from_pretrained(folder)
+    TorchBackend.load(folder, device="cpu", implementation="transformers")
+    hf_load_s = time.perf_counter() - started
     return {
+        "transformers_imported": transformers_imported,
+        "hf_import_s": hf_import_s,
+        "hf_load_s": hf_load_s,
         "import_s": import_s,
         "resolve_s": resolve_s,
         "libraries_s": libraries_s,

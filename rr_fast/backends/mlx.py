@@ -22,7 +22,7 @@ from mlx_lm.utils import load_model
 
 from rr_fast.backends.base import Forward
 from rr_fast.errors import RRFastError
-from rr_fast.models import _write_mlx_compatible_config
+from rr_fast.models import _write_mlx_compatible_config, quiet_transformers
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
@@ -87,7 +87,8 @@ class MLXBackend:
         classes = {}
         if json.loads((path / "config.json").read_text()).get("model_type") == "gpt2":
             classes["get_model_classes"] = lambda config: (_GPT2, gpt2.ModelArgs)
-        model, config = load_model(path, model_config=fixes, **classes)
+        with quiet_transformers():
+            model, config = load_model(path, model_config=fixes, **classes)
         model.set_dtype(DTYPES[dtype])
         return cls(model, config)
 

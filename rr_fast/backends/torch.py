@@ -1,20 +1,24 @@
-"""PyTorch backend (transformers): CPU, CUDA or MPS.
+"""PyTorch backend: CPU, CUDA or MPS, on rr-fast's plain modules (Llama, Gemma 3) or transformers' classes.
 
-Early exit reuses the stock forward of the model's own decoder on a *view* that holds only the first ℓ
-layers: masks, embedding scales, sliding windows and position tables stay exactly transformers' own, and
-no layer above ℓ runs. The view shares every parameter with the loaded model.
+Early exit reuses the model's own decoder forward on a *view* that holds only the first ℓ layers: masks,
+embedding scales, sliding windows and position tables stay the model's own, and no layer above ℓ runs. The
+view shares every parameter with the loaded model. rr_fast.backends.plain mirrors transformers' module tree,
+so both kinds of model go through the same code here.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from rr_fast.backends import plain
 from rr_fast.backends.base import Forward
+from rr_fast.models import quiet_transformers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
@@ -52,14 +56,28 @@ class TorchBackend:
         self._views: dict[int, nn.Module] = {}
 
     @classmethod
-    def load(cls, folder: str | Path, dtype: str = "float32", device: str = "auto") -> "TorchBackend":
-        from transformers import AutoModelForCausalLM
-
+    def load(
+        cls, folder: str | Path, dtype: str = "float32", device: str = "auto", implementation: str = "auto"
+    ) -> "TorchBackend":
+        """``implementation``: "plain" (rr_fast.backends.plain: Llama, Gemma 3), "transformers", or "auto",
+        which takes plain where it covers the config: it loads in a fraction of transformers' start-up."""
         device = pick_device(device)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(folder), dtype=DTYPES[dtype], attn_implementation="sdpa"
-        ).to(device)
-        return cls(model, device)
+        if implementation == "auto":
+            config_path = Path(folder) / "config.json"  # absent for a hub id: transformers downloads it
+            local = json.loads(config_path.read_text()) if config_path.exists() else {}
+            implementation = "plain" if plain.supports(local) else "transformers"
+        if implementation == "plain":
+            model = plain.load(folder, DTYPES[dtype])
+        elif implementation == "transformers":
+            from transformers import AutoModelForCausalLM
+
+            with quiet_transformers():
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(folder), dtype=DTYPES[dtype], attn_implementation="sdpa"
+                )
+        else:
+            raise ValueError(f"implementation must be auto, plain or transformers, got {implementation!r}")
+        return cls(model.to(device), device)
 
     def view(self, layer: int) -> nn.Module:
         """The decoder cut after ``layer`` layers; the final norm stays only at full depth."""

@@ -1,0 +1,315 @@
+"""Plain PyTorch code for the decoder families rr-fast bundles: Llama (SmolLM2) and Gemma 3.
+
+Why not transformers' classes: importing them costs a process ~4 s (modeling_utils, masking, dynamo) before
+any weight is read, four times the load itself; these modules load the cached safetensors in a fraction of
+a second. They mirror transformers' module tree and parameter names, and the attributes TorchBackend
+reads (``base_model``, ``layers``, ``norm``, ``get_output_embeddings``), so the backend drives both the same
+way; tests/test_plain.py holds them to transformers' own outputs. Configs they do not cover (other RoPE
+types, soft-capped attention, other families) keep going through transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FAMILIES = ("llama", "gemma3_text")
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The part of a Hugging Face config.json these modules use."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_thetas: tuple[float, ...]  # per layer
+    sliding_windows: tuple[int | None, ...]  # per layer; None is full causal attention
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = True
+    query_pre_attn_scalar: float | None = None  # Gemma: attention scale is its inverse square root
+    max_position_embeddings: int = 0
+    final_logit_softcapping: float | None = None
+
+    @property
+    def gemma(self) -> bool:
+        return self.model_type == "gemma3_text"
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "DecoderConfig":
+        if not supports(config):
+            raise ValueError(f"no plain decoder for this config (model_type {config.get('model_type')!r})")
+        layers = int(config["num_hidden_layers"])
+        heads = int(config["num_attention_heads"])
+        gemma = config["model_type"] == "gemma3_text"
+        types = config.get("layer_types") or ["full_attention"] * layers
+        thetas = tuple(float(_rope(config, kind)["rope_theta"]) for kind in types)
+        windows = tuple(int(config["sliding_window"]) if kind == "sliding_attention" else None for kind in types)
+        return cls(
+            model_type=config["model_type"],
+            vocab_size=int(config["vocab_size"]),
+            hidden_size=int(config["hidden_size"]),
+            intermediate_size=int(config["intermediate_size"]),
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+            rms_norm_eps=float(config["rms_norm_eps"]),
+            rope_thetas=thetas,
+            sliding_windows=windows,
+            attention_bias=bool(config.get("attention_bias", False)),
+            mlp_bias=bool(config.get("mlp_bias", False)),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", True)),
+            query_pre_attn_scalar=float(config["query_pre_attn_scalar"]) if gemma else None,
+            max_position_embeddings=int(config.get("max_position_embeddings") or 0),
+            final_logit_softcapping=config.get("final_logit_softcapping"),
+        )
+
+
+def supports(config: dict) -> bool:
+    """True for the Llama and Gemma 3 text configs these modules compute exactly like transformers."""
+    kind = config.get("model_type")
+    if kind not in FAMILIES:
+        return False
+    types = config.get("layer_types") or ["full_attention"]
+    if not set(types) <= {"full_attention", "sliding_attention"}:
+        return False
+    if kind == "llama" and (set(types) != {"full_attention"} or config.get("hidden_act", "silu") != "silu"):
+        return False
+    if kind == "gemma3_text" and (
+        config.get("attn_logit_softcapping")
+        or config.get("use_bidirectional_attention")
+        or config.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh"
+    ):
+        return False
+    for kind_name in set(types):
+        rope = _rope(config, kind_name)
+        if rope.get("rope_type", rope.get("type", "default")) != "default" or "rope_theta" not in rope:
+            return False
+    return True
+
+
+def _rope(config: dict, layer_type: str) -> dict:
+    """RoPE parameters of one layer type, from transformers 5's ``rope_parameters`` or the older keys."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get(layer_type), dict):
+        return params[layer_type]
+    if isinstance(params, dict) and "rope_theta" in params:
+        return params
+    legacy = dict(config.get("rope_scaling") or {})
+    if layer_type == "sliding_attention" and "rope_local_base_freq" in config:
+        return {"rope_type": "default", "rope_theta": config["rope_local_base_freq"]}
+    legacy.setdefault("rope_theta", config.get("rope_theta", 10000.0))
+    return legacy
+
+
+class Linear(nn.Linear):
+    def reset_parameters(self) -> None:
+        """Nothing: the weights come from the checkpoint (random init of a 262k vocabulary costs seconds)."""
+
+
+class Embedding(nn.Embedding):
+    def reset_parameters(self) -> None:
+        """Nothing, as for Linear."""
+
+
+class RMSNorm(nn.Module):
+    """Llama scales the normalized states by w after casting back; Gemma by (1 + w) before, in fp32."""
+
+    def __init__(self, size: int, eps: float, gemma: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(size))
+        self.eps, self.gemma = eps, gemma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.gemma:
+            return (normed * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * normed.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderConfig, layer: int):
+        super().__init__()
+        d, h, kv, hd = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.heads, self.kv_heads, self.head_dim = h, kv, hd
+        self.q_proj = Linear(d, h * hd, bias=config.attention_bias)
+        self.k_proj = Linear(d, kv * hd, bias=config.attention_bias)
+        self.v_proj = Linear(d, kv * hd, bias=config.attention_bias)
+        self.o_proj = Linear(h * hd, d, bias=config.attention_bias)
+        if config.gemma:
+            self.q_norm = RMSNorm(hd, config.rms_norm_eps, gemma=True)
+            self.k_norm = RMSNorm(hd, config.rms_norm_eps, gemma=True)
+        scalar = config.query_pre_attn_scalar if config.gemma else hd
+        self.scale = scalar**-0.5
+        self.rope_theta = config.rope_thetas[layer]
+        self.sliding_window = config.sliding_windows[layer]
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        batch, length, _ = x.shape
+        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rope
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        if self.kv_heads != self.heads:
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        if self.sliding_window is not None and length > self.sliding_window:
+            index = torch.arange(length, device=x.device)
+            gap = index[:, None] - index[None, :]
+            mask = (gap >= 0) & (gap < self.sliding_window)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.scale)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        d, m = config.hidden_size, config.intermediate_size
+        self.gate_proj = Linear(d, m, bias=config.mlp_bias)
+        self.up_proj = Linear(d, m, bias=config.mlp_bias)
+        self.down_proj = Linear(m, d, bias=config.mlp_bias)
+        self.gemma = config.gemma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.gate_proj(x)
+        gate = F.gelu(gate, approximate="tanh") if self.gemma else F.silu(gate)
+        return self.down_proj(gate * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block; Gemma also normalizes each branch's output (a "sandwich")."""
+
+    def __init__(self, config: DecoderConfig, layer: int):
+        super().__init__()
+        eps, gemma = config.rms_norm_eps, config.gemma
+        self.self_attn = Attention(config, layer)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, gemma)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, gemma)
+        if gemma:
+            self.pre_feedforward_layernorm = RMSNorm(config.hidden_size, eps, gemma)
+            self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps, gemma)
+        self.gemma = gemma
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        attended = self.self_attn(self.input_layernorm(x), rope)
+        if not self.gemma:
+            x = x + attended
+            return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.post_attention_layernorm(attended)
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+@dataclass
+class DecoderOutput:
+    last_hidden_state: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class Decoder(nn.Module):
+    """Embedding, layers and final norm. Runs whatever ``layers`` and ``norm`` hold, so TorchBackend's
+    early-exit view (a shallow copy with fewer layers and an identity norm) works on it unchanged."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.gemma)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        use_cache: bool = False,
+        output_hidden_states: bool = False,
+    ) -> DecoderOutput:
+        x = self.embed_tokens(input_ids)
+        if self.config.gemma:  # the scale is rounded to the weights' dtype first, as transformers does
+            x = x * torch.tensor(math.sqrt(self.config.hidden_size)).to(x.dtype)
+        ropes: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
+        states = [x] if output_hidden_states else None
+        for layer in self.layers:
+            theta = layer.self_attn.rope_theta
+            if theta not in ropes:
+                ropes[theta] = _rope_tables(position_ids, theta, self.config.head_dim, x.dtype)
+            x = layer(x, ropes[theta])
+            if states is not None:
+                states.append(x)
+        x = self.norm(x)
+        if states is not None:
+            states[-1] = x  # transformers' last hidden state is the normalized one
+        return DecoderOutput(x, tuple(states) if states is not None else None)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.config = config
+        self.model = Decoder(config)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def base_model(self) -> Decoder:
+        return self.model
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+
+def load(folder: str | Path, dtype: torch.dtype = torch.float32) -> CausalLM:
+    """Build the model without initializing weights (meta tensors), then take the safetensors' tensors."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    config = DecoderConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    with torch.device("meta"):
+        model = CausalLM(config)
+    weights: dict[str, torch.Tensor] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(path))
+    if config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+    expected = set(model.state_dict()) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    missing, unexpected = expected - set(weights), set(weights) - expected
+    if missing or unexpected:
+        raise ValueError(f"weights do not match the config: missing {sorted(missing)[:3]}, "
+                         f"unexpected {sorted(unexpected)[:3]}")
+    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope_tables(positions: torch.Tensor, theta: float, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """cos and sin [B, 1, T, dim], computed in fp32 from the position ids as transformers does."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    freqs = positions[..., None].float() * inv_freq.to(positions.device)
+    angles = torch.cat((freqs, freqs), dim=-1)[:, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)

@@ -1,0 +1,121 @@
+"""rr_fast.backends.plain and rr_fast.tokenizer against transformers, which they stand in for at load time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rr_fast.backends import plain
+from rr_fast.backends.torch import TorchBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ids_and_positions(vocab: int, rows: int = 2, length: int = 40, offset: int = 7):
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, vocab, (rows, length), generator=generator)
+    positions = torch.arange(offset, offset + length)[None].expand(rows, -1)
+    return ids, positions
+
+
+@pytest.mark.parametrize("kind", ["smollm", "tinyllama", "gemma3"])
+def test_plain_states_and_logits_equal_transformers(tiny_model_factory, stock_model, kind):
+    """Every layer's states and the logits, over rows longer than Gemma's 16-token sliding window."""
+    folder = tiny_model_factory(kind)
+    ours, theirs = plain.load(folder), stock_model(folder)
+    ids, positions = _ids_and_positions(ours.config.vocab_size)
+    with torch.inference_mode():
+        got = ours.model(input_ids=ids, position_ids=positions, output_hidden_states=True)
+        expected = theirs(input_ids=ids, position_ids=positions, output_hidden_states=True, use_cache=False)
+        logits = ours.lm_head(got.last_hidden_state)
+    assert len(got.hidden_states) == len(expected.hidden_states) == ours.config.num_hidden_layers + 1
+    for layer, (a, b) in enumerate(zip(got.hidden_states, expected.hidden_states)):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), layer
+    softcap = ours.config.final_logit_softcapping
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    assert torch.allclose(logits, expected.logits, atol=1e-4, rtol=1e-5)
+
+
+def test_plain_bfloat16_follows_transformers_roundings(tiny_model_factory):
+    """In bf16 Gemma's embedding scale and norms round where transformers rounds them."""
+    folder = tiny_model_factory("gemma3")
+    from transformers import AutoModelForCausalLM
+
+    theirs = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    ours = plain.load(folder, torch.bfloat16)
+    ids, positions = _ids_and_positions(ours.config.vocab_size, length=24)
+    with torch.inference_mode():
+        a = ours.model(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states
+        b = theirs.model(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states
+    assert torch.equal(a[0], b[0])  # the scaled embedding, bit for bit
+    for layer in range(1, len(a)):
+        assert (a[layer].float() - b[layer].float()).abs().max() <= 0.05 * b[layer].float().abs().max(), layer
+
+
+COVERED = {"smollm": True, "tinyllama": True, "gemma3": True, "llama": False, "qwen3": False, "gpt2": False}
+
+
+@pytest.mark.parametrize("kind", COVERED)
+def test_torch_backend_takes_plain_code_only_where_it_covers_the_config(tiny_model_factory, kind):
+    """llama3 RoPE scaling, Qwen3 and GPT-2 are not covered: they must keep transformers' classes."""
+    backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
+    assert isinstance(backend.model, plain.CausalLM) == COVERED[kind]
+
+
+def test_plain_load_refuses_weights_that_do_not_fit(tiny_model_factory, tmp_path):
+    folder = tiny_model_factory("smollm")
+    config = json.loads((folder / "config.json").read_text())
+    config["num_hidden_layers"] = 4  # one layer more than the weights hold
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").symlink_to(folder / "model.safetensors")
+    with pytest.raises(ValueError, match="missing"):
+        plain.load(tmp_path)
+
+
+@pytest.mark.bundled
+def test_bundled_chunker_loads_without_importing_transformers():
+    """The start-up path: tokenizer.json and plain modules only; transformers' imports cost seconds."""
+    code = (
+        "import sys; from rr_fast import Chunker; c = Chunker(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=os.environ)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.bundled
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_tokenizer_json_equals_transformers_tokenizer(name):
+    """Same ids, offsets and BOS as AutoTokenizer on the bundled models, on text that stresses offsets."""
+    from transformers import AutoTokenizer
+
+    from rr_fast.models import bos_prefix, resolve
+    from rr_fast.tokenizer import JSONTokenizer, load_tokenizer
+
+    folder = resolve(name)
+    ours, theirs = load_tokenizer(folder), AutoTokenizer.from_pretrained(folder)
+    assert isinstance(ours, JSONTokenizer)
+    texts = [
+        (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8"),
+        "  Leading spaces,\n\nblank lines\tand tabs  ",
+        "naïve café — “quotes” 😀👍🏽 日本語のテキスト。Ελληνικά",
+        "a",
+    ]
+    for text in texts:
+        a = ours(text, add_special_tokens=False, return_offsets_mapping=True)
+        b = theirs(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert list(a["input_ids"]) == list(b["input_ids"])
+        assert [tuple(o) for o in a["offset_mapping"]] == [tuple(o) for o in b["offset_mapping"]]
+    family = "gemma3_text" if name.startswith("gemma") else "llama"
+    assert ours.bos_token_id == theirs.bos_token_id
+    assert bos_prefix(ours, family) == bos_prefix(theirs, family)
+    assert np.array_equal(ours("a")["input_ids"], theirs("a")["input_ids"])
