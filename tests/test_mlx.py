@@ -31,9 +31,9 @@ def pair(tiny_model_dir: Path) -> tuple[MLXBackend, TorchBackend]:
 
 
 @pytest.fixture(scope="module")
-def reference(pair) -> dict:
+def reference(tiny_model_dir, stock_model) -> dict:
     """Reference scores per BOS prefix, computed once per model (they do not depend on re-indexing)."""
-    model = pair[1].model
+    model = stock_model(tiny_model_dir)
     ids, edges = _text()
     return {
         bos: reference_scores(model, ids, edges, list(bos), _layer(model.config), readouts=("rr", "lr"))
