@@ -167,16 +167,14 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        grouped = self.kv_heads != self.heads  # SDPA shares each K/V head across its query group, no copies
         if self.sliding_window is not None and length > self.sliding_window:
             index = torch.arange(length, device=x.device)
             gap = index[:, None] - index[None, :]
             mask = (gap >= 0) & (gap < self.sliding_window)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.scale)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.scale, enable_gqa=grouped)
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
 
 
