@@ -119,3 +119,12 @@ def test_tokenizer_json_equals_transformers_tokenizer(name):
     assert ours.bos_token_id == theirs.bos_token_id
     assert bos_prefix(ours, family) == bos_prefix(theirs, family)
     assert np.array_equal(ours("a")["input_ids"], theirs("a")["input_ids"])
+
+
+@pytest.mark.parametrize("kind", ["smollm", "gemma3"])
+def test_plain_runs_empty_rows(tiny_model_factory, kind):
+    """A text with no model tokens reaches the backend as a [1, 0] row (found by test_chunker's fuzzing)."""
+    model = plain.load(tiny_model_factory(kind))
+    with torch.inference_mode():
+        out = model.model(input_ids=torch.zeros(1, 0, dtype=torch.long), position_ids=torch.zeros(1, 0, dtype=torch.long))
+    assert out.last_hidden_state.shape == (1, 0, model.config.hidden_size)

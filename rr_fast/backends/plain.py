@@ -175,7 +175,7 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.scale, enable_gqa=grouped)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
 
 
 class MLP(nn.Module):
