@@ -126,5 +126,6 @@ def test_plain_runs_empty_rows(tiny_model_factory, kind):
     """A text with no model tokens reaches the backend as a [1, 0] row (found by test_chunker's fuzzing)."""
     model = plain.load(tiny_model_factory(kind))
     with torch.inference_mode():
-        out = model.model(input_ids=torch.zeros(1, 0, dtype=torch.long), position_ids=torch.zeros(1, 0, dtype=torch.long))
+        empty = torch.zeros(1, 0, dtype=torch.long)
+        out = model.model(input_ids=empty, position_ids=empty)
     assert out.last_hidden_state.shape == (1, 0, model.config.hidden_size)
