@@ -1,11 +1,12 @@
 """Plain PyTorch code for the decoder families rr-fast bundles: Llama (SmolLM2) and Gemma 3.
 
-Why not transformers' classes: importing them costs a process ~4 s (modeling_utils, masking, dynamo) before
-any weight is read, four times the load itself; these modules load the cached safetensors in a fraction of
-a second. They mirror transformers' module tree and parameter names, and the attributes TorchBackend
-reads (``base_model``, ``layers``, ``norm``, ``get_output_embeddings``), so the backend drives both the same
-way; tests/test_plain.py holds them to transformers' own outputs. Configs they do not cover (other RoPE
-types, soft-capped attention, other families) keep going through transformers.
+Why not transformers' classes: in a fresh process, importing transformers and loading its tokenizer and
+model classes took 6.5 s here (2.1 s import, 4.4 s first load; bench/RESULTS.md, "Plain model modules and
+start-up"); these modules and tokenizer.json load from the cache in 0.3 s. They mirror transformers' module
+tree and parameter names, and the attributes TorchBackend reads (``base_model``, ``layers``, ``norm``,
+``get_output_embeddings``), so the backend drives both the same way; tests/test_plain.py holds them to
+transformers' own outputs. Configs they do not cover (other RoPE types, soft-capped attention, other
+families) keep going through transformers.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ class DecoderConfig:
     mlp_bias: bool = False
     tie_word_embeddings: bool = True
     query_pre_attn_scalar: float | None = None  # Gemma: attention scale is its inverse square root
-    max_position_embeddings: int = 0
     final_logit_softcapping: float | None = None
 
     @property
@@ -74,7 +74,6 @@ class DecoderConfig:
             mlp_bias=bool(config.get("mlp_bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", True)),
             query_pre_attn_scalar=float(config["query_pre_attn_scalar"]) if gemma else None,
-            max_position_embeddings=int(config.get("max_position_embeddings") or 0),
             final_logit_softcapping=config.get("final_logit_softcapping"),
         )
 
@@ -135,7 +134,8 @@ class RMSNorm(nn.Module):
         self.eps, self.gemma = eps, gemma
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        wide = x.float()
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.gemma:
             return (normed * (1.0 + self.weight.float())).type_as(x)
         return self.weight * normed.to(x.dtype)
