@@ -25,7 +25,7 @@ def _ids_and_positions(vocab: int, rows: int = 2, length: int = 40, offset: int 
     return ids, positions
 
 
-@pytest.mark.parametrize("kind", ["smollm", "tinyllama", "gemma3"])
+@pytest.mark.parametrize("kind", ["smollm", "tinyllama", "llama", "qwen3", "gemma3"])
 def test_plain_states_and_logits_equal_transformers(tiny_model_factory, stock_model, kind):
     """Every layer's states and the logits, over rows longer than Gemma's 16-token sliding window."""
     folder = tiny_model_factory(kind)
@@ -60,14 +60,34 @@ def test_plain_bfloat16_follows_transformers_roundings(tiny_model_factory):
         assert (a[layer].float() - b[layer].float()).abs().max() <= 0.05 * b[layer].float().abs().max(), layer
 
 
-COVERED = {"smollm": True, "tinyllama": True, "gemma3": True, "llama": False, "qwen3": False, "gpt2": False}
+COVERED = {"smollm": True, "tinyllama": True, "gemma3": True, "llama": True, "qwen3": True, "gpt2": False}
 
 
 @pytest.mark.parametrize("kind", COVERED)
 def test_torch_backend_takes_plain_code_only_where_it_covers_the_config(tiny_model_factory, kind):
-    """llama3 RoPE scaling, Qwen3 and GPT-2 are not covered: they must keep transformers' classes."""
+    """GPT-2 is not covered: it must keep transformers' classes."""
     backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
     assert isinstance(backend.model, plain.CausalLM) == COVERED[kind]
+
+
+@pytest.mark.parametrize(
+    "kind, change",
+    [
+        ("smollm", {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e5, "factor": 2.0}}),
+        ("smollm", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e5, "partial_rotary_factor": 0.5}}),
+        ("smollm", {"hidden_act": "gelu"}),
+        ("qwen3", {"layer_types": ["sliding_attention", "full_attention", "full_attention"], "sliding_window": 8}),
+        ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e5, "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}),
+        ("gemma3", {"attn_logit_softcapping": 50.0}),
+        ("gemma3", {"use_bidirectional_attention": True}),
+    ],
+)
+def test_plain_declines_configs_it_does_not_compute(tiny_model_factory, kind, change):
+    """Each of these changes the arithmetic; the plain modules must hand them to transformers."""
+    config = json.loads((tiny_model_factory(kind) / "config.json").read_text())
+    assert plain.supports(config)
+    assert not plain.supports({**config, **change})
 
 
 def test_plain_load_refuses_weights_that_do_not_fit(tiny_model_factory, tmp_path):

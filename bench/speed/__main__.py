@@ -47,7 +47,7 @@ CONFIGS = {
     "mlx-fp32": ("mlx fp32", "engine", "mlx", "float32"),
     "mlx-bf16": ("mlx bf16", "engine", "mlx", "bfloat16"),
 }
-DEFAULT_CONFIGS = "per-edge,torch-fp32,torch-bf16,mlx-fp32"
+DEFAULT_CONFIGS = "per-edge,torch-fp32,torch-fp32-transformers,torch-bf16,mlx-fp32"
 PARTS = ("compare", "scaling", "startup", "profile", "agreement")
 
 

@@ -1,12 +1,13 @@
-"""Plain PyTorch code for the decoder families rr-fast bundles: Llama (SmolLM2) and Gemma 3.
+"""Plain PyTorch code for the decoder families rr-fast bundles, Llama (SmolLM2) and Gemma 3, and for Qwen3
+(the paper's model family).
 
 Why not transformers' classes: in a fresh process, importing transformers and loading its tokenizer and
 model classes took 6.5 s here (2.1 s import, 4.4 s first load; bench/RESULTS.md, "Plain model modules and
 start-up"); these modules and tokenizer.json load from the cache in 0.3 s. They mirror transformers' module
 tree and parameter names, and the attributes TorchBackend reads (``base_model``, ``layers``, ``norm``,
 ``get_output_embeddings``), so the backend drives both the same way; tests/test_plain.py holds them to
-transformers' own outputs. Configs they do not cover (other RoPE types, soft-capped attention, other
-families) keep going through transformers.
+transformers' own outputs. Configs they do not cover (RoPE types other than default and llama3,
+soft-capped attention, sliding windows outside Gemma 3, other families) keep going through transformers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,46 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FAMILIES = ("llama", "gemma3_text")
+FAMILIES = ("llama", "qwen3", "gemma3_text")
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary frequencies of one layer type: default RoPE, or Llama 3's long-context rescaling of it."""
+
+    theta: float
+    factor: float | None = None  # llama3 only, as are the three below
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_positions: int = 8192
+
+    @classmethod
+    def from_dict(cls, params: dict) -> "Rope":
+        if params.get("rope_type", params.get("type", "default")) == "default":
+            return cls(float(params["rope_theta"]))
+        return cls(
+            float(params["rope_theta"]),
+            float(params["factor"]),
+            float(params["low_freq_factor"]),
+            float(params["high_freq_factor"]),
+            int(params["original_max_position_embeddings"]),
+        )
+
+    def inverse_frequencies(self, dim: int) -> torch.Tensor:
+        """As transformers computes them (modeling_rope_utils), in fp32."""
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        if self.factor is None:
+            return inv_freq
+        wavelength = 2 * math.pi / inv_freq
+        low_freq_wavelength = self.original_max_positions / self.low_freq_factor
+        high_freq_wavelength = self.original_max_positions / self.high_freq_factor
+        scaled = torch.where(wavelength > low_freq_wavelength, inv_freq / self.factor, inv_freq)
+        smooth = (self.original_max_positions / wavelength - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = ~(wavelength < high_freq_wavelength) * ~(wavelength > low_freq_wavelength)
+        return torch.where(medium, smoothed, scaled)
 
 
 @dataclass(frozen=True)
@@ -36,7 +76,7 @@ class DecoderConfig:
     num_key_value_heads: int
     head_dim: int
     rms_norm_eps: float
-    rope_thetas: tuple[float, ...]  # per layer
+    ropes: tuple[Rope, ...]  # per layer
     sliding_windows: tuple[int | None, ...]  # per layer; None is full causal attention
     attention_bias: bool = False
     mlp_bias: bool = False
@@ -48,6 +88,11 @@ class DecoderConfig:
     def gemma(self) -> bool:
         return self.model_type == "gemma3_text"
 
+    @property
+    def qk_norm(self) -> bool:
+        """Qwen3 and Gemma 3 normalize each query and key head before RoPE."""
+        return self.model_type in ("qwen3", "gemma3_text")
+
     @classmethod
     def from_dict(cls, config: dict) -> "DecoderConfig":
         if not supports(config):
@@ -56,7 +101,7 @@ class DecoderConfig:
         heads = int(config["num_attention_heads"])
         gemma = config["model_type"] == "gemma3_text"
         types = config.get("layer_types") or ["full_attention"] * layers
-        thetas = tuple(float(_rope(config, kind)["rope_theta"]) for kind in types)
+        ropes = tuple(Rope.from_dict(_rope(config, kind)) for kind in types)
         windows = tuple(int(config["sliding_window"]) if kind == "sliding_attention" else None for kind in types)
         return cls(
             model_type=config["model_type"],
@@ -68,7 +113,7 @@ class DecoderConfig:
             num_key_value_heads=int(config.get("num_key_value_heads") or heads),
             head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
             rms_norm_eps=float(config["rms_norm_eps"]),
-            rope_thetas=thetas,
+            ropes=ropes,
             sliding_windows=windows,
             attention_bias=bool(config.get("attention_bias", False)),
             mlp_bias=bool(config.get("mlp_bias", False)),
@@ -79,14 +124,16 @@ class DecoderConfig:
 
 
 def supports(config: dict) -> bool:
-    """True for the Llama and Gemma 3 text configs these modules compute exactly like transformers."""
+    """True for the Llama, Qwen3 and Gemma 3 text configs these modules compute exactly like transformers."""
     kind = config.get("model_type")
     if kind not in FAMILIES:
         return False
     types = config.get("layer_types") or ["full_attention"]
     if not set(types) <= {"full_attention", "sliding_attention"}:
         return False
-    if kind == "llama" and (set(types) != {"full_attention"} or config.get("hidden_act", "silu") != "silu"):
+    if kind in ("llama", "qwen3") and (
+        set(types) != {"full_attention"} or config.get("hidden_act", "silu") != "silu"
+    ):
         return False
     if kind == "gemma3_text" and (
         config.get("attn_logit_softcapping")
@@ -96,7 +143,10 @@ def supports(config: dict) -> bool:
         return False
     for kind_name in set(types):
         rope = _rope(config, kind_name)
-        if rope.get("rope_type", rope.get("type", "default")) != "default" or "rope_theta" not in rope:
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", "llama3") or "rope_theta" not in rope:
+            return False
+        if rope.get("partial_rotary_factor", 1.0) != 1.0 or (rope_type == "llama3" and kind != "llama"):
             return False
     return True
 
@@ -150,12 +200,12 @@ class Attention(nn.Module):
         self.k_proj = Linear(d, kv * hd, bias=config.attention_bias)
         self.v_proj = Linear(d, kv * hd, bias=config.attention_bias)
         self.o_proj = Linear(h * hd, d, bias=config.attention_bias)
-        if config.gemma:
-            self.q_norm = RMSNorm(hd, config.rms_norm_eps, gemma=True)
-            self.k_norm = RMSNorm(hd, config.rms_norm_eps, gemma=True)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(hd, config.rms_norm_eps, gemma=config.gemma)
+            self.k_norm = RMSNorm(hd, config.rms_norm_eps, gemma=config.gemma)
         scalar = config.query_pre_attn_scalar if config.gemma else hd
         self.scale = scalar**-0.5
-        self.rope_theta = config.rope_thetas[layer]
+        self.rope = config.ropes[layer]
         self.sliding_window = config.sliding_windows[layer]
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -244,13 +294,13 @@ class Decoder(nn.Module):
         x = self.embed_tokens(input_ids)
         if self.config.gemma:  # the scale is rounded to the weights' dtype first, as transformers does
             x = x * torch.tensor(math.sqrt(self.config.hidden_size)).to(x.dtype)
-        ropes: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
+        ropes: dict[Rope, tuple[torch.Tensor, torch.Tensor]] = {}
         states = [x] if output_hidden_states else None
         for layer in self.layers:
-            theta = layer.self_attn.rope_theta
-            if theta not in ropes:
-                ropes[theta] = _rope_tables(position_ids, theta, self.config.head_dim, x.dtype)
-            x = layer(x, ropes[theta])
+            rope = layer.self_attn.rope
+            if rope not in ropes:
+                ropes[rope] = _rope_tables(position_ids, rope, self.config.head_dim, x.dtype)
+            x = layer(x, ropes[rope])
             if states is not None:
                 states.append(x)
         x = self.norm(x)
@@ -305,9 +355,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _rope_tables(positions: torch.Tensor, theta: float, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def _rope_tables(positions: torch.Tensor, rope: Rope, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """cos and sin [B, 1, T, dim], computed in fp32 from the position ids as transformers does."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-    freqs = positions[..., None].float() * inv_freq.to(positions.device)
+    freqs = positions[..., None].float() * rope.inverse_frequencies(dim).to(positions.device)
     angles = torch.cat((freqs, freqs), dim=-1)[:, None]
     return angles.cos().to(dtype), angles.sin().to(dtype)

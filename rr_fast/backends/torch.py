@@ -1,4 +1,4 @@
-"""PyTorch backend: CPU, CUDA or MPS, on rr-fast's plain modules (Llama, Gemma 3) or transformers' classes.
+"""PyTorch backend: CPU, CUDA or MPS, on rr-fast's plain modules (Llama, Qwen3, Gemma 3) or transformers' classes.
 
 Early exit reuses the model's own decoder forward on a *view* that holds only the first ℓ layers: masks,
 embedding scales, sliding windows and position tables stay the model's own, and no layer above ℓ runs. The
@@ -59,7 +59,7 @@ class TorchBackend:
     def load(
         cls, folder: str | Path, dtype: str = "float32", device: str = "auto", implementation: str = "auto"
     ) -> "TorchBackend":
-        """``implementation``: "plain" (rr_fast.backends.plain: Llama, Gemma 3), "transformers", or "auto",
+        """``implementation``: "plain" (rr_fast.backends.plain: Llama, Qwen3, Gemma 3), "transformers", or "auto",
         which takes plain where it covers the config: it loads in a fraction of transformers' start-up."""
         device = pick_device(device)
         if implementation == "auto":
