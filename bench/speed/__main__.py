@@ -248,7 +248,10 @@ def main(argv: list[str] | None = None) -> dict:
             notes.append(f"agreement skipped: no streams file at {args.streams} (bench/quality writes it)")
         for name in args.configs.split(","):
             display, kind, backend, dtype = CONFIGS[name]
-            if kind != "engine" or name == "torch-fp32" or not Path(args.streams).exists():
+            # transformers' classes are an implementation check, held to fp32 by the compare rows (Δ, cuts)
+            if kind != "engine" or backend == "torch-transformers" or name == "torch-fp32":
+                continue
+            if not Path(args.streams).exists():
                 continue
             if backend == "mlx" and skip_mlx:
                 continue
