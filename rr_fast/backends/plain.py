@@ -2,8 +2,8 @@
 (the paper's model family).
 
 Why not transformers' classes: in a fresh process, importing transformers and loading its tokenizer and
-model classes took 6.5 s here (2.1 s import, 4.4 s first load; bench/RESULTS.md, "Plain model modules and
-start-up"); these modules and tokenizer.json load from the cache in 0.3 s. They mirror transformers' module
+model classes took 6.6 s here (2.3 s import, 4.3 s first load; bench/RESULTS.md, "CPU, one run of the suite",
+Start-up); these modules and tokenizer.json load from the cache in 0.4 s. They mirror transformers' module
 tree and parameter names, and the attributes TorchBackend reads (``base_model``, ``layers``, ``norm``,
 ``get_output_embeddings``), so the backend drives both the same way; tests/test_plain.py holds them to
 transformers' own outputs. Configs they do not cover (RoPE types other than default and llama3,
