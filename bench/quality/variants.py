@@ -73,13 +73,14 @@ def main(argv: list[str] | None = None) -> None:
     texts = {s.id: s.text for s in streams}
     indices = bootstrap_indices([s.domain for s in evaluation], args.resamples, seed=0)
 
+    rank_sum = weighted(rr, lr, 0.5)  # rr-fast's rr+lr
     variants: list[tuple[str, dict[str, EdgeScores]]] = [
-        (f"α = {alpha} (RR weight)", weighted(rr, lr, alpha)) for alpha in ALPHAS
+        (f"α = {alpha} (RR weight)", rank_sum if alpha == 0.5 else weighted(rr, lr, alpha)) for alpha in ALPHAS
     ]
-    for name, base in (("rr+lr", weighted(rr, lr, 0.5)), ("lr", lr), ("rr", rr)):
+    for name, base in (("rr+lr", rank_sum), ("lr", lr), ("rr", rr)):
         variants += [(f"{name}, sentence-end bonus β = {beta}", sentence_bonus(base, texts, beta)) for beta in BETAS]
 
-    default = _recovery(_evaluate_scored(weighted(rr, lr, 0.5), calibration, {"eval": evaluation}, False))
+    default = _recovery(_evaluate_scored(rank_sum, calibration, {"eval": evaluation}, False))
     print(f"{args.model}, readouts rr{args.suffix} and lr{args.suffix}; {len(calibration)} calibration and "
           f"{len(evaluation)} evaluation streams; default = α 0.5, β 0\n")
     print("| variant | ρ | calibration recovery | evaluation recovery [95% CI] | − default [95% CI] |")
