@@ -283,3 +283,38 @@ def test_variants_weight_readouts_and_lift_sentence_ends():
     lifted = sentence_bonus({"s": rr}, {"s": text}, 1.0)["s"].scores
     assert lifted[1] > lifted[0] > lifted[2]  # "three. |Four" ends a sentence; the others do not
     assert np.isnan(lifted[3])
+
+
+def test_default_rule_picks_best_calibration_and_flags_a_stale_bundled_default():
+    """bench.quality.report: the default is the product option with the best calibration recovery (evaluation
+    numbers never count; exact ties go to the shorter window); controls and combinations are not candidates,
+    and the report says when rr_fast.models.BUNDLED does not hold the pick."""
+    from bench.quality.report import bundled_method, product_options, selection_table
+    from rr_fast.models import DEFAULT_MODEL
+
+    def method(calibration: float, evaluation: float) -> dict:
+        return {
+            "kind": "lm",
+            "penalty": 0.95,
+            "calibration": [{"penalty": 0.95, "clean_unit_recovery": calibration}],
+            "conditions": {"original": {"per_stream": [{"clean_unit_recovery": evaluation}], "failures": 0}},
+        }
+
+    model = DEFAULT_MODEL
+    results = {
+        "methods": {
+            f"{model}:rr": method(0.30, 0.90),  # best on evaluation: must not matter
+            f"{model}:lr@w48": method(0.55, 0.10),
+            f"{model}:rr+lr@w96": method(0.55, 0.20),  # ties w48 on calibration: the longer window loses
+            f"{model}:rr_L3": method(0.40, 0.40),
+            f"{model}:rr+lr@sep": method(0.90, 0.90),  # a reset-prefix control, not an option
+            f"{model}:rr + embedding-boundary": method(0.95, 0.95),
+            "embedding-boundary": method(0.99, 0.99),
+        }
+    }
+    options = product_options(results, model)
+    assert [o["method"] for o in options] == [f"{model}:{m}" for m in ("lr@w48", "rr+lr@w96", "rr_L3", "rr")]
+    assert (options[2]["readout"], options[2]["window"], options[2]["layer"]) == ("rr", 24, 3)
+    table = "\n".join(selection_table(results, "original"))
+    assert f"picks `{model}:lr@w48`" in table
+    assert ("matches" in table) == (bundled_method(model) == f"{model}:lr@w48")
