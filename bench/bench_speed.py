@@ -160,3 +160,22 @@ def test_cost_model_brackets_the_paper():
     assert paper < cm.PAPER_SECONDS
     assert cm.engine_seconds(cm.QWEN3_4B, cm.M3_MAX, "rr")["total"] < paper
     assert "| hardware |" in cm.render()
+
+
+def test_window_prices_render(tiny_model, text, tmp_path):
+    """bench.speed.windows: one row per window, ratios against the first, the table and JSON written."""
+    from bench.speed.windows import main
+
+    (tmp_path / "text.txt").write_text(text)
+    rows = main(["--model", str(tiny_model), "--windows", "24,48", "--also", "", "--repeats", "1",
+                 "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "windows.json")])
+    assert [row["window"] for row in rows] == [24, 48] and rows[0]["ratio"] == 1.0
+    assert all(row["tokens"] > 200 and row["seconds"] > 0 for row in rows)
+    assert json.loads((tmp_path / "windows.json").read_text())[1]["window"] == 48
+
+
+def test_agreement_table_tells_not_requested_from_all_skipped():
+    from bench.speed.report import agreement_table
+
+    assert "pass --agreement N" in agreement_table({})
+    assert "requested, but no configuration" in agreement_table({"agreement": {}})

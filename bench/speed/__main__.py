@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
             if not Path(args.streams).exists():
                 continue
             if backend == "mlx" and skip_mlx:
+                notes.append(f"agreement {display} skipped: {skip_mlx}")
                 continue
             job = Job(kind="agreement", backend=backend, dtype=dtype, streams=args.streams,
                       stream_count=args.agreement, readout="rr", **base)

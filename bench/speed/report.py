@@ -178,8 +178,10 @@ def agreement_table(results: dict) -> str:
             continue
         rows.append([name, fmt(a["streams"]), fmt(a["tokens"]), f"{a['identical_cuts']} / {a['streams']}",
                      f"{a['max_abs_score_diff']:.1e}"])
-    if not rows:
+    if "agreement" not in results:
         return "(not run; pass --agreement N)"
+    if not rows:  # requested, but every configuration was skipped (no streams file, mlx missing, fp32 only)
+        return "(requested, but no configuration besides torch fp32 could run: see the notes below)"
     return table(["configuration vs torch fp32", "streams", "tokens", "identical cuts", "max abs Δscore"], rows)
 
 
