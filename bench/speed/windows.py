@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench.quality.streams import REPO_ROOT, read_streams
+from bench.speed.__main__ import locked
 
 
 def time_runs(runs: list[tuple[str, int | None]], text: str, repeats: int = 2) -> list[dict]:
@@ -78,13 +79,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(args.threads)
     runs = [(args.model, int(w)) for w in args.windows.split(",")]
     runs += [(model, None) for model in args.also.split(",") if model]
-    if args.lock:
-        import fcntl
-
-        with open(args.lock, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            rows = time_runs(runs, text, args.repeats)
-    else:
+    with locked(args.lock):
         rows = time_runs(runs, text, args.repeats)
     print(render(rows))
     if args.out:
