@@ -55,10 +55,20 @@ def tiny_model(tmp_path_factory, data_root) -> Path:
         vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<unk>", "<s>", "</s>"]
     )
     tok.train_from_iterator([(data_root / "passages" / "sample.txt").read_text()], trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(
+        folder
+    )
     config = LlamaConfig(
-        vocab_size=400, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=400,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
@@ -99,9 +109,17 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
     linear = sum(v for k, v in counted.items() if str(k).split(".")[-1] in ("mm", "addmm"))
     attention = sum(v for k, v in counted.items() if "scaled_dot_product" in str(k))
     shape = ModelShape.from_config(json.loads((tiny_model / "config.json").read_text()))
-    work = engine_work(len(tokens), edges, prefix=len(engine.prefix), window=engine.config.window,
-                       skip=engine.config.skip, layer=engine.layer, depth=shape.depth, context=engine.context,
-                       readouts=("rr",))
+    work = engine_work(
+        len(tokens),
+        edges,
+        prefix=len(engine.prefix),
+        window=engine.config.window,
+        skip=engine.config.skip,
+        layer=engine.layer,
+        depth=shape.depth,
+        context=engine.context,
+        readouts=("rr",),
+    )
     expected_linear = sum(w.token_layers for w in work.values()) * shape.linear_per_token_layer
     assert linear == pytest.approx(expected_linear, rel=1e-6)
     if attention:  # the counter charges attention as dense (non-causal) S×S; ours is causal
@@ -136,11 +154,28 @@ def test_report_quick(tiny_model, data_root, tmp_path):
     """The whole command in quick mode, workers in-process: every table renders, no configuration fails."""
     from bench.speed.__main__ import main
 
-    results = main([
-        "--quick", "--in-process", "--model", str(tiny_model), "--data-dir", str(data_root), "--out", str(tmp_path),
-        "--configs", "per-edge,torch-fp32,torch-bf16", "--readouts", "rr,lr", "--sizes", "256",
-        "--sample-edges", "2", "--parts", "compare,scaling,startup",
-    ])
+    results = main(
+        [
+            "--quick",
+            "--in-process",
+            "--model",
+            str(tiny_model),
+            "--data-dir",
+            str(data_root),
+            "--out",
+            str(tmp_path),
+            "--configs",
+            "per-edge,torch-fp32,torch-bf16",
+            "--readouts",
+            "rr,lr",
+            "--sizes",
+            "256",
+            "--sample-edges",
+            "2",
+            "--parts",
+            "compare,scaling,startup",
+        ]
+    )
     for readout in ("rr", "lr"):
         rows = results["compare"][readout]
         assert all(r["ok"] for r in rows.values()), rows
@@ -167,8 +202,22 @@ def test_window_prices_render(tiny_model, text, tmp_path):
     from bench.speed.windows import main
 
     (tmp_path / "text.txt").write_text(text)
-    rows = main(["--model", str(tiny_model), "--windows", "24,48", "--also", "", "--repeats", "1",
-                 "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "windows.json")])
+    rows = main(
+        [
+            "--model",
+            str(tiny_model),
+            "--windows",
+            "24,48",
+            "--also",
+            "",
+            "--repeats",
+            "1",
+            "--text",
+            str(tmp_path / "text.txt"),
+            "--out",
+            str(tmp_path / "windows.json"),
+        ]
+    )
     assert [row["window"] for row in rows] == [24, 48] and rows[0]["ratio"] == 1.0
     assert all(row["tokens"] > 200 and row["seconds"] > 0 for row in rows)
     assert json.loads((tmp_path / "windows.json").read_text())[1]["window"] == 48

@@ -29,13 +29,23 @@ EDGES_PER_TOKEN = 7701 / 50818
 
 
 def tiny_configs():
-    common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                  num_attention_heads=4, num_key_value_heads=2)
+    common = dict(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     return {
         "llama": LlamaConfig(**common),
         "qwen3": Qwen3Config(**common, head_dim=16),
-        "gemma3": Gemma3TextConfig(**common, head_dim=16, sliding_window=16,
-                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+        "gemma3": Gemma3TextConfig(
+            **common,
+            head_dim=16,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        ),
     }
 
 
@@ -55,11 +65,27 @@ def correctness(device: str) -> list[dict]:
 
 def qwen3_4b(smoke: bool) -> Qwen3Config:
     if smoke:
-        return Qwen3Config(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=32)
-    return Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                       max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        return Qwen3Config(
+            vocab_size=1024,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+        )
+    return Qwen3Config(
+        vocab_size=151936,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+        max_position_embeddings=40960,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+    )
 
 
 def sync(device: str) -> None:
@@ -91,8 +117,14 @@ def throughput(device: str, smoke: bool, n: int, loop_edges: int) -> list[dict]:
     sync(device)
     per_edge = (time.perf_counter() - started - full) / loop_edges
     loop_seconds = full + per_edge * len(edges)
-    rows.append({"method": f"per-edge loop (extrapolated from {loop_edges} edges)", "seconds": loop_seconds,
-                 "tok_s": n / loop_seconds, "ratio": 1.0})
+    rows.append(
+        {
+            "method": f"per-edge loop (extrapolated from {loop_edges} edges)",
+            "seconds": loop_seconds,
+            "tok_s": n / loop_seconds,
+            "ratio": 1.0,
+        }
+    )
     for readouts in (("rr",), ("lr",)):
         for batch_tokens in (8192, 32768):
             engine = Engine(backend, [], ScoreConfig(layer=layer, readouts=readouts, batch_tokens=batch_tokens))
@@ -103,9 +135,15 @@ def throughput(device: str, smoke: bool, n: int, loop_edges: int) -> list[dict]:
             engine.score(ids, edges)
             sync(device)
             seconds = time.perf_counter() - started
-            rows.append({"method": f"engine {'+'.join(readouts)} batch_tokens={batch_tokens}", "seconds": seconds,
-                         "tok_s": n / seconds, "ratio": loop_seconds / seconds,
-                         "split": {k: round(v, 3) for k, v in engine.timings.items()}})
+            rows.append(
+                {
+                    "method": f"engine {'+'.join(readouts)} batch_tokens={batch_tokens}",
+                    "seconds": seconds,
+                    "tok_s": n / seconds,
+                    "ratio": loop_seconds / seconds,
+                    "split": {k: round(v, 3) for k, v in engine.timings.items()},
+                }
+            )
     return rows
 
 
@@ -132,8 +170,11 @@ def main() -> None:
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     n = 300 if args.smoke else args.tokens
-    report = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "torch": torch.__version__, "tokens": n}
+    report = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "tokens": n,
+    }
     report["correctness_max_abs_diff"] = correctness(device)
     print(json.dumps(report["correctness_max_abs_diff"]), flush=True)
     report["matmul_tflops"] = matmul_peak(device, args.smoke)

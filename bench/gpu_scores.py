@@ -143,8 +143,14 @@ def score(args: argparse.Namespace) -> None:
         options = variant_options(variant, base.tokenizer, base.prefix.tolist())
         if options is None:
             return
-        scorer = LMScorer(base.backend, base.tokenizer, base.prefix.tolist(), layers=[base.layer],
-                          batch_tokens=args.batch_tokens, **options)
+        scorer = LMScorer(
+            base.backend,
+            base.tokenizer,
+            base.prefix.tolist(),
+            layers=[base.layer],
+            batch_tokens=args.batch_tokens,
+            **options,
+        )
         for stream in streams:
             savers[name].add(stream["id"], scorer.score_text(stream["text"]), suffix=f"@{variant}")
             yield

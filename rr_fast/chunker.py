@@ -222,9 +222,7 @@ class _progress_bar:
     def __init__(self, total: int):
         from tqdm import tqdm
 
-        self.bar = tqdm(
-            total=total, unit="tok", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty()
-        )
+        self.bar = tqdm(total=total, unit="tok", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty())
 
     def update_to(self, done: int) -> None:
         self.bar.update(max(0, done - self.bar.n))

@@ -162,9 +162,7 @@ def read_input(source: str, errors: str = "strict") -> str:
     try:
         text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as error:
-        raise RRFastError(
-            f"{name} is not valid UTF-8 (byte {error.start}); use --errors replace to proceed"
-        ) from None
+        raise RRFastError(f"{name} is not valid UTF-8 (byte {error.start}); use --errors replace to proceed") from None
     if text.startswith("\ufeff"):
         text = text[1:]  # a byte-order mark is encoding, not content
     if not text.strip():

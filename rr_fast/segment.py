@@ -92,9 +92,7 @@ def segment(
 
     warnings: list[str] = []
     if num_tokens < limits.min_tokens:
-        warnings.append(
-            f"text has {num_tokens} tokens, fewer than min_tokens={limits.min_tokens}: returning one chunk"
-        )
+        warnings.append(f"text has {num_tokens} tokens, fewer than min_tokens={limits.min_tokens}: returning one chunk")
         return Segmentation(np.zeros(0, dtype=np.int64), warnings)
 
     gains = utilities - penalty

@@ -40,9 +40,7 @@ def tokenize(tokenizer, text: str) -> Tokens:
     """Tokenize without special tokens; the backend adds the model's BOS where it needs one."""
     if not text:
         return Tokens(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    encoded = tokenizer(
-        text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False
-    )
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
     ids = np.asarray(encoded["input_ids"], dtype=np.int64)
     offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     return Tokens(ids, offsets[:, 0].copy(), offsets[:, 1].copy())

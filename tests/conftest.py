@@ -22,8 +22,13 @@ def _tiny_config(kind: str):
     from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig, Qwen3Config
 
     common = {"vocab_size": 512, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "initializer_range": 0.2}
-    small = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
-             "num_key_value_heads": 2}
+    small = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
     if kind == "llama":
         return LlamaConfig(
             **common,

@@ -26,7 +26,7 @@ def chunker(tiny):
 
 
 PROSE = (
-    "The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: \"Lower the boats.\" "
+    'The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: "Lower the boats." '
     "Meanwhile, in the valley, farmers were bringing in the harvest; rain had come late that year (as it often did). "
     "绿茶是一种饮料。它很受欢迎！ Emoji 🐳🐋 and tabs\tand\nnewlines\r\n end here."
 )
@@ -107,7 +107,5 @@ def feasible(n: int, edges: np.ndarray, limits: Limits) -> bool:
     nodes = [0, *edges.tolist(), n]
     reach = [True] + [False] * (len(nodes) - 1)
     for j in range(1, len(nodes)):
-        reach[j] = any(
-            reach[i] and limits.min_tokens <= nodes[j] - nodes[i] <= limits.max_tokens for i in range(j)
-        )
+        reach[j] = any(reach[i] and limits.min_tokens <= nodes[j] - nodes[i] <= limits.max_tokens for i in range(j))
     return reach[-1]

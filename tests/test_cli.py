@@ -124,4 +124,3 @@ def test_module_entry_point_exit_codes(tmp_path):
     )
     assert missing.returncode == 1 and missing.stderr.startswith("rr-fast: error: no such file")
     assert "Traceback" not in missing.stderr
-

@@ -77,8 +77,19 @@ def test_torch_backend_takes_plain_code_only_where_it_covers_the_config(tiny_mod
         ("smollm", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e5, "partial_rotary_factor": 0.5}}),
         ("smollm", {"hidden_act": "gelu"}),
         ("qwen3", {"layer_types": ["sliding_attention", "full_attention", "full_attention"], "sliding_window": 8}),
-        ("qwen3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e5, "factor": 8.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}),
+        (
+            "qwen3",
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 1e5,
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                }
+            },
+        ),
         ("gemma3", {"attn_logit_softcapping": 50.0}),
         ("gemma3", {"use_bidirectional_attention": True}),
     ],

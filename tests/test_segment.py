@@ -42,7 +42,9 @@ def test_open_count_matches_brute_force(seed):
         return  # infeasible instances are covered by the fallback tests
     got = segment(n, edges, utilities, limits, penalty=penalty)
     assert not got.warnings
-    assert objective(got.cuts.tolist(), n, dict(zip(edges.tolist(), utilities.tolist())), limits, penalty) == pytest.approx(best)
+    assert objective(
+        got.cuts.tolist(), n, dict(zip(edges.tolist(), utilities.tolist())), limits, penalty
+    ) == pytest.approx(best)
     assert got.cuts.tolist() == cuts
 
 

@@ -168,7 +168,8 @@ PEERS: tuple[Peer, ...] = (
     ),
     Peer(
         "langchain-semantic",
-        "langchain-experimental SemanticChunker(HuggingFaceEmbeddings(MiniLM)), defaults (percentile 95; no size option)",
+        "langchain-experimental SemanticChunker(HuggingFaceEmbeddings(MiniLM)), "
+        "defaults (percentile 95; no size option)",
         _langchain_semantic,
         True,
     ),

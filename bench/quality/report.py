@@ -459,16 +459,20 @@ def render(results: dict, reference: str | None, figure: str, figure_note: str) 
         out += ["### RR by layer (flattened original text)", ""] + layers
     controls = control_table(results, "original")
     if controls:
-        out += [
-            "### Window and reset-prefix controls (flattened original text)",
-            "",
-            (
-                "Each control changes one thing in the reset windows of the default scorer (RR at 75% depth, "
-                "W 24, s 1, empty reset after the model's own BOS convention) and gets its own calibrated ρ; the "
-                "gap is paired against the same readout at the default setting."
-            ),
-            "",
-        ] + controls + [""]
+        out += (
+            [
+                "### Window and reset-prefix controls (flattened original text)",
+                "",
+                (
+                    "Each control changes one thing in the reset windows of the default scorer (RR at 75% depth, "
+                    "W 24, s 1, empty reset after the model's own BOS convention) and gets its own calibrated ρ; the "
+                    "gap is paired against the same readout at the default setting."
+                ),
+                "",
+            ]
+            + controls
+            + [""]
+        )
     out += [
         "### Example streams",
         "",
@@ -508,7 +512,7 @@ def draw_examples(results: dict, reference: str | None, path: Path) -> str:
         stream = streams[index]
         lanes = [("records", [(s, e) for _, s, e in stream["records"]])]
         lanes += [(name, methods[name]["conditions"]["original"]["spans"][index]) for name in [shown, *compare]]
-        for lane, (name, spans) in enumerate(lanes):
+        for lane, (_name, spans) in enumerate(lanes):
             y = len(lanes) - 1 - lane
             for k, (start, end) in enumerate(spans):
                 color = colors[k % len(colors)] if lane == 0 else ("#c9d6e8" if k % 2 == 0 else "#e8dcc9")

@@ -67,8 +67,10 @@ def main(argv: list[str] | None = None) -> None:
     streams = read_streams(Path(args.out) / "streams.jsonl")
     calibration = [s for s in streams if s.split == "cal"]
     evaluation = [s for s in streams if s.split == "eval"]
-    loaded = {name: scores for name, (scores, _) in _lm_scores(args.model, calibration + evaluation,
-                                                                 Path(args.out) / "lm_scores").items()}
+    loaded = {
+        name: scores
+        for name, (scores, _) in _lm_scores(args.model, calibration + evaluation, Path(args.out) / "lm_scores").items()
+    }
     rr, lr = loaded["rr" + args.suffix], loaded["lr" + args.suffix]
     texts = {s.id: s.text for s in streams}
     indices = bootstrap_indices([s.domain for s in evaluation], args.resamples, seed=0)
@@ -81,16 +83,20 @@ def main(argv: list[str] | None = None) -> None:
         variants += [(f"{name}, sentence-end bonus β = {beta}", sentence_bonus(base, texts, beta)) for beta in BETAS]
 
     default = _recovery(_evaluate_scored(rank_sum, calibration, {"eval": evaluation}, False))
-    print(f"{args.model}, readouts rr{args.suffix} and lr{args.suffix}; {len(calibration)} calibration and "
-          f"{len(evaluation)} evaluation streams; default = α 0.5, β 0\n")
+    print(
+        f"{args.model}, readouts rr{args.suffix} and lr{args.suffix}; {len(calibration)} calibration and "
+        f"{len(evaluation)} evaluation streams; default = α 0.5, β 0\n"
+    )
     print("| variant | ρ | calibration recovery | evaluation recovery [95% CI] | − default [95% CI] |")
     print("| --- | --- | --- | --- | --- |")
     for name, scores in variants:
         result = _evaluate_scored(scores, calibration, {"eval": evaluation}, False)
         at_rho = {row["penalty"]: row for row in result["calibration"]}[result["penalty"]]
         values = _recovery(result)
-        print(f"| {name} | {result['penalty']:.2f} | {at_rho['clean_unit_recovery']:.3f} | "
-              f"{_ci(interval(values, indices))} | {_ci(interval(values - default, indices))} |")
+        print(
+            f"| {name} | {result['penalty']:.2f} | {at_rho['clean_unit_recovery']:.3f} | "
+            f"{_ci(interval(values, indices))} | {_ci(interval(values - default, indices))} |"
+        )
 
 
 def _recovery(result: dict) -> np.ndarray:

@@ -57,9 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--long", action="store_true", help="add 256k tokens to the scaling sizes")
     p.add_argument("--sizes", default=None, help="scaling sizes, e.g. 1k,4k,16k,64k")
     p.add_argument("--compare-size", default=None, help="size of the configuration comparison (default 4k)")
-    p.add_argument("--slow-size", default=None,
-                   help="size for the slow configurations (bf16/fp16 on CPUs without bf16 instructions, mlx on "
-                        "Linux CPU); default 1k, the compare size with --quick")
+    p.add_argument(
+        "--slow-size",
+        default=None,
+        help="size for the slow configurations (bf16/fp16 on CPUs without bf16 instructions, mlx on "
+        "Linux CPU); default 1k, the compare size with --quick",
+    )
     p.add_argument("--slow-configs", default="torch-bf16,torch-fp16,mlx-fp32,mlx-bf16")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--model", default="smollm2-135m")
@@ -67,8 +70,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"comparison rows, from {','.join(CONFIGS)}")
     p.add_argument("--readouts", default="rr,lr", help="readouts to compare, e.g. rr,lr")
     p.add_argument("--scaling-config", default="torch-fp32")
-    p.add_argument("--batch-tokens", type=int, default=None,
-                   help="ScoreConfig.batch_tokens (default: the backend's preference)")
+    p.add_argument(
+        "--batch-tokens", type=int, default=None, help="ScoreConfig.batch_tokens (default: the backend's preference)"
+    )
     p.add_argument("--sample-edges", type=int, default=None, help="edges the per-edge loop really runs (64)")
     p.add_argument("--parts", default="compare,scaling,startup,profile,agreement")
     p.add_argument("--profile", action="store_true", help="run the torch.profiler part")
@@ -118,14 +122,24 @@ def run_job(job: Job, args: argparse.Namespace, label: str) -> dict:
             except Exception as error:  # a failed configuration is a row, not a crash
                 result = {"ok": False, "error": f"{type(error).__name__}: {error}"}
     else:
-        env = dict(os.environ, OMP_NUM_THREADS=str(job.threads), MKL_NUM_THREADS=str(job.threads),
-                   TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO_ROOT))
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS=str(job.threads),
+            MKL_NUM_THREADS=str(job.threads),
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONPATH=str(REPO_ROOT),
+        )
         with locked(args.lock):
-            proc = subprocess.run([sys.executable, "-m", "bench.speed.worker", json.dumps(asdict(job))],
-                                  cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.speed.worker", json.dumps(asdict(job))],
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if lines:
-            result = json.loads(lines[-1][len("RESULT "):])
+            result = json.loads(lines[-1][len("RESULT ") :])
         else:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             result = {"ok": False, "error": f"worker exited {proc.returncode}: {tail}"}
@@ -147,8 +161,9 @@ def wall_of(command: list[str], repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        subprocess.run(command, cwd=REPO_ROOT, check=True, capture_output=True,
-                       env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+        subprocess.run(
+            command, cwd=REPO_ROOT, check=True, capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        )
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -212,8 +227,15 @@ def main(argv: list[str] | None = None) -> dict:
                     notes.append(f"mlx rows skipped: {skip_mlx}")
                     continue
                 n = args.slow_n if name in args.slow_configs.split(",") else args.compare_n
-                job = Job(kind=kind, backend=backend, dtype=dtype, readout=readout, n=n,
-                          sample_edges=args.sample_edges, **base)
+                job = Job(
+                    kind=kind,
+                    backend=backend,
+                    dtype=dtype,
+                    readout=readout,
+                    n=n,
+                    sample_edges=args.sample_edges,
+                    **base,
+                )
                 rows[display] = run_job(job, args, f"{display} {readout} n={n}")
                 save()
     if "scaling" in parts:
@@ -256,8 +278,15 @@ def main(argv: list[str] | None = None) -> dict:
             if backend == "mlx" and skip_mlx:
                 notes.append(f"agreement {display} skipped: {skip_mlx}")
                 continue
-            job = Job(kind="agreement", backend=backend, dtype=dtype, streams=args.streams,
-                      stream_count=args.agreement, readout="rr", **base)
+            job = Job(
+                kind="agreement",
+                backend=backend,
+                dtype=dtype,
+                streams=args.streams,
+                stream_count=args.agreement,
+                readout="rr",
+                **base,
+            )
             results["agreement"][display] = run_job(job, args, f"agreement {display}")
             save()
     save()

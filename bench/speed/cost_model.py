@@ -50,9 +50,13 @@ def call_cost(shape: ModelShape, hw: Hardware, rows: int, length: int, layers: i
     keys = rows * length * (length + 1) // 2
     flops = tokens * layers * shape.linear_per_token_layer + keys * layers * shape.attention_per_key_layer
     flops += head_rows * shape.head_per_token
-    weight_bytes = layers * shape.weight_params_per_layer * BYTES + (shape.hidden * shape.vocab * BYTES if head_rows else 0)
+    weight_bytes = layers * shape.weight_params_per_layer * BYTES + (
+        shape.hidden * shape.vocab * BYTES if head_rows else 0
+    )
     kv_bytes = rows * length * layers * 2 * shape.kv_heads * shape.head_dim * BYTES
-    bytes_moved = weight_bytes + tokens * layers * activation_elements(shape) * BYTES + kv_bytes + head_rows * shape.vocab * 4
+    bytes_moved = (
+        weight_bytes + tokens * layers * activation_elements(shape) * BYTES + kv_bytes + head_rows * shape.vocab * 4
+    )
     return max(flops / hw.flops, bytes_moved / hw.bandwidth)
 
 
@@ -93,14 +97,31 @@ def render(efficiencies: dict[str, float] | None = None) -> str:
     rows = []
     for hw in (M3_MAX, H100):
         paper = paper_loop_seconds(QWEN3_4B, hw)
-        rows.append([hw.name, "paper loop (1 window/call, full depth, fp16)", "–",
-                     f"{PAPER_TOKENS / paper['total']:,.0f}", f"{paper['total']:,.0f}"])
+        rows.append(
+            [
+                hw.name,
+                "paper loop (1 window/call, full depth, fp16)",
+                "–",
+                f"{PAPER_TOKENS / paper['total']:,.0f}",
+                f"{paper['total']:,.0f}",
+            ]
+        )
         for readout in ("rr", "lr"):
             for batch in (256, 4096):
                 eng = engine_seconds(QWEN3_4B, hw, readout, batch)
-                rows.append([hw.name, f"rr-fast {readout}, batch_tokens={batch}", f"{flops_per_token(QWEN3_4B, readout) / 1e9:.1f}",
-                             f"{PAPER_TOKENS / eng['total']:,.0f}", f"{eng['total']:,.1f}"])
-    header = "| hardware | schedule | GFLOP / src tok | predicted src tok/s (roofline bound) | predicted s for the paper workload |"
+                rows.append(
+                    [
+                        hw.name,
+                        f"rr-fast {readout}, batch_tokens={batch}",
+                        f"{flops_per_token(QWEN3_4B, readout) / 1e9:.1f}",
+                        f"{PAPER_TOKENS / eng['total']:,.0f}",
+                        f"{eng['total']:,.1f}",
+                    ]
+                )
+    header = (
+        "| hardware | schedule | GFLOP / src tok | predicted src tok/s (roofline bound) "
+        "| predicted s for the paper workload |"
+    )
     lines = [header, "|" + " --- |" * 5] + ["| " + " | ".join(r) + " |" for r in rows]
     m3_paper = paper_loop_seconds(QWEN3_4B, M3_MAX)["total"]
     notes = [
@@ -114,7 +135,9 @@ def render(efficiencies: dict[str, float] | None = None) -> str:
         "4096 times), so its bound is FLOPs / peak; real kernels reach a fraction of it (see the efficiency row).",
     ]
     for name, eff in (efficiencies or {}).items():
-        notes.append(f"At the measured {100 * eff:.0f}% of peak ({name}) the rr-fast RR bound above scales by {eff:.2f}.")
+        notes.append(
+            f"At the measured {100 * eff:.0f}% of peak ({name}) the rr-fast RR bound above scales by {eff:.2f}."
+        )
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes)
 
 

@@ -33,7 +33,7 @@ class ModelShape:
     mlp_matrices: int = 3  # gated MLP (Llama, Qwen, Gemma); 2 for GPT-2
 
     @classmethod
-    def from_config(cls, config: dict) -> "ModelShape":
+    def from_config(cls, config: dict) -> ModelShape:
         """From a Hugging Face ``config.json`` dict (Llama, Qwen, Gemma, GPT-2 key names)."""
         get = lambda *names: next(config[k] for k in names if config.get(k) is not None)  # noqa: E731
         hidden = int(get("hidden_size", "n_embd"))
@@ -173,13 +173,13 @@ def measure_matmul_peak(
 
             x = mx.random.normal((rows, k)).astype(getattr(mx, dtype))
             w = mx.random.normal((out, k)).astype(getattr(mx, dtype))
-            run = lambda: mx.eval(x @ w.T)  # noqa: E731
+            run = lambda x=x, w=w: mx.eval(x @ w.T)  # noqa: E731
         else:
             import torch
 
             x = torch.randn(rows, k).to(getattr(torch, dtype))
             w = torch.randn(out, k).to(getattr(torch, dtype))
-            run = lambda: torch.nn.functional.linear(x, w)  # noqa: E731
+            run = lambda x=x, w=w: torch.nn.functional.linear(x, w)  # noqa: E731
         run()
         times: list[float] = []
         while sum(times) < seconds or len(times) < 3:

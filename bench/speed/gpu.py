@@ -31,8 +31,15 @@ LAYER, WINDOW, SKIP = 27, 24, 1
 
 
 DEVICE = "cuda"
-TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=30, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16)  # --tiny: a CPU dry run of this script's code paths
+TINY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=30,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)  # --tiny: a CPU dry run of this script's code paths
 
 
 def sync() -> None:
@@ -44,12 +51,18 @@ def qwen3_4b_random(tiny: bool = False):
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     shape = dict(
-        vocab_size=QWEN3_4B.vocab, hidden_size=QWEN3_4B.hidden, intermediate_size=QWEN3_4B.intermediate,
-        num_hidden_layers=QWEN3_4B.depth, num_attention_heads=QWEN3_4B.heads, num_key_value_heads=QWEN3_4B.kv_heads,
+        vocab_size=QWEN3_4B.vocab,
+        hidden_size=QWEN3_4B.hidden,
+        intermediate_size=QWEN3_4B.intermediate,
+        num_hidden_layers=QWEN3_4B.depth,
+        num_attention_heads=QWEN3_4B.heads,
+        num_key_value_heads=QWEN3_4B.kv_heads,
         head_dim=QWEN3_4B.head_dim,
     )
     config = Qwen3Config(
-        **(TINY if tiny else shape), max_position_embeddings=40960, tie_word_embeddings=True,
+        **(TINY if tiny else shape),
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
     )
     with torch.device(DEVICE):
@@ -115,8 +128,9 @@ def device_rr(backend, ids: np.ndarray, edges: np.ndarray, batch_tokens: int) ->
         lengths = np.minimum(WINDOW, len(ids) - b)
         index = torch.from_numpy(np.minimum(b[:, None] + offsets, len(ids) - 1)).to(DEVICE)
         real = torch.from_numpy((offsets[None] < lengths[:, None]) & (offsets[None] >= SKIP)).to(DEVICE)
-        states = view(input_ids=ids_t[index], position_ids=torch.arange(WINDOW, device=DEVICE)[None],
-                      use_cache=False).last_hidden_state.float()
+        states = view(
+            input_ids=ids_t[index], position_ids=torch.arange(WINDOW, device=DEVICE)[None], use_cache=False
+        ).last_hidden_state.float()
         cos = torch.nn.functional.cosine_similarity(full[index], states, dim=-1)
         out[start : start + len(b)] = (cos * real).sum(1) / real.sum(1).clamp(min=1)
     return out.cpu().numpy()
@@ -152,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     ids, e = data[0]
     reference_scores(model, ids[:64], e[e < 40][:2], [], LAYER, readouts=("rr",))
     starts: list[float] = []
+
     def stamp(module, args) -> None:
         sync()
         starts.append(time.perf_counter())
@@ -165,8 +180,12 @@ def main(argv: list[str] | None = None) -> dict:
     hook.remove()
     full_s, per_edge = starts[1] - t0, (t1 - starts[1]) / args.sample_edges
     per_stream = full_s + per_edge * len(e)
-    result["per_edge_loop"] = {"full_pass_s": full_s, "per_edge_s": per_edge,
-                               "tokens_per_s": STREAM / per_stream, "paper_workload_s": per_stream * PAPER_STREAMS}
+    result["per_edge_loop"] = {
+        "full_pass_s": full_s,
+        "per_edge_s": per_edge,
+        "tokens_per_s": STREAM / per_stream,
+        "paper_workload_s": per_stream * PAPER_STREAMS,
+    }
     print(json.dumps(result["per_edge_loop"]), flush=True)
 
     backend = TorchBackend(model, DEVICE)

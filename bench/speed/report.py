@@ -32,8 +32,11 @@ def max_abs_diff(row: dict, base: dict, readout: str, window: int = 24) -> float
         return None
     limit = min(row["n"], base["n"])
     mine = dict(zip(row["edge_tokens"], row["scores"][readout]))
-    diffs = [abs(mine[e] - v) for e, v in zip(base["edge_tokens"], base["scores"][readout])
-             if e in mine and e + window <= limit and v is not None and mine[e] is not None]
+    diffs = [
+        abs(mine[e] - v)
+        for e, v in zip(base["edge_tokens"], base["scores"][readout])
+        if e in mine and e + window <= limit and v is not None and mine[e] is not None
+    ]
     return max(diffs, default=None)
 
 
@@ -43,9 +46,21 @@ def comparison(results: dict, readout: str) -> str:
     ref = rows.get("per-edge loop")
     fp32 = rows.get("torch fp32")
     base_rate = ref["tokens_per_s"] if ref and ref.get("ok") else None
-    header = ["configuration", "n tokens", "source tok/s", "× per-edge loop", "wall s", "peak RSS MiB", "run peak MiB",
-              "GFLOP / src tok", "GFLOP/s (fwd)", "% matmul peak (fwd)", "% matmul peak (end-to-end)",
-              f"max abs Δ {readout} vs fp32", "cuts = fp32"]
+    header = [
+        "configuration",
+        "n tokens",
+        "source tok/s",
+        "× per-edge loop",
+        "wall s",
+        "peak RSS MiB",
+        "run peak MiB",
+        "GFLOP / src tok",
+        "GFLOP/s (fwd)",
+        "% matmul peak (fwd)",
+        "% matmul peak (end-to-end)",
+        f"max abs Δ {readout} vs fp32",
+        "cuts = fp32",
+    ]
     out = []
     for name, r in rows.items():
         if not r.get("ok"):
@@ -60,21 +75,23 @@ def comparison(results: dict, readout: str) -> str:
             diff = max_abs_diff(r, fp32, readout)
             if "cuts" in r and r["n"] == fp32["n"]:
                 same = r["cuts"] == fp32["cuts"]
-        out.append([
-            name,
-            fmt(r["n"]),
-            fmt(r["tokens_per_s"]),
-            fmt(r["tokens_per_s"] / base_rate, 2) if base_rate else "–",
-            fmt(r["wall_s"]),
-            fmt(r.get("peak_rss_mib"), 0),
-            fmt(r.get("run_peak_mib"), 0),
-            fmt(gflop_tok, 2),
-            fmt(fwd_rate) if name != "per-edge loop" else fmt(e2e_rate),
-            fmt(100 * fwd_rate / peak) if peak and fwd_rate else "–",
-            fmt(100 * e2e_rate / peak) if peak else "–",
-            "–" if diff is None else f"{diff:.1e}",
-            "–" if same is None else fmt(same),
-        ])
+        out.append(
+            [
+                name,
+                fmt(r["n"]),
+                fmt(r["tokens_per_s"]),
+                fmt(r["tokens_per_s"] / base_rate, 2) if base_rate else "–",
+                fmt(r["wall_s"]),
+                fmt(r.get("peak_rss_mib"), 0),
+                fmt(r.get("run_peak_mib"), 0),
+                fmt(gflop_tok, 2),
+                fmt(fwd_rate) if name != "per-edge loop" else fmt(e2e_rate),
+                fmt(100 * fwd_rate / peak) if peak and fwd_rate else "–",
+                fmt(100 * e2e_rate / peak) if peak else "–",
+                "–" if diff is None else f"{diff:.1e}",
+                "–" if same is None else fmt(same),
+            ]
+        )
     return table(header, out)
 
 
@@ -88,33 +105,62 @@ def split_table(results: dict, readout: str) -> str:
             continue
         split = {"model load": r.get("model_load_s"), **r.get("split", {})}
         dp = split.get("dp")
-        out.append([name] + [fmt(split.get(s), 2) for s in SPLIT]
-                   + [fmt(100 * dp / r["wall_s"], 2) if dp is not None else "–"])
+        out.append(
+            [name] + [fmt(split.get(s), 2) for s in SPLIT] + [fmt(100 * dp / r["wall_s"], 2) if dp is not None else "–"]
+        )
     return table(header, out)
 
 
 def scaling_table(results: dict) -> str:
-    header = ["n tokens", "edges", "wall s", "source tok/s", "ms / token", "full pass s", "reset windows s",
-              "RSS after load MiB", "run peak MiB", "peak RSS MiB", "GFLOP / src tok", "% matmul peak (e2e)"]
+    header = [
+        "n tokens",
+        "edges",
+        "wall s",
+        "source tok/s",
+        "ms / token",
+        "full pass s",
+        "reset windows s",
+        "RSS after load MiB",
+        "run peak MiB",
+        "peak RSS MiB",
+        "GFLOP / src tok",
+        "% matmul peak (e2e)",
+    ]
     out = []
     for r in results.get("scaling", []):
         if not r.get("ok"):
             out.append([r.get("n_requested", "?"), f"failed: {r.get('error')}"] + [""] * (len(header) - 2))
             continue
         peak = (r.get("matmul_gflops") or {}).get("peak")
-        out.append([
-            fmt(r["n"]), fmt(r["edges"]), fmt(r["wall_s"]), fmt(r["tokens_per_s"]),
-            fmt(1000 * r["wall_s"] / r["n"], 2), fmt(r["split"]["full pass"]), fmt(r["split"]["reset windows"]),
-            fmt(r["rss_loaded_mib"], 0), fmt(r.get("run_peak_mib"), 0), fmt(r["peak_rss_mib"], 0),
-            fmt(r["flops"]["total"] / r["n"] / 1e9, 2),
-            fmt(100 * r["flops"]["total"] / r["wall_s"] / 1e9 / peak) if peak else "–",
-        ])
+        out.append(
+            [
+                fmt(r["n"]),
+                fmt(r["edges"]),
+                fmt(r["wall_s"]),
+                fmt(r["tokens_per_s"]),
+                fmt(1000 * r["wall_s"] / r["n"], 2),
+                fmt(r["split"]["full pass"]),
+                fmt(r["split"]["reset windows"]),
+                fmt(r["rss_loaded_mib"], 0),
+                fmt(r.get("run_peak_mib"), 0),
+                fmt(r["peak_rss_mib"], 0),
+                fmt(r["flops"]["total"] / r["n"] / 1e9, 2),
+                fmt(100 * r["flops"]["total"] / r["wall_s"] / 1e9 / peak) if peak else "–",
+            ]
+        )
     return table(header, out)
 
 
 def roofline_table(results: dict) -> str:
-    header = ["configuration", "readout", "linear GFLOP/tok", "attention GFLOP/tok", "LM head GFLOP/tok",
-              "matmul GFLOP/s per shape (rows×in×out)", "peak GFLOP/s"]
+    header = [
+        "configuration",
+        "readout",
+        "linear GFLOP/tok",
+        "attention GFLOP/tok",
+        "LM head GFLOP/tok",
+        "matmul GFLOP/s per shape (rows×in×out)",
+        "peak GFLOP/s",
+    ]
     out = []
     for readout, rows in results["compare"].items():
         for name, r in rows.items():
@@ -123,8 +169,17 @@ def roofline_table(results: dict) -> str:
             mm = r.get("matmul_gflops") or {}
             shapes = ", ".join(f"{k}: {fmt(v)}" for k, v in mm.items() if k != "peak")
             f, n = r["flops"], r["n"]
-            out.append([name, readout, fmt(f["linear"] / n / 1e9, 3), fmt(f["attention"] / n / 1e9, 3),
-                        fmt(f["head"] / n / 1e9, 3), shapes or "–", fmt(mm.get("peak"))])
+            out.append(
+                [
+                    name,
+                    readout,
+                    fmt(f["linear"] / n / 1e9, 3),
+                    fmt(f["attention"] / n / 1e9, 3),
+                    fmt(f["head"] / n / 1e9, 3),
+                    shapes or "–",
+                    fmt(mm.get("peak")),
+                ]
+            )
     return table(header, out)
 
 
@@ -144,11 +199,15 @@ def startup_table(results: dict) -> str:
         ["of which `Chunker.timings['model load']`", fmt(s.get("model_load_s"), 2) + " s"],
         ["a second `Chunker()` in the same process", fmt(s.get("chunker_again_s"), 2) + " s"],
         ["transformers imported by `Chunker()`", fmt(s.get("transformers_imported"))],
-        ["`python -c 'from rr_fast import Chunker; Chunker()'` wall, whole process (median)",
-         fmt(s.get("python_chunker_wall_s"), 2) + " s"],
+        [
+            "`python -c 'from rr_fast import Chunker; Chunker()'` wall, whole process (median)",
+            fmt(s.get("python_chunker_wall_s"), 2) + " s",
+        ],
         ["for comparison, transformers' route: `import transformers`", fmt(s.get("hf_import_s"), 2) + " s"],
-        ["for comparison, transformers' route: AutoTokenizer + AutoModelForCausalLM, first in process",
-         fmt(s.get("hf_load_s"), 2) + " s"],
+        [
+            "for comparison, transformers' route: AutoTokenizer + AutoModelForCausalLM, first in process",
+            fmt(s.get("hf_load_s"), 2) + " s",
+        ],
         ["GGUF reader imported / weights rewritten", f"{fmt(s['gguf_imported'])} / {fmt(s['weights_rewritten'])}"],
     ]
     return table(["start-up step", "time"], rows)
@@ -161,13 +220,22 @@ def profile_table(results: dict) -> str:
     if not p.get("ok"):
         return f"failed: {p.get('error')}"
     total = p["profiled_s"]
-    rows = [[kind, fmt(sec, 2), fmt(100 * sec / total)] for kind, sec in sorted(p["kinds_s"].items(), key=lambda kv: -kv[1])]
-    rows.append(["outside torch ops (Python, numpy readouts, profiler)", fmt(p["outside_ops_s"], 2),
-                 fmt(100 * p["outside_ops_s"] / total)])
+    rows = [
+        [kind, fmt(sec, 2), fmt(100 * sec / total)] for kind, sec in sorted(p["kinds_s"].items(), key=lambda kv: -kv[1])
+    ]
+    rows.append(
+        [
+            "outside torch ops (Python, numpy readouts, profiler)",
+            fmt(p["outside_ops_s"], 2),
+            fmt(100 * p["outside_ops_s"] / total),
+        ]
+    )
     text = table(["kind of work", "self time s", "% of profiled run"], rows)
     top = table(["op", "self s", "calls"], [[name, fmt(sec, 2), fmt(count)] for name, sec, count in p["top_ops"][:10]])
-    return (f"Engine.score on {fmt(p['n'])} tokens ({fmt(p['edges'])} edges): {fmt(p['plain_s'], 1)} s without the "
-            f"profiler, {fmt(total, 1)} s under it.\n\n{text}\n\nTop ops by self time:\n\n{top}")
+    return (
+        f"Engine.score on {fmt(p['n'])} tokens ({fmt(p['edges'])} edges): {fmt(p['plain_s'], 1)} s without the "
+        f"profiler, {fmt(total, 1)} s under it.\n\n{text}\n\nTop ops by self time:\n\n{top}"
+    )
 
 
 def agreement_table(results: dict) -> str:
@@ -176,8 +244,15 @@ def agreement_table(results: dict) -> str:
         if not a.get("ok"):
             rows.append([name, f"failed: {a.get('error')}", "", "", ""])
             continue
-        rows.append([name, fmt(a["streams"]), fmt(a["tokens"]), f"{a['identical_cuts']} / {a['streams']}",
-                     f"{a['max_abs_score_diff']:.1e}"])
+        rows.append(
+            [
+                name,
+                fmt(a["streams"]),
+                fmt(a["tokens"]),
+                f"{a['identical_cuts']} / {a['streams']}",
+                f"{a['max_abs_score_diff']:.1e}",
+            ]
+        )
     if "agreement" not in results:
         return "(not run; pass --agreement N)"
     if not rows:  # requested, but every configuration was skipped (no streams file, mlx missing, fp32 only)
@@ -199,41 +274,83 @@ def targets_table(results: dict) -> str:
             out.append([target, "not measured", "–"])
             return
         met = value >= goal if higher_is_better else value <= goal
-        out.append([target, f"{value:.3g}{unit}", "met" if met else f"missed ({value / goal:.2f} of the goal)"
-                    if higher_is_better else "missed"])
+        out.append(
+            [
+                target,
+                f"{value:.3g}{unit}",
+                "met" if met else f"missed ({value / goal:.2f} of the goal)" if higher_is_better else "missed",
+            ]
+        )
 
     for readout, rows in results.get("compare", {}).items():
         loop = _rate(rows, "per-edge loop")
         fp32 = rows.get("torch fp32")
-        add(f"{readout}: torch fp32 ≥ 5× per-edge loop", _rate(rows, "torch fp32") / loop
-            if loop and _rate(rows, "torch fp32") else None, 5.0, "×")
+        add(
+            f"{readout}: torch fp32 ≥ 5× per-edge loop",
+            _rate(rows, "torch fp32") / loop if loop and _rate(rows, "torch fp32") else None,
+            5.0,
+            "×",
+        )
         low = [name for name in ("torch bf16", "mlx bf16", "torch fp16") if _rate(rows, name)]
         best = max(low, key=lambda name: _rate(rows, name), default=None)
-        add(f"{readout}: 16-bit mode ({best or 'none'}) ≥ 12× fp32 per-edge loop",
-            _rate(rows, best) / loop if best and loop else None, 12.0, "×")
+        add(
+            f"{readout}: 16-bit mode ({best or 'none'}) ≥ 12× fp32 per-edge loop",
+            _rate(rows, best) / loop if best and loop else None,
+            12.0,
+            "×",
+        )
         if best and fp32 and fp32.get("ok"):
             diff = max_abs_diff(rows[best], fp32, readout)
             add(f"{readout}: {best} scores within 2e-3 of fp32 (timing text)", diff, 2e-3, "", higher_is_better=False)
         if fp32 and fp32.get("ok") and fp32.get("matmul_gflops"):
-            add(f"{readout}: torch fp32 ≥ 70% of measured matmul peak (end-to-end)",
-                100 * fp32["flops"]["total"] / fp32["wall_s"] / 1e9 / fp32["matmul_gflops"]["peak"], 70.0, "%")
-            add(f"{readout}: DP < 1% of total time", 100 * fp32["split"]["dp"] / fp32["wall_s"], 1.0, "%",
-                higher_is_better=False)
+            add(
+                f"{readout}: torch fp32 ≥ 70% of measured matmul peak (end-to-end)",
+                100 * fp32["flops"]["total"] / fp32["wall_s"] / 1e9 / fp32["matmul_gflops"]["peak"],
+                70.0,
+                "%",
+            )
+            add(
+                f"{readout}: DP < 1% of total time",
+                100 * fp32["split"]["dp"] / fp32["wall_s"],
+                1.0,
+                "%",
+                higher_is_better=False,
+            )
     for name, a in results.get("agreement", {}).items():
         if a.get("ok"):
-            add(f"rr: {name} cuts identical on {a['streams']} benchmark streams", a["identical_cuts"] / a["streams"],
-                1.0, " (fraction)")
-            add(f"rr: {name} scores within 2e-3 on benchmark streams", a["max_abs_score_diff"], 2e-3, "",
-                higher_is_better=False)
+            add(
+                f"rr: {name} cuts identical on {a['streams']} benchmark streams",
+                a["identical_cuts"] / a["streams"],
+                1.0,
+                " (fraction)",
+            )
+            add(
+                f"rr: {name} scores within 2e-3 on benchmark streams",
+                a["max_abs_score_diff"],
+                2e-3,
+                "",
+                higher_is_better=False,
+            )
     s = results.get("startup")
     if s and s.get("ok"):
         add("Chunker() from the warm cache < 2 s", s["chunker_s"], 2.0, " s", higher_is_better=False)
         if s.get("python_chunker_wall_s") is not None:
-            add("whole process to a ready Chunker < 2 s (interpreter + imports + load)", s["python_chunker_wall_s"],
-                2.0, " s", higher_is_better=False)
-        out.append(["no GGUF re-dequantization on a warm cache",
-                    "GGUF reader not imported, weights not rewritten" if not (s["gguf_imported"] or s["weights_rewritten"])
-                    else "GGUF touched", "met" if not (s["gguf_imported"] or s["weights_rewritten"]) else "missed"])
+            add(
+                "whole process to a ready Chunker < 2 s (interpreter + imports + load)",
+                s["python_chunker_wall_s"],
+                2.0,
+                " s",
+                higher_is_better=False,
+            )
+        out.append(
+            [
+                "no GGUF re-dequantization on a warm cache",
+                "GGUF reader not imported, weights not rewritten"
+                if not (s["gguf_imported"] or s["weights_rewritten"])
+                else "GGUF touched",
+                "met" if not (s["gguf_imported"] or s["weights_rewritten"]) else "missed",
+            ]
+        )
     return table(["target", "measured", "verdict"], out)
 
 
@@ -251,13 +368,17 @@ def render(results: dict) -> str:
         ref = r.get("per-edge loop", {})
         note = ""
         if ref.get("ok"):
-            note = (f"\n\nThe per-edge loop ran its full pass and the first {ref['sampled_edges']} of {fmt(ref['edges'])} "
-                    f"edges ({fmt(ref['per_edge_s'], 3)} s per edge); its total is that full pass plus the measured "
-                    f"per-edge time × all edges, an extrapolation. Its Δ column compares those sampled edges. Rows at a "
-                    f"smaller n ran on the first n tokens of the same text; their Δ covers the edges whose window "
-                    f"lies inside both texts, and their cuts are compared only at equal n.")
-        parts.append(f"## Readout `{readout}`, n = {fmt(n)} tokens\n\n{comparison(results, readout)}{note}\n\n"
-                     f"Time split (seconds):\n\n{split_table(results, readout)}")
+            note = (
+                f"\n\nThe per-edge loop ran its full pass and the first {ref['sampled_edges']} of {fmt(ref['edges'])} "
+                f"edges ({fmt(ref['per_edge_s'], 3)} s per edge); its total is that full pass plus the measured "
+                f"per-edge time × all edges, an extrapolation. Its Δ column compares those sampled edges. Rows at a "
+                f"smaller n ran on the first n tokens of the same text; their Δ covers the edges whose window "
+                f"lies inside both texts, and their cuts are compared only at equal n."
+            )
+        parts.append(
+            f"## Readout `{readout}`, n = {fmt(n)} tokens\n\n{comparison(results, readout)}{note}\n\n"
+            f"Time split (seconds):\n\n{split_table(results, readout)}"
+        )
     parts.append(f"## Targets\n\n{targets_table(results)}")
     parts.append(f"## Scaling ({results.get('scaling_config', 'torch fp32')}, readout rr)\n\n{scaling_table(results)}")
     parts.append(f"## Roofline\n\n{roofline_table(results)}")

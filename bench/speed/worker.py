@@ -180,8 +180,10 @@ def engine_job(job: Job) -> dict:
     }
     if job.capture:
         result["edge_tokens"] = edges.tolist()
-        result["scores"] = {name: [None if not np.isfinite(v) else float(v) for v in values]
-                            for name, values in captured["scores"].items()}
+        result["scores"] = {
+            name: [None if not np.isfinite(v) else float(v) for v in values]
+            for name, values in captured["scores"].items()
+        }
     if job.peak:
         shapes = matmul_shapes(shape, job.peak_rows or result["batch_tokens"], square=job.peak_rows is None)
         result["matmul_gflops"] = measure_matmul_peak(
@@ -312,16 +314,61 @@ def startup_job(job: Job) -> dict:
 
 # torch op name → kind, by self time; first match wins
 OP_KINDS = (
-    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-                "mkldnn", "aten::_mkl")),
+    (
+        "matmul",
+        (
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "aten::matmul",
+            "aten::linear",
+            "mkldnn",
+            "aten::_mkl",
+        ),
+    ),
     ("attention", ("scaled_dot_product", "attention", "aten::_softmax", "aten::softmax")),
-    ("copy/layout", ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone",
-                     "aten::cat", "aten::index", "aten::embedding", "aten::empty", "aten::t", "aten::transpose",
-                     "aten::view", "aten::reshape", "aten::expand", "aten::slice", "aten::select",
-                     "aten::unsqueeze", "aten::squeeze", "aten::as_strided", "aten::permute",
-                     "aten::_unsafe_view", "aten::lift", "aten::detach", "aten::alias", "aten::resolve",
-                     "aten::arange", "aten::zeros", "aten::ones", "aten::full", "aten::fill_", "aten::split",
-                     "aten::chunk", "aten::narrow", "aten::item", "aten::_local_scalar", "aten::numpy")),
+    (
+        "copy/layout",
+        (
+            "aten::copy_",
+            "aten::to",
+            "aten::_to_copy",
+            "aten::contiguous",
+            "aten::clone",
+            "aten::cat",
+            "aten::index",
+            "aten::embedding",
+            "aten::empty",
+            "aten::t",
+            "aten::transpose",
+            "aten::view",
+            "aten::reshape",
+            "aten::expand",
+            "aten::slice",
+            "aten::select",
+            "aten::unsqueeze",
+            "aten::squeeze",
+            "aten::as_strided",
+            "aten::permute",
+            "aten::_unsafe_view",
+            "aten::lift",
+            "aten::detach",
+            "aten::alias",
+            "aten::resolve",
+            "aten::arange",
+            "aten::zeros",
+            "aten::ones",
+            "aten::full",
+            "aten::fill_",
+            "aten::split",
+            "aten::chunk",
+            "aten::narrow",
+            "aten::item",
+            "aten::_local_scalar",
+            "aten::numpy",
+        ),
+    ),
     ("elementwise/norm", ("aten::",)),
 )
 
@@ -342,8 +389,14 @@ def profile_job(job: Job) -> dict:
     from rr_fast.text import candidate_edges, tokenize
 
     set_threads(job.threads)
-    chunker = Chunker(model=job.model, dtype=job.dtype, readout=job.readout, window=WINDOW,
-                      batch_tokens=job.batch_tokens, device="cpu")
+    chunker = Chunker(
+        model=job.model,
+        dtype=job.dtype,
+        readout=job.readout,
+        window=WINDOW,
+        batch_tokens=job.batch_tokens,
+        device="cpu",
+    )
     text = timing_text(chunker.tokenizer, job.n, data_dir(job.data_dir))
     tokens = tokenize(chunker.tokenizer, text)
     edges = candidate_edges(text, tokens, chunker.step).tokens
@@ -395,8 +448,9 @@ def agreement_job(job: Job) -> dict:
             if by_domain[domain] and len(picked) < job.stream_count:
                 picked.append(by_domain[domain].pop(0))
     base = Chunker(model=job.model, readout=job.readout, window=WINDOW, device="cpu")
-    other = Chunker(model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, window=WINDOW,
-                    device="cpu")
+    other = Chunker(
+        model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, window=WINDOW, device="cpu"
+    )
     same_cuts, max_diff, tokens = 0, 0.0, 0
     for row in picked:
         runs = []
@@ -443,7 +497,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = {"ok": True, **run(job)}
     except Exception as error:  # reported as a row of the table, not a crash of the whole benchmark
-        result = {"ok": False, "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"}
+        result = {
+            "ok": False,
+            "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+        }
     print("RESULT " + json.dumps(result), flush=True)
 
 

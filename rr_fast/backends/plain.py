@@ -35,7 +35,7 @@ class Rope:
     original_max_positions: int = 8192
 
     @classmethod
-    def from_dict(cls, params: dict) -> "Rope":
+    def from_dict(cls, params: dict) -> Rope:
         if params.get("rope_type", params.get("type", "default")) == "default":
             return cls(float(params["rope_theta"]))
         return cls(
@@ -94,7 +94,7 @@ class DecoderConfig:
         return self.model_type in ("qwen3", "gemma3_text")
 
     @classmethod
-    def from_dict(cls, config: dict) -> "DecoderConfig":
+    def from_dict(cls, config: dict) -> DecoderConfig:
         if not supports(config):
             raise ValueError(f"no plain decoder for this config (model_type {config.get('model_type')!r})")
         layers = int(config["num_hidden_layers"])
@@ -131,9 +131,7 @@ def supports(config: dict) -> bool:
     types = config.get("layer_types") or ["full_attention"]
     if not set(types) <= {"full_attention", "sliding_attention"}:
         return False
-    if kind in ("llama", "qwen3") and (
-        set(types) != {"full_attention"} or config.get("hidden_act", "silu") != "silu"
-    ):
+    if kind in ("llama", "qwen3") and (set(types) != {"full_attention"} or config.get("hidden_act", "silu") != "silu"):
         return False
     if kind == "gemma3_text" and (
         config.get("attn_logit_softcapping")
@@ -342,8 +340,9 @@ def load(folder: str | Path, dtype: torch.dtype = torch.float32) -> CausalLM:
     expected = set(model.state_dict()) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
     missing, unexpected = expected - set(weights), set(weights) - expected
     if missing or unexpected:
-        raise ValueError(f"weights do not match the config: missing {sorted(missing)[:3]}, "
-                         f"unexpected {sorted(unexpected)[:3]}")
+        raise ValueError(
+            f"weights do not match the config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
+        )
     model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight

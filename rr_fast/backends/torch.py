@@ -58,7 +58,7 @@ class TorchBackend:
     @classmethod
     def load(
         cls, folder: str | Path, dtype: str = "float32", device: str = "auto", implementation: str = "auto"
-    ) -> "TorchBackend":
+    ) -> TorchBackend:
         """``implementation``: "plain" (rr_fast.backends.plain: Llama, Qwen3, Gemma 3), "transformers", or "auto",
         which takes plain where it covers the config: it loads in a fraction of transformers' start-up."""
         device = pick_device(device)
@@ -105,9 +105,7 @@ class TorchBackend:
         if targets is None:
             out = self.view(layer)(input_ids=ids_t, position_ids=pos_t, use_cache=False)
             return Forward(_numpy(out.last_hidden_state), None)
-        out = self.decoder(
-            input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None
-        )
+        out = self.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None)
         hidden = _numpy(out.hidden_states[layer]) if layer is not None else None
         return Forward(hidden, self._observed_logprobs(out.last_hidden_state, targets))
 
