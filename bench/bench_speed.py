@@ -101,7 +101,7 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
 
     chunker = Chunker(model=str(tiny_model), device="cpu", readout="rr")
     tokens = tokenize(chunker.tokenizer, text)
-    edges = candidate_edges(text, tokens, chunker.step).tokens
+    edges = candidate_edges(text, tokens, chunker.config.step).tokens
     engine = chunker.engine
     with FlopCounterMode(display=False) as counter:
         engine.score(tokens.ids, edges)

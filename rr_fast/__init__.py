@@ -10,24 +10,40 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from rr_fast.chunker import Chunk, Chunker, Scores
+from rr_fast.chunker import Chunk, Chunker, ChunkResult, Scores
+from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
 
-__all__ = ["BUNDLED", "DEFAULT_MODEL", "Chunk", "Chunker", "Limits", "RRFastError", "Scores", "chunk", "score"]
+__all__ = [
+    "BUNDLED",
+    "DEFAULT_MODEL",
+    "Chunk",
+    "ChunkResult",
+    "Chunker",
+    "ChunkerConfig",
+    "Limits",
+    "RRFastError",
+    "Scores",
+    "chunk",
+    "score",
+]
 
 
-def chunk(text: str, model: str = DEFAULT_MODEL, **options: Any) -> list[Chunk]:
-    """Split ``text`` into verbatim chunks with Right Reset; options are ``Chunker``'s fields."""
-    return _chunker(model, tuple(sorted(options.items()))).chunk(text)
+def chunk(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> ChunkResult:
+    """Split ``text`` into verbatim chunks with Right Reset; options are ``ChunkerConfig``'s fields.
+
+    The result is a list of ``Chunk`` with ``.warnings`` (for example a text shorter than ``min_tokens``).
+    """
+    return _chunker((config or ChunkerConfig()).replace(**options)).chunk(text)
 
 
-def score(text: str, model: str = DEFAULT_MODEL, **options: Any) -> Scores:
-    """Readout values of every candidate edge of ``text``; options are ``Chunker``'s fields."""
-    return _chunker(model, tuple(sorted(options.items()))).score(text)
+def score(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> Scores:
+    """Readout values of every candidate edge of ``text``; options are ``ChunkerConfig``'s fields."""
+    return _chunker((config or ChunkerConfig()).replace(**options)).score(text)
 
 
 @lru_cache(maxsize=4)
-def _chunker(model: str, options: tuple) -> Chunker:
-    return Chunker(model=model, **dict(options))
+def _chunker(config: ChunkerConfig) -> Chunker:
+    return Chunker(config)

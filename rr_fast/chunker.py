@@ -7,19 +7,19 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from rr_fast.config import ChunkerConfig
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError
-from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, model_type, resolve
-from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.models import bos_prefix, hub_hint, model_type, resolve
+from rr_fast.readouts import readout_parts
+from rr_fast.segment import Limits, segment, utility
 from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
 from rr_fast.tokenizer import load_tokenizer
-
-# Readouts a user can choose; "rr+lr" ranks edges by the sum of the two readouts' percentiles.
-READOUT_CHOICES = ("rr", "lr", "rr+lr")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,17 @@ class Chunk:
     score: float | None  # utility of the cut that ends this chunk; None for the last chunk
 
 
+class ChunkResult(list):
+    """The chunks of one text (a ``list[Chunk]``) and what that call had to tell the caller.
+
+    ``warnings`` belong to the call, not to the ``Chunker``, so one chunker can serve several threads.
+    """
+
+    def __init__(self, chunks: list[Chunk] = (), warnings: tuple[str, ...] = ()):
+        super().__init__(chunks)
+        self.warnings: tuple[str, ...] = tuple(warnings)
+
+
 @dataclass
 class Scores:
     """Every candidate edge of one text with its readout values (higher prefers a cut)."""
@@ -42,6 +53,7 @@ class Scores:
     chars: np.ndarray  # character offset of the cut
     readouts: dict[str, np.ndarray]
     num_tokens: int
+    warnings: tuple[str, ...] = ()
 
     def records(self) -> list[dict]:
         rows = []
@@ -54,108 +66,68 @@ class Scores:
         return rows
 
 
-@dataclass
 class Chunker:
-    """Right Reset chunking with one loaded model.
+    """Right Reset chunking with one loaded model: ``Chunker(config=None, **options)``.
 
-    The defaults come from the quality benchmark (bench/RESULTS.md): the bundled model, its readout and
-    its calibrated cut penalty. ``num_chunks`` switches from the open-count objective to a fixed count.
+    ``config`` is a ``ChunkerConfig`` (a preset, say) and ``options`` override its fields by name. The
+    defaults come from the quality benchmark (bench/RESULTS.md): the bundled model, its readout, window and
+    calibrated cut penalty. ``num_chunks`` switches from the open-count objective to a fixed count. Every
+    option is checked before the model loads.
     """
 
-    model: str = DEFAULT_MODEL
-    backend: str = "auto"
-    readout: str | None = None  # None: the bundled model's choice, else "rr"
-    layer: int | None = None
-    window: int | None = None  # None: the bundled model's choice, else 24
-    skip: int = 1
-    step: int = 8
-    penalty: float | None = None  # ρ; None: the bundled model's calibrated value, else 1.0
-    limits: Limits = field(default_factory=Limits)
-    num_chunks: int | None = None
-    dtype: str = "float32"
-    device: str = "auto"
-    context: int = 2048
-    batch_tokens: int | None = None
-    reindex: bool | None = None
-    warnings: list[str] = field(default_factory=list, init=False)
-    timings: dict[str, float] = field(default_factory=lambda: defaultdict(float), init=False)
-
-    def __post_init__(self) -> None:
-        bundled = BUNDLED.get(self.model)
-        if self.readout is None:
-            self.readout = bundled.readout if bundled else "rr"
-        if self.readout not in READOUT_CHOICES:
-            raise RRFastError(f"readout must be one of {READOUT_CHOICES}, got {self.readout!r}")
-        if self.penalty is None:
-            self.penalty = bundled.penalties[self.readout] if bundled else 1.0
-        if self.layer is None and bundled is not None:
-            self.layer = bundled.layer
-        if self.window is None:
-            self.window = bundled.window if bundled else 24
-        if self.step < 1:
-            raise RRFastError(f"step must be at least 1, got {self.step}")
+    def __init__(self, config: ChunkerConfig | None = None, **options: Any):
+        self.config = (config or ChunkerConfig()).replace(**options).resolved()
+        cfg = self.config
         try:
-            self.config = ScoreConfig(
-                window=self.window,
-                skip=self.skip,
-                layer=self.layer,
-                readouts=tuple(self.readout.split("+")),
-                context=self.context,
-                batch_tokens=self.batch_tokens,
-                reindex=self.reindex,
+            self.limits = Limits(cfg.min_tokens, cfg.max_tokens, cfg.target_tokens, cfg.length_weight)
+            self.score_config = ScoreConfig(
+                window=cfg.window,
+                skip=cfg.skip,
+                layer=cfg.layer,
+                readouts=readout_parts(cfg.readout),
+                context=cfg.context,
+                batch_tokens=cfg.batch_tokens,
+                reindex=cfg.reindex,
             )
         except ValueError as error:
             raise RRFastError(str(error)) from None
+        self.timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
-        folder = resolve(self.model)
-        self.tokenizer, self.engine = _load(folder, self.backend, self.dtype, self.device, self.config)
+        folder = resolve(cfg.model)
+        self.tokenizer, self.engine = _load(folder, cfg.backend, cfg.dtype, cfg.device, self.score_config)
         self.timings["model load"] += time.perf_counter() - started
 
     def score(self, text: str, progress: bool = False) -> Scores:
         """Readout values of every candidate edge (``--emit scores``)."""
-        tokens = self._tokenize(text)
-        edges = candidate_edges(text, tokens, self.step)
+        tokens = self.tokenize(text)
+        edges = candidate_edges(text, tokens, self.config.step)
         values = self._run(tokens, edges.tokens, progress)
         return Scores(edges.tokens, edges.chars, values, len(tokens))
 
-    def chunk(self, text: str, progress: bool = False) -> list[Chunk]:
+    def chunk(self, text: str, progress: bool = False) -> ChunkResult:
         """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""
-        self.warnings = []
-        tokens = self._tokenize(text)
-        edges = candidate_edges(text, tokens, self.step)
+        tokens = self.tokenize(text)
+        edges = candidate_edges(text, tokens, self.config.step)
         values = self._run(tokens, edges.tokens, progress)
         started = time.perf_counter()
-        utility = self.utility(values)
-        usable = np.isfinite(utility)
+        utilities = utility(values, self.config.readout)
+        usable = np.isfinite(utilities)
         fallback = clean_edges(text, tokens)
         result = segment(
             len(tokens),
             edges.tokens[usable],
-            utility[usable],
+            utilities[usable],
             self.limits,
-            penalty=self.penalty,
-            num_chunks=self.num_chunks,
+            penalty=self.config.penalty,
+            num_chunks=self.config.num_chunks,
             fallback_edges=fallback.tokens,
         )
-        self.warnings.extend(result.warnings)
-        chunks = _assemble(text, tokens, result.cuts, fallback, edges.tokens, utility)
+        chunks = _assemble(text, tokens, result.cuts, fallback, edges.tokens, utilities)
         self.timings["dp"] += time.perf_counter() - started
-        return chunks
+        return ChunkResult(chunks, result.warnings)
 
-    def utility(self, values: dict[str, np.ndarray]) -> np.ndarray:
-        """Calibrated per-edge utility: within-document percentiles of the readout.
-
-        A combination is rank-averaged: the percentiles of the sum of each readout's percentiles, so its
-        utility is uniform on (0, 1] like a single readout's and one ρ scale serves every choice.
-        """
-        names = self.readout.split("+")
-        finite = np.logical_and.reduce([np.isfinite(values[name]) for name in names])
-        utility = np.full(finite.shape[0], np.nan)
-        if finite.any():
-            utility[finite] = percentiles(np.sum([percentiles(values[name][finite]) for name in names], axis=0))
-        return utility
-
-    def _tokenize(self, text: str) -> Tokens:
+    def tokenize(self, text: str) -> Tokens:
+        """The text as model tokens with character offsets (an empty text is an error)."""
         if not isinstance(text, str):
             raise RRFastError(f"text must be a str, got {type(text).__name__}")
         if not text.strip():

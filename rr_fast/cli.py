@@ -11,14 +11,12 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
-from rr_fast.backends import BACKENDS, DTYPES
-from rr_fast.chunker import READOUT_CHOICES, Chunk, Chunker, Scores
+from rr_fast.chunker import Chunk, Chunker, Scores
+from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.segment import Limits
 
 PROG = "rr-fast"
 
@@ -50,48 +48,18 @@ def _finite(text: str) -> float:
     return value
 
 
+CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite}
+GROUP_TITLES = {"lengths": "chunk lengths (model tokens)"}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    bundled = ", ".join(BUNDLED)
     parser = _Parser(
         prog="python -m rr_fast.chunk",
         description="Right Reset chunking: cut where the model's reading of what follows "
         "barely depends on what came before.",
     )
     parser.add_argument("input", help="UTF-8 text file, or - for stdin")
-    model = parser.add_argument_group("model")
-    model.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help=f"bundled name ({bundled}), local HF folder, .gguf file or hub id (default {DEFAULT_MODEL})",
-    )
-    model.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: mlx on Apple silicon, else torch")
-    model.add_argument("--dtype", choices=DTYPES, default="float32")
-    model.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, mps")
-    scoring = parser.add_argument_group("scoring")
-    scoring.add_argument("--readout", choices=READOUT_CHOICES, help="default: the model's benchmarked choice")
-    scoring.add_argument("--layer", type=_positive, help="decoder layer (default 75%% of depth)")
-    scoring.add_argument(
-        "--window", type=_positive, help="reset window W in tokens (default: the bundled model's choice, else 24)"
-    )
-    scoring.add_argument("--skip", type=_non_negative_int, default=1, help="reset positions skipped, s (default 1)")
-    scoring.add_argument("--step", type=_positive, default=8, help="candidate grid step in tokens (default 8)")
-    scoring.add_argument("--context", type=_positive, default=2048, help="guaranteed left context (default 2048)")
-    scoring.add_argument(
-        "--batch-tokens", type=_positive, help="window tokens per forward call (default: the backend's choice)"
-    )
-    scoring.add_argument(
-        "--positions",
-        choices=("auto", "original", "reindex"),
-        default="auto",
-        help="window position ids; auto re-indexes RoPE models, where it is exact",
-    )
-    limits = parser.add_argument_group("chunk lengths (model tokens)")
-    limits.add_argument("--min-tokens", type=_positive, default=48)
-    limits.add_argument("--max-tokens", type=_positive, default=384)
-    limits.add_argument("--target-tokens", type=_positive, default=192)
-    limits.add_argument("--length-weight", type=_finite, default=0.02, help="λ (default 0.02)")
-    limits.add_argument("--penalty", type=_finite, help="cut penalty ρ (default: the model's calibrated value)")
-    limits.add_argument("--num-chunks", type=_positive, help="exactly this many chunks (fixed-K objective)")
+    add_config_options(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--emit", choices=("chunks", "scores"), default="chunks")
     output.add_argument("--format", choices=("jsonl", "json", "text"), default="jsonl")
@@ -100,6 +68,27 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--errors", choices=("strict", "replace"), default="strict", help="undecodable bytes")
     output.add_argument("--quiet", "-q", action="store_true", help="no progress bar or warnings")
     return parser
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per ChunkerConfig field (``--name-with-dashes``), with its default, help, type and choices."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for spec in fields(ChunkerConfig):
+        meta = spec.metadata
+        if meta["group"] not in groups:
+            groups[meta["group"]] = parser.add_argument_group(GROUP_TITLES.get(meta["group"], meta["group"]))
+        shown = "" if spec.default is None else f" (default {spec.default})"
+        groups[meta["group"]].add_argument(
+            "--" + spec.name.replace("_", "-"),
+            type=CHECK_TYPES.get(meta["check"], str),
+            choices=meta["choices"],
+            default=spec.default,
+            help=(meta["help"] + shown).replace("%", "%%"),
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> ChunkerConfig:
+    return ChunkerConfig(**{spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,38 +100,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.emit == "scores" and args.format == "text":
             raise RRFastError("--emit scores writes jsonl or json, not text")
         text = read_input(args.input, args.errors)
-        limits = _limits(args)
-        chunker = Chunker(
-            model=args.model,
-            backend=args.backend,
-            readout=args.readout,
-            layer=args.layer,
-            window=args.window,
-            skip=args.skip,
-            step=args.step,
-            penalty=args.penalty,
-            limits=limits,
-            num_chunks=args.num_chunks,
-            dtype=args.dtype,
-            device=args.device,
-            context=args.context,
-            batch_tokens=args.batch_tokens,
-            reindex={"auto": None, "original": False, "reindex": True}[args.positions],
-        )
+        chunker = Chunker(config_from_args(args))
         progress = not args.quiet
         if args.emit == "scores":
-            payload = format_scores(chunker.score(text, progress=progress), args.format)
+            result = chunker.score(text, progress=progress)
+            payload = format_scores(result, args.format)
         else:
-            payload = format_chunks(chunker.chunk(text, progress=progress), args.format, args.separator)
+            result = chunker.chunk(text, progress=progress)
+            payload = format_chunks(result, args.format, args.separator)
         if not args.quiet:
-            for warning in chunker.warnings:
+            for warning in result.warnings:
                 sys.stderr.write(f"{PROG}: warning: {warning}\n")
         write_output(args.output, payload)
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
     except (RRFastError, OSError, ValueError) as error:
-        sys.stderr.write(f"{PROG}: error: {_one_line(error)}\n")
+        sys.stderr.write(f"{PROG}: error: {_flag_names(_one_line(error))}\n")
         return 1
     return 0
 
@@ -209,11 +183,12 @@ def write_output(target: str, payload: str) -> None:
         raise
 
 
-def _limits(args) -> Limits:
-    try:
-        return Limits(args.min_tokens, args.max_tokens, args.target_tokens, args.length_weight)
-    except ValueError as error:
-        raise RRFastError(str(error).replace("_tokens", "-tokens")) from None
+def _flag_names(message: str) -> str:
+    """Option names as a command-line user types them: max_tokens → max-tokens."""
+    for spec in fields(ChunkerConfig):
+        if "_" in spec.name:
+            message = message.replace(spec.name, spec.name.replace("_", "-"))
+    return message
 
 
 def _one_line(error: BaseException) -> str:

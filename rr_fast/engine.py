@@ -23,18 +23,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from rr_fast.backends.base import Backend
+from rr_fast.config import PAPER_READOUT, PAPER_WINDOW, ChunkerConfig
 from rr_fast.readouts import READOUTS, lr_utility, rr_cosine
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    """How edges are scored. Defaults follow the paper: W = 24, s = 1, layer at 75% of depth."""
+    """How edges are scored. Defaults follow the paper (W = 24, s = 1, layer at 75% of depth) and ChunkerConfig."""
 
-    window: int = 24
-    skip: int = 1
+    window: int = PAPER_WINDOW
+    skip: int = ChunkerConfig.skip
     layer: int | None = None  # decoder layers to run; None means round(0.75 × depth)
-    readouts: tuple[str, ...] = ("rr",)
-    context: int = 2048  # guaranteed left context of the full pass, in tokens
+    readouts: tuple[str, ...] = (PAPER_READOUT,)
+    context: int = ChunkerConfig.context  # guaranteed left context of the full pass, in tokens
     batch_tokens: int | None = None  # window tokens per forward call; None: the backend's preference
     reindex: bool | None = None  # None: re-index windows from 0 exactly when that cannot change states
 

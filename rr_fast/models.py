@@ -30,8 +30,8 @@ class Bundled:
     install: str  # the exact command a user runs to get it
     readout: str  # the readout with the best clean-unit recovery on the quality benchmark
     penalties: dict[str, float]  # cut penalty ρ per readout, calibrated on the calibration streams
+    window: int  # reset window W in tokens; the penalties were calibrated with it
     layer: int | None = None  # None: 75% of depth
-    window: int = 24  # reset window W in tokens; the penalties were calibrated with it
 
 
 # Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "How the defaults are chosen"): each model's

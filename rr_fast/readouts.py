@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-READOUTS = ("rr", "lr")
+READOUTS = ("rr", "lr")  # what the engine computes
+COMBINED = "rr+lr"  # ranks edges by the sum of the two readouts' percentiles (segment.utility)
+READOUT_CHOICES = (*READOUTS, COMBINED)  # what a user may ask for
+
+
+def readout_parts(readout: str) -> tuple[str, ...]:
+    """The engine readouts a user's readout needs: ``"rr+lr"`` → ``("rr", "lr")``."""
+    if readout not in READOUT_CHOICES:
+        raise ValueError(f"readout must be one of {', '.join(READOUT_CHOICES)}, got {readout!r}")
+    return tuple(readout.split("+"))
 
 
 def rr_cosine(full: np.ndarray, reset: np.ndarray, mask: np.ndarray) -> np.ndarray:

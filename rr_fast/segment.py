@@ -15,17 +15,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rr_fast.config import ChunkerConfig
 from rr_fast.kernels import fixed_count, open_count
+from rr_fast.readouts import readout_parts
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Chunk length rules, in model tokens."""
+    """Chunk length rules, in model tokens (defaults: ChunkerConfig's)."""
 
-    min_tokens: int = 48
-    max_tokens: int = 384
-    target_tokens: int = 192
-    length_weight: float = 0.02  # λ: how strongly lengths are pulled towards the target
+    min_tokens: int = ChunkerConfig.min_tokens
+    max_tokens: int = ChunkerConfig.max_tokens
+    target_tokens: int = ChunkerConfig.target_tokens
+    length_weight: float = ChunkerConfig.length_weight  # λ: how strongly lengths are pulled towards the target
 
     def __post_init__(self) -> None:
         if self.min_tokens < 1:
@@ -63,6 +65,30 @@ def percentiles(scores: np.ndarray) -> np.ndarray:
         ranks[order[start:stop]] = (start + 1 + stop) / 2.0
         start = stop
     return ranks / count
+
+
+def rank_sum(*readouts: np.ndarray) -> np.ndarray:
+    """The readout combination: the sum of each readout's within-document percentiles, over the edges where
+    every readout is finite (NaN elsewhere). rr-fast's ``rr+lr`` and the benchmark's combinations both use it."""
+    finite = np.logical_and.reduce([np.isfinite(r) for r in readouts])
+    combined = np.full(finite.shape[0], np.nan)
+    if finite.any():
+        combined[finite] = np.sum([percentiles(r[finite]) for r in readouts], axis=0)
+    return combined
+
+
+def utility(values: dict[str, np.ndarray], readout: str) -> np.ndarray:
+    """Calibrated per-edge utility of a readout (``"rr"``, ``"lr"`` or ``"rr+lr"``): within-document percentiles.
+
+    A combination is rank-averaged, the percentiles of its rank sum, so its utility is uniform on (0, 1] like
+    a single readout's and one ρ scale serves every choice.
+    """
+    combined = rank_sum(*(values[name] for name in readout_parts(readout)))
+    finite = np.isfinite(combined)
+    out = np.full(finite.shape[0], np.nan)
+    if finite.any():
+        out[finite] = percentiles(combined[finite])
+    return out
 
 
 def segment(

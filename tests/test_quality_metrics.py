@@ -269,15 +269,15 @@ def test_combinations_match_edges_by_character():
 def test_variants_weight_readouts_and_lift_sentence_ends():
     """bench.quality.variants: α = 0.5 orders edges as rr-fast's rank sum does, α = 1 as RR alone; the bonus
     lifts an edge that ends a sentence above one that does not, and leaves unscored edges unscored."""
-    from bench.quality.__main__ import _rank_sum
     from bench.quality.variants import sentence_bonus, weighted
+    from rr_fast.segment import rank_sum
 
     text = "One two three. Four five six seven eight"
     chars = np.array([4, 15, 20, 25])  # after "One ", after "three. ", ...
     rr = EdgeScores(8, np.arange(4), chars, np.array([0.9, 0.1, 0.5, np.nan]))
     lr = EdgeScores(8, np.arange(4), chars, np.array([0.2, 0.3, 0.8, 0.4]))
     half = weighted({"s": rr}, {"s": lr}, 0.5)["s"].scores
-    np.testing.assert_allclose(half[:3], _rank_sum(rr.scores, lr.scores)[:3] / 2)
+    np.testing.assert_allclose(half[:3], rank_sum(rr.scores, lr.scores)[:3] / 2)
     np.testing.assert_array_equal(np.argsort(weighted({"s": rr}, {"s": lr}, 1.0)["s"].scores[:3]), [1, 2, 0])
     assert np.isnan(half[3])
     lifted = sentence_bonus({"s": rr}, {"s": text}, 1.0)["s"].scores

@@ -37,7 +37,7 @@ from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import REPO_ROOT, Stream, build_streams, data_dir, minilm_embedder, write_streams
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.segment import percentiles
+from rr_fast.segment import rank_sum
 from rr_fast.text import candidate_edges, tokenize
 
 STEP = 8  # candidate grid, tokens
@@ -261,7 +261,7 @@ def _lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tup
             for rr_key in [key for key in data.files if key == "rr" or key.startswith("rr@")]:
                 suffix = rr_key[len("rr") :]
                 if "lr" + suffix in data.files:
-                    combined = _rank_sum(data[rr_key], data["lr" + suffix])
+                    combined = rank_sum(data[rr_key], data["lr" + suffix])
                     out.setdefault("rr+lr" + suffix, ({}, _main_table(rr_key)))[0][stream.id] = EdgeScores(
                         int(data["num_tokens"]), data["edge_tokens"], data["edge_chars"], combined
                     )
@@ -280,21 +280,13 @@ def _combine(scored: dict[str, dict[str, EdgeScores]], parts: tuple[str, ...]) -
             other = scored[part][stream_id]
             by_char = dict(zip(other.edge_chars.tolist(), other.scores.tolist()))
             values.append(np.array([by_char.get(c, np.nan) for c in first.edge_chars.tolist()]))
-        out[stream_id] = EdgeScores(first.num_tokens, first.edge_tokens, first.edge_chars, _rank_sum(*values))
+        out[stream_id] = EdgeScores(first.num_tokens, first.edge_tokens, first.edge_chars, rank_sum(*values))
     return out
 
 
 def _main_table(key: str) -> bool:
     """Whether a score-file key is a main-table method (per-layer RR and the controls have their own tables)."""
     return not key.startswith("rr_L") and "@" not in key
-
-
-def _rank_sum(*readouts: np.ndarray) -> np.ndarray:
-    """rr-fast's combined readout (rr_fast.Chunker.utility): the sum of each readout's percentiles."""
-    finite = np.logical_and.reduce([np.isfinite(r) for r in readouts])
-    combined = np.full(finite.shape[0], np.nan)
-    combined[finite] = np.sum([percentiles(r[finite]) for r in readouts], axis=0)
-    return combined
 
 
 def _evaluate_scored(

@@ -28,14 +28,14 @@ def time_runs(runs: list[tuple[str, int | None]], text: str, repeats: int = 2) -
     rows = []
     for model, window in runs:
         chunker = Chunker(model=model, window=window, device="cpu")
-        tokens = len(chunker._tokenize(text))
+        tokens = len(chunker.tokenize(text))
         chunker.chunk(text)  # warm-up: first-call allocations and JIT compilation are not the window's cost
         seconds = []
         for _ in range(repeats):
             started = time.perf_counter()
             chunker.chunk(text)
             seconds.append(time.perf_counter() - started)
-        row = {"model": model, "readout": chunker.readout, "window": chunker.window, "tokens": tokens}
+        row = {"model": model, "readout": chunker.config.readout, "window": chunker.config.window, "tokens": tokens}
         rows.append(row | {"seconds": min(seconds)})
     for row in rows:
         row["tokens_per_second"] = row["tokens"] / row["seconds"]

@@ -153,7 +153,7 @@ def engine_job(job: Job) -> dict:
     )
     flops = total_flops(work, shape)
     tokens = tokenize(chunker.tokenizer, text)
-    assert len(tokens) == n and len(candidate_edges(text, tokens, chunker.step).tokens) == len(edges)
+    assert len(tokens) == n and len(candidate_edges(text, tokens, chunker.config.step).tokens) == len(edges)
     result = {
         "n": n,
         "edges": int(len(edges)),
@@ -399,7 +399,7 @@ def profile_job(job: Job) -> dict:
     )
     text = timing_text(chunker.tokenizer, job.n, data_dir(job.data_dir))
     tokens = tokenize(chunker.tokenizer, text)
-    edges = candidate_edges(text, tokens, chunker.step).tokens
+    edges = candidate_edges(text, tokens, chunker.config.step).tokens
     chunker.engine.score(tokens.ids[:WARM_TOKENS], edges[edges < WARM_TOKENS])
     started = time.perf_counter()
     chunker.engine.score(tokens.ids, edges)

@@ -1,0 +1,142 @@
+"""Every option of rr-fast with its default, written once: ``ChunkerConfig``.
+
+The CLI builds its flags and help text from these fields, ``Limits`` and ``ScoreConfig`` take their defaults
+from them, and a preset is a named ``ChunkerConfig``. Options whose default depends on the model (readout,
+layer, window, penalty) are ``None`` here; ``resolved()`` fills them with the bundled model's benchmarked
+choice, or with the paper's configuration for any other model.
+
+To add an option: one ``option(...)`` field below (default, help, CLI group, and ``check`` or ``choices``);
+the CLI flag ``--name-with-dashes`` and its validation follow from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from numbers import Integral, Real
+from typing import Any
+
+from rr_fast.backends import BACKENDS, DTYPES
+from rr_fast.errors import RRFastError
+from rr_fast.models import BUNDLED, DEFAULT_MODEL
+from rr_fast.readouts import READOUT_CHOICES
+
+# A model that is not bundled gets the paper's configuration; bundled models bring their own choices.
+PAPER_READOUT = "rr"
+PAPER_WINDOW = 24
+PAPER_PENALTY = 1.0
+POSITIONS = ("auto", "original", "reindex")
+
+# value checks an option may name; each is one predicate and the words of its error
+CHECKS = {
+    "positive": (lambda v: isinstance(v, Integral) and v >= 1, "must be a positive integer"),
+    "non_negative": (lambda v: isinstance(v, Integral) and v >= 0, "must be an integer >= 0"),
+    "finite": (lambda v: isinstance(v, Real) and math.isfinite(v), "must be a finite number"),
+}
+
+
+def option(default: Any, group: str, help: str, check: str | None = None, choices: tuple | None = None) -> Any:
+    """A ChunkerConfig field: its default, the CLI group and help, and the check its values must pass."""
+    assert check is None or check in CHECKS, check
+    return field(default=default, metadata={"group": group, "help": help, "check": check, "choices": choices})
+
+
+@dataclass(frozen=True)
+class ChunkerConfig:
+    """How rr-fast chunks: model, scoring and chunk lengths. Frozen, so a config can name a preset and key a
+    cache; derive variants with ``replace(**changes)``."""
+
+    # model
+    model: str = option(
+        DEFAULT_MODEL, "model", f"bundled name ({', '.join(BUNDLED)}), local HF folder, .gguf file or hub id"
+    )
+    backend: str = option("auto", "model", "auto: mlx on Apple silicon, else torch", choices=BACKENDS)
+    dtype: str = option("float32", "model", "weights and activations", choices=DTYPES)
+    device: str = option("auto", "model", "torch device: auto, cpu, cuda, mps")
+    # scoring
+    readout: str | None = option(
+        None,
+        "scoring",
+        f"default: the bundled model's benchmarked choice, else {PAPER_READOUT}",
+        choices=READOUT_CHOICES,
+    )
+    layer: int | None = option(
+        None, "scoring", "decoder layer for RR (default: the model's, else 75% of depth)", "positive"
+    )
+    window: int | None = option(
+        None,
+        "scoring",
+        f"reset window W in tokens (default: the bundled model's choice, else {PAPER_WINDOW})",
+        "positive",
+    )
+    skip: int = option(1, "scoring", "reset positions skipped, s", "non_negative")
+    step: int = option(8, "scoring", "candidate grid step in tokens", "positive")
+    context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
+    batch_tokens: int | None = option(
+        None, "scoring", "window tokens per forward call (default: the backend's choice)", "positive"
+    )
+    positions: str = option(
+        "auto", "scoring", "window position ids; auto re-indexes RoPE models, where it is exact", choices=POSITIONS
+    )
+    # chunk lengths, in model tokens
+    min_tokens: int = option(48, "lengths", "shortest chunk", "positive")
+    max_tokens: int = option(384, "lengths", "longest chunk (a hard limit)", "positive")
+    target_tokens: int = option(192, "lengths", "length the length term pulls towards, T", "positive")
+    length_weight: float = option(0.02, "lengths", "λ: how strongly lengths are pulled towards the target", "finite")
+    penalty: float | None = option(
+        None, "lengths", f"cut penalty ρ (default: the model's calibrated value, else {PAPER_PENALTY})", "finite"
+    )
+    num_chunks: int | None = option(None, "lengths", "exactly this many chunks (fixed-count objective)", "positive")
+
+    def replace(self, **changes: Any) -> ChunkerConfig:
+        """A copy with some options changed; an unknown name is one clear error.
+
+        ``limits=Limits(...)`` is accepted too and sets the four length options.
+        """
+        limits = changes.pop("limits", None)
+        if limits is not None:
+            changes = {**asdict(limits), **changes}
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise RRFastError(f"unknown option {unknown[0]!r}; options are {', '.join(f.name for f in fields(self))}")
+        return replace(self, **changes)
+
+    def resolved(self) -> ChunkerConfig:
+        """The model's choices filled in (readout, layer, window, penalty) and every value checked.
+
+        Checks here are per option (types, ranges, choices); how options combine (min ≤ max tokens, the window
+        against the context) is checked by ``Limits`` and ``ScoreConfig``, which the ``Chunker`` builds before
+        it loads the model.
+        """
+        bundled = BUNDLED.get(self.model)
+        readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
+        _check(self, "readout", readout)
+        config = replace(
+            self,
+            readout=readout,
+            layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
+            window=self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW),
+            penalty=self.penalty
+            if self.penalty is not None
+            else (bundled.penalties[readout] if bundled else PAPER_PENALTY),
+        )
+        for spec in fields(config):
+            value = getattr(config, spec.name)
+            if value is not None:
+                _check(config, spec.name, value)
+        return config
+
+    @property
+    def reindex(self) -> bool | None:
+        """``positions`` as the engine's flag: None lets it re-index exactly when that is exact."""
+        return {"auto": None, "original": False, "reindex": True}[self.positions]
+
+
+def _check(config: ChunkerConfig, name: str, value: Any) -> None:
+    meta = config.__dataclass_fields__[name].metadata
+    if meta["choices"] is not None and value not in meta["choices"]:
+        raise RRFastError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
+    if meta["check"] is not None:
+        passes, words = CHECKS[meta["check"]]
+        if isinstance(value, bool) or not passes(value):
+            raise RRFastError(f"{name} {words}, got {value!r}")

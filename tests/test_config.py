@@ -1,0 +1,103 @@
+"""ChunkerConfig: one place for every default, the CLI generated from it, model choices filled and checked."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from tiny_models import tiny_llama_folder
+
+import rr_fast
+from rr_fast import BUNDLED, DEFAULT_MODEL, ChunkerConfig, Limits, RRFastError
+from rr_fast.cli import build_parser, config_from_args
+from rr_fast.config import PAPER_PENALTY, PAPER_READOUT, PAPER_WINDOW
+from rr_fast.engine import ScoreConfig
+from rr_fast.segment import percentiles, rank_sum, utility
+
+
+def test_limits_and_score_config_take_their_defaults_from_the_config():
+    config = ChunkerConfig()
+    assert Limits() == Limits(config.min_tokens, config.max_tokens, config.target_tokens, config.length_weight)
+    assert (ScoreConfig().skip, ScoreConfig().context, ScoreConfig().window) == (
+        config.skip,
+        config.context,
+        PAPER_WINDOW,
+    )
+
+
+def test_cli_flags_are_the_config_fields_with_their_defaults():
+    args = build_parser().parse_args(["in.txt"])
+    assert config_from_args(args) == ChunkerConfig()
+    args = build_parser().parse_args(["in.txt", "--max-tokens", "500", "--positions", "original", "--penalty", "0.5"])
+    assert config_from_args(args) == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5)
+    flags = {a.dest for a in build_parser()._actions}
+    assert {f.name for f in fields(ChunkerConfig)} <= flags
+
+
+@pytest.mark.parametrize("name", list(BUNDLED))
+def test_resolved_fills_the_bundled_choices(name):
+    config = ChunkerConfig(model=name).resolved()
+    spec = BUNDLED[name]
+    assert (config.readout, config.window, config.layer) == (spec.readout, spec.window, spec.layer)
+    assert config.penalty == spec.penalties[spec.readout]
+    assert ChunkerConfig(model=name, readout="rr").resolved().penalty == spec.penalties["rr"]
+    assert ChunkerConfig(model=name, window=12, penalty=0.3).resolved().window == 12
+
+
+def test_resolved_uses_the_paper_configuration_for_other_models():
+    config = ChunkerConfig(model="some/hub-model").resolved()
+    assert (config.readout, config.window, config.penalty) == (PAPER_READOUT, PAPER_WINDOW, PAPER_PENALTY)
+    assert ChunkerConfig().model == DEFAULT_MODEL
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"window": 0}, "window must be a positive integer"),
+        ({"skip": -1}, "skip must be an integer >= 0"),
+        ({"length_weight": float("nan")}, "length_weight must be a finite number"),
+        ({"readout": "kl"}, r"readout must be one of rr, lr, rr\+lr"),
+        ({"positions": "sideways"}, "positions must be one of"),
+        ({"step": True}, "step must be a positive integer"),
+    ],
+)
+def test_resolved_rejects_bad_values_in_one_line(changes, message):
+    with pytest.raises(RRFastError, match=message) as caught:
+        ChunkerConfig(**changes).resolved()
+    assert "\n" not in str(caught.value)
+
+
+def test_replace_names_unknown_options_and_accepts_limits():
+    with pytest.raises(RRFastError, match="unknown option 'windw'"):
+        ChunkerConfig().replace(windw=3)
+    config = ChunkerConfig().replace(limits=Limits(4, 40, 12))
+    assert (config.min_tokens, config.max_tokens, config.target_tokens) == (4, 40, 12)
+
+
+def test_combination_is_the_percentile_of_the_rank_sum():
+    rr = np.array([0.9, 0.1, 0.5, np.nan])
+    lr = np.array([0.2, 0.3, 0.8, 0.4])
+    summed = rank_sum(rr, lr)
+    np.testing.assert_allclose(summed[:3], percentiles(rr[:3]) + percentiles(lr[:3]))
+    assert np.isnan(summed[3])
+    combined = utility({"rr": rr, "lr": lr}, "rr+lr")
+    np.testing.assert_allclose(combined[:3], percentiles(summed[:3]))
+    np.testing.assert_allclose(utility({"rr": rr}, "rr")[:3], percentiles(rr[:3]))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
+
+
+def test_chunker_from_a_config_and_warnings_on_the_result(tiny):
+    preset = ChunkerConfig(model=tiny, backend="torch", min_tokens=4, max_tokens=24, target_tokens=12)
+    chunker = rr_fast.Chunker(preset, penalty=0.5)
+    assert chunker.config == preset.replace(penalty=0.5).resolved()
+    assert chunker.limits == Limits(4, 24, 12)
+    short = rr_fast.chunk("Hi.", config=preset, min_tokens=40, max_tokens=80)
+    assert len(short) == 1 and "fewer than min_tokens" in short.warnings[0]
+    assert rr_fast.chunk("Hello there, world. " * 5, config=preset).warnings == ()
+    with pytest.raises(RRFastError, match="max_tokens"):
+        rr_fast.Chunker(preset, max_tokens=2)  # checked before the model loads
