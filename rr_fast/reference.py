@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rr_fast.config import PAPER_WINDOW
+
 
 @torch.inference_mode()
 def reference_scores(
@@ -18,7 +20,7 @@ def reference_scores(
     edges: np.ndarray,
     bos: list[int],
     layer: int,
-    window: int = 24,
+    window: int = PAPER_WINDOW,
     skip: int = 1,
     readouts: tuple[str, ...] = ("rr", "lr"),
 ) -> dict[str, np.ndarray]:

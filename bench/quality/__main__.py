@@ -36,11 +36,12 @@ from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import REPO_ROOT, Stream, build_streams, data_dir, minilm_embedder, write_streams
+from rr_fast.config import ChunkerConfig
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import rank_sum
 from rr_fast.text import candidate_edges, tokenize
 
-STEP = 8  # candidate grid, tokens
+STEP = ChunkerConfig.step  # candidate grid, tokens
 QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)
 META_KEYS = ("edge_tokens", "edge_chars", "num_tokens")
 # Combinations of readouts across models and with the embedding boundary (issue: "what did not help" too)

@@ -20,7 +20,7 @@ from rr_fast.segment import Limits, percentiles, segment
 # ρ grid: past 1 a cut costs more than any percentile earns, so the DP cuts only where the length limits
 # and the length term demand; the grid reaches beyond 1 so that a calibration landing there is visible.
 PENALTY_GRID = tuple(round(0.05 * i, 2) for i in range(25))  # 0.00 .. 1.20
-LIMITS = Limits(min_tokens=48, max_tokens=384, target_tokens=192, length_weight=0.02)
+LIMITS = Limits()  # rr-fast's defaults (ChunkerConfig): 48–384 tokens, target 192, λ 0.02
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 
 from bench.quality.metrics import bootstrap_indices, interval
 from bench.quality.streams import REPO_ROOT
+from rr_fast.config import PAPER_WINDOW
 from rr_fast.models import BUNDLED
 
 BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
@@ -91,7 +92,7 @@ ALSO_IN_MAIN_TABLE = ("smollm2-135m:rr+lr@w64", "gemma3-270m:lr@w48")
 def bundled_method(model: str) -> str:
     """A bundled model's default configuration as a method name of this benchmark (``model:readout[@wW]``)."""
     bundled = BUNDLED[model]
-    return f"{model}:{bundled.readout}" + ("" if bundled.window == 24 else f"@w{bundled.window}")
+    return f"{model}:{bundled.readout}" + ("" if bundled.window == PAPER_WINDOW else f"@w{bundled.window}")
 
 
 def _ordered(results: dict) -> list[str]:
@@ -257,7 +258,7 @@ def product_options(results: dict, model: str) -> list[dict]:
             {
                 "method": name,
                 "readout": "rr" if match["layer"] else match["readout"],
-                "window": int(match["window"] or 24),
+                "window": int(match["window"] or PAPER_WINDOW),
                 "layer": int(match["layer"]) if match["layer"] else None,
                 "penalty": entry["penalty"],
                 "calibration": by_rho[entry["penalty"]]["clean_unit_recovery"],

@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.speed.flops import ModelShape
+from rr_fast.config import PAPER_WINDOW
 
 QWEN3_4B = ModelShape(depth=36, hidden=2560, intermediate=9728, heads=32, kv_heads=8, head_dim=128, vocab=151936)
 PAPER_TOKENS, PAPER_EDGES, PAPER_SECONDS, PAPER_STREAMS = 50_818, 7_701, 289.0, 60
-LAYER, WINDOW, SKIP = 27, 24, 1
+LAYER, WINDOW, SKIP = 27, PAPER_WINDOW, 1
 BYTES = 2  # fp16 / bf16
 
 

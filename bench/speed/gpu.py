@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from bench.speed.cost_model import PAPER_EDGES, PAPER_STREAMS, PAPER_TOKENS, QWEN3_4B
+from rr_fast.config import PAPER_WINDOW
 
 STREAM = round(PAPER_TOKENS / PAPER_STREAMS)
-LAYER, WINDOW, SKIP = 27, 24, 1
+LAYER, WINDOW, SKIP = 27, PAPER_WINDOW, 1
 
 
 DEVICE = "cuda"

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-WINDOW = 24  # the paper's W, for the per-edge loop and every engine row alike (bundled defaults may differ)
+from rr_fast.config import PAPER_WINDOW
+
+WINDOW = PAPER_WINDOW  # the paper's W, for the per-edge loop and every engine row alike (bundled defaults may differ)
 STAGES = ("model load", "tokenization", "full pass", "reset windows", "readouts", "dp")
 WARM_TOKENS = 256
 
