@@ -95,7 +95,7 @@ class Engine:
         need_logprobs = "lr" in self.config.readouts
         buffer = _StateBuffer()
         next_edge = 0
-        for in_start, out_start, out_end in _blocks(len(ids), self.context):
+        for in_start, out_start, out_end in blocks(len(ids), self.context):
             started = time.perf_counter()
             full = self._full_pass(ids, in_start, out_end, need_states, need_logprobs)
             skip = out_start - in_start
@@ -219,7 +219,7 @@ class _StateBuffer:
         return self.logprobs[token_index - self.start]
 
 
-def _blocks(count: int, context: int):
+def blocks(count: int, context: int):
     """(input start, output start, output end) of each full-pass block; inputs end at the output end."""
     if count <= 2 * context:
         yield 0, 0, count

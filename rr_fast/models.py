@@ -15,11 +15,11 @@ import os
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from rr_fast.errors import RRFastError
+from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _convert_once(gguf: Path, target: Path) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         save_dequantized(gguf, staging)
         tokenizer.save_pretrained(staging)
-        _write_mlx_compatible_config(staging / "config.json")
+        write_mlx_compatible_config(staging / "config.json")
         try:
             staging.rename(target)
         except OSError:
@@ -166,49 +166,3 @@ def save_dequantized(gguf: Path, folder: Path) -> None:
     model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
     model.config.__dict__.pop("quantization_config", None)
     model.save_pretrained(folder)
-
-
-@contextmanager
-def quiet_transformers():
-    """Silence transformers' progress bars and advice while loading: stderr is for our own messages."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
-
-
-def _write_mlx_compatible_config(path: Path, write: bool = True) -> dict:
-    """Add the config keys mlx-lm reads but transformers 5 no longer writes; returns the keys added.
-
-    Without them mlx-lm loads the model and silently computes something else: it ignores
-    ``rope_parameters`` (falling back to rope_theta 10000 and no RoPE scaling) and ``layer_types`` (Gemma 3
-    places its full-attention layers by ``sliding_window_pattern``, default 6), and GPT-2 needs ``n_ctx``.
-    With write=False the file stays untouched: the MLX backend applies the keys in memory to folders
-    written elsewhere.
-    """
-    config = json.loads(path.read_text())
-    added = {}
-    rope = config.get("rope_parameters")
-    if isinstance(rope, dict):
-        full = rope.get("full_attention", rope)  # per-attention-type parameters (Gemma 3) or one set
-        added["rope_theta"] = full.get("rope_theta")
-        added["rope_local_base_freq"] = rope.get("sliding_attention", {}).get("rope_theta")
-        if full.get("rope_type", "default") != "default":
-            added["rope_scaling"] = full
-    types = config.get("layer_types")
-    if isinstance(types, list) and types:
-        period = types.index("full_attention") + 1 if "full_attention" in types else len(types) + 1
-        if all((kind == "full_attention") == ((i + 1) % period == 0) for i, kind in enumerate(types)):
-            added["sliding_window_pattern"] = period
-    if config.get("model_type") == "gpt2":
-        added["n_ctx"] = config.get("n_positions")
-    added = {key: value for key, value in added.items() if value is not None and config.get(key) is None}
-    if write and added:
-        path.write_text(json.dumps({**config, **added}, indent=2, sort_keys=True))
-    return added

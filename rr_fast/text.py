@@ -87,7 +87,7 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8) -> Edges:
         gap = text[before:cut]
         if gap and gap.isspace() or (cut > 0 and text[cut - 1].isspace()):
             word[e] = True
-            sentence[e] = _ends_sentence(text, cut)
+            sentence[e] = ends_sentence(text, cut)
         elif cut > 0 and text[cut - 1] in SENTENCE_END and _is_cjk(text[cut - 1]):
             sentence[e] = True  # CJK sentences are not followed by a space
     keep = sentence.copy()
@@ -108,7 +108,7 @@ def clean_edges(text: str, tokens: Tokens) -> Edges:
     return Edges(edges, chars[edges])
 
 
-def _ends_sentence(text: str, stop: int) -> bool:
+def ends_sentence(text: str, stop: int) -> bool:
     """Does text[:stop] end a sentence: a final mark, optional closing quotes or brackets, whitespace?"""
     i = stop
     while i > 0 and text[i - 1].isspace():

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rr_fast.hf import quiet_transformers
+
 AS_WRITTEN = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"})
 
 
@@ -54,8 +56,6 @@ def load_tokenizer(folder: str | Path):
     if (folder / "tokenizer.json").exists() and settings.get("tokenizer_class") in AS_WRITTEN and not overrides:
         return JSONTokenizer(folder / "tokenizer.json", bos)
     from transformers import AutoTokenizer
-
-    from rr_fast.models import quiet_transformers
 
     with quiet_transformers():
         return AutoTokenizer.from_pretrained(str(folder))

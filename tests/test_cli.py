@@ -124,3 +124,9 @@ def test_module_entry_point_exit_codes(tmp_path):
     )
     assert missing.returncode == 1 and missing.stderr.startswith("rr-fast: error: no such file")
     assert "Traceback" not in missing.stderr
+
+
+def test_package_runs_as_the_command(tmp_path):
+    """`python -m rr_fast FILE` is the same command as `python -m rr_fast.chunk FILE`."""
+    missing = subprocess.run([sys.executable, "-m", "rr_fast", str(tmp_path / "x.txt")], capture_output=True, text=True)
+    assert missing.returncode == 1 and missing.stderr.startswith("rr-fast: error: no such file")

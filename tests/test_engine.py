@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import Engine, ScoreConfig, _blocks, default_layer
+from rr_fast.engine import Engine, ScoreConfig, blocks, default_layer
 from rr_fast.reference import reference_scores
 
 TOL = 1e-4
@@ -71,7 +71,7 @@ def test_long_input_uses_bounded_blocks(tiny_model_factory, stock_model, kind):
     ids, edges = random_text(n, seed=3)
     got = Engine(backend, [1], ScoreConfig(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
     checked = 0
-    for in_start, out_start, out_end in _blocks(n, context):
+    for in_start, out_start, out_end in blocks(n, context):
         assert out_end - in_start <= 2 * context and (in_start == 0 or out_start - in_start >= context)
         inside = [i for i, b in enumerate(edges) if out_start <= b and b + 8 <= out_end]
         if not inside:
@@ -96,7 +96,7 @@ def test_long_input_with_no_edge_near_a_block_end(tiny_model_factory):
 
 def test_blocks_cover_every_token_once():
     for n in (1, 63, 64, 65, 200, 1000):
-        spans = list(_blocks(n, 32))
+        spans = list(blocks(n, 32))
         assert spans[0][1] == 0 and spans[-1][2] == n
         assert all(a[2] == b[1] for a, b in zip(spans, spans[1:]))
 

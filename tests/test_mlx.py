@@ -17,7 +17,7 @@ import rr_fast.backends.mlx as mlx_backend
 from rr_fast.backends.mlx import MLXBackend
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.engine import Engine, ScoreConfig
-from rr_fast.models import _write_mlx_compatible_config
+from rr_fast.hf import write_mlx_compatible_config
 from rr_fast.reference import reference_scores
 
 TOL = 1e-4
@@ -115,7 +115,7 @@ def test_logsumexp_is_accurate_over_a_large_vocabulary():
     """A plain fp32 mx.logsumexp over Gemma's 262k logits is off by ~5e-4 on the CPU; ours stays near 1e-6."""
     logits = (np.random.default_rng(8).standard_normal((4, 262144 - 37)) * 3).astype(np.float32)
     exact = np.log(np.exp(logits.astype(np.float64)).sum(axis=1))
-    assert np.abs(np.array(mlx_backend._logsumexp(mx.array(logits))) - exact).max() < 1e-5
+    assert np.abs(np.array(mlx_backend.logsumexp(mx.array(logits))) - exact).max() < 1e-5
 
 
 def test_layers_above_the_exit_never_run(tiny_model_dir):
@@ -159,10 +159,10 @@ def test_config_keys_mlx_lm_needs(tiny_model_factory):
     for kind, keys in expected.items():
         path = tiny_model_factory(kind) / "config.json"
         text = path.read_text()
-        added = _write_mlx_compatible_config(path, write=False)
+        added = write_mlx_compatible_config(path, write=False)
         assert path.read_text() == text  # the user's folder is never touched
         assert {k: added.get(k) for k in keys} == keys
-    llama = _write_mlx_compatible_config(tiny_model_factory("llama") / "config.json", write=False)
+    llama = write_mlx_compatible_config(tiny_model_factory("llama") / "config.json", write=False)
     assert llama["rope_scaling"]["rope_type"] == "llama3"
 
 
@@ -171,10 +171,10 @@ def test_written_config_loads_without_fixes(tiny_model_factory, tmp_path, monkey
     source = tiny_model_factory("gemma3")
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((source / name).read_bytes())
-    assert _write_mlx_compatible_config(tmp_path / "config.json")["sliding_window_pattern"] == 2
+    assert write_mlx_compatible_config(tmp_path / "config.json")["sliding_window_pattern"] == 2
     assert json.loads((tmp_path / "config.json").read_text())["rope_local_base_freq"] == 20000.0
-    assert _write_mlx_compatible_config(tmp_path / "config.json", write=False) == {}
-    monkeypatch.setattr(mlx_backend, "_write_mlx_compatible_config", lambda path, write=False: {})
+    assert write_mlx_compatible_config(tmp_path / "config.json", write=False) == {}
+    monkeypatch.setattr(mlx_backend, "write_mlx_compatible_config", lambda path, write=False: {})
     ids, positions, _ = _batch(4)
     ours = MLXBackend.load(tmp_path).forward(ids, positions, 4).hidden
     theirs = TorchBackend.load(source, device="cpu").forward(ids, positions, 4).hidden
@@ -185,9 +185,9 @@ def test_written_config_loads_without_fixes(tiny_model_factory, tmp_path, monkey
 def test_rope_fallback_would_be_caught(tiny_model_factory, monkeypatch, kind):
     """Without the rope keys mlx-lm silently uses its default bases; the parity tests must see that."""
     folder = tiny_model_factory(kind)
-    fixes = _write_mlx_compatible_config(folder / "config.json", write=False)
+    fixes = write_mlx_compatible_config(folder / "config.json", write=False)
     rope_free = {k: v for k, v in fixes.items() if not k.startswith("rope")}
-    monkeypatch.setattr(mlx_backend, "_write_mlx_compatible_config", lambda path, write=False: rope_free)
+    monkeypatch.setattr(mlx_backend, "write_mlx_compatible_config", lambda path, write=False: rope_free)
     ids, positions, _ = _batch(5)
     backend = MLXBackend.load(folder)
     ours = backend.forward(ids, positions, backend.depth).hidden

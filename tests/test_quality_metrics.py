@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.quality.__main__ import _combine, _evaluate_scored, _lm_scores
+from bench.quality.__main__ import combine, evaluate_scored, load_lm_scores
 from bench.quality.calibration import LIMITS, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, partition, stream_metrics
 from bench.quality.ocr import align_chars, ocr_stream
@@ -239,15 +239,15 @@ def test_lm_score_files_load_and_evaluate(tmp_path):
             lr=noise,
             **{"rr@w48": good.scores, "lr@w48": noise},
         )
-    loaded = _lm_scores("fake-lm", [cal, ev], tmp_path / "lm_scores")
+    loaded = load_lm_scores("fake-lm", [cal, ev], tmp_path / "lm_scores")
     # rr+lr: rr-fast's rank-summed default readout, for the default window and for each control
     assert set(loaded) == {"rr", "rr_L3", "lr", "rr+lr", "rr@w48", "lr@w48", "rr+lr@w48"}
     assert loaded["rr"][1] and not loaded["rr_L3"][1] and not loaded["rr+lr@w48"][1]  # own tables skip Pk/WD
     np.testing.assert_array_equal(loaded["rr+lr@w48"][0]["eval-0"].scores, loaded["rr+lr"][0]["eval-0"].scores)
-    result = _evaluate_scored(loaded["rr"][0], [cal], {"original": [ev]}, boundaries=True)
+    result = evaluate_scored(loaded["rr"][0], [cal], {"original": [ev]}, boundaries=True)
     row = result["conditions"]["original"]["per_stream"][0]
     assert row["clean_unit_recovery"] == 1.0 and row["pk"] == 0.0
-    noisy = _evaluate_scored(loaded["lr"][0], [cal], {"original": [ev]}, boundaries=True)
+    noisy = evaluate_scored(loaded["lr"][0], [cal], {"original": [ev]}, boundaries=True)
     assert noisy["conditions"]["original"]["spans"][0][-1][1] == len(ev.text)
 
 
@@ -260,7 +260,7 @@ def test_combinations_match_edges_by_character():
     offset, and an edge it lacks drops out rather than borrowing a neighbour's score."""
     first = EdgeScores(10, np.array([2, 4, 6]), np.array([10, 20, 30]), np.array([0.1, 0.9, 0.5]))
     other = EdgeScores(12, np.array([3, 7]), np.array([20, 30]), np.array([5.0, 1.0]))
-    combined = _combine({"a": {"s": first}, "b": {"s": other}}, ("a", "b"))["s"]
+    combined = combine({"a": {"s": first}, "b": {"s": other}}, ("a", "b"))["s"]
     assert np.isnan(combined.scores[0])
     assert combined.scores[1] > combined.scores[2]  # best in both
     np.testing.assert_array_equal(combined.edge_tokens, first.edge_tokens)

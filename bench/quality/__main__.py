@@ -106,12 +106,12 @@ def main(argv: list[str] | None = None) -> None:
     with clock("baselines"):
         for name, scores in _baseline_scores(every, out / "embedding").items():
             scored[name] = scores
-            methods[name] = _evaluate_scored(scores, calibration, conditions, boundaries=True)
+            methods[name] = evaluate_scored(scores, calibration, conditions, boundaries=True)
             methods[name].update(kind="ours", setting=OURS[name])
     score_files: dict[str, dict[str, int]] = {}
     with clock("lm methods"):
         for model in models:
-            loaded = _lm_scores(model, every, out / "lm_scores")
+            loaded = load_lm_scores(model, every, out / "lm_scores")
             score_files[model] = {name: len(scores) for name, (scores, _) in loaded.items()}
             if not loaded:
                 _log(f"{model}: no score files in {out / 'lm_scores'}; its methods are left out")
@@ -125,12 +125,12 @@ def main(argv: list[str] | None = None) -> None:
                     or f"{model}:{name}" in (args.reference, *report.ALSO_IN_MAIN_TABLE)
                     or (model in BUNDLED and f"{model}:{name}" == report.bundled_method(model))
                 )
-                methods[f"{model}:{name}"] = _evaluate_scored(scores, calibration, conditions, main_table)
+                methods[f"{model}:{name}"] = evaluate_scored(scores, calibration, conditions, main_table)
                 methods[f"{model}:{name}"].update(kind="lm", setting=f"{model} score file, key {name!r}")
         for parts in COMBINATIONS:
             if all(part in scored for part in parts):
                 name = " + ".join(parts)
-                methods[name] = _evaluate_scored(_combine(scored, parts), calibration, conditions, boundaries=True)
+                methods[name] = evaluate_scored(combine(scored, parts), calibration, conditions, boundaries=True)
                 methods[name].update(kind="combination", setting="sum of the methods' percentiles, first one's edges")
     with clock("peers"):
         for peer in PEERS:
@@ -237,7 +237,7 @@ def _baseline_scores(streams: list[Stream], cache: Path) -> dict[str, dict[str, 
     return out
 
 
-def _lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tuple[dict[str, EdgeScores], bool]]:
+def load_lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tuple[dict[str, EdgeScores], bool]]:
     """Every method of a model's score files: name -> (stream id -> scores, whether to compute Pk/WD).
 
     Per-layer RR (``rr_L<l>``) and the window / reset-prefix controls (``rr@w12``, ``lr@sep`` ...) feed their
@@ -269,7 +269,7 @@ def _lm_scores(model: str, streams: list[Stream], folder: Path) -> dict[str, tup
     return out
 
 
-def _combine(scored: dict[str, dict[str, EdgeScores]], parts: tuple[str, ...]) -> dict[str, EdgeScores]:
+def combine(scored: dict[str, dict[str, EdgeScores]], parts: tuple[str, ...]) -> dict[str, EdgeScores]:
     """Rank-sum of several methods on the first one's candidate edges; the others are matched by character
     offset (models tokenize differently), and an edge that any of them lacks is dropped."""
     out = {}
@@ -290,7 +290,7 @@ def _main_table(key: str) -> bool:
     return not key.startswith("rr_L") and "@" not in key
 
 
-def _evaluate_scored(
+def evaluate_scored(
     scores: dict[str, EdgeScores], calibration: list[Stream], conditions: dict[str, list[Stream]], boundaries: bool
 ) -> dict:
     """ρ from the calibration streams, then chunks and metrics on each condition's streams."""

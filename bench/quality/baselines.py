@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from rr_fast.models import DEFAULT_MODEL, resolve
-from rr_fast.text import Edges, Tokens, _ends_sentence
+from rr_fast.text import Edges, Tokens, ends_sentence
 
 SPAN_TOKENS = 64  # the paper's embedding-boundary span on each side of an edge
 
@@ -54,7 +54,7 @@ def embedding_boundary(text: str, tokens: Tokens, edges: Edges, span: int = SPAN
 
 def sentence_cuts(text: str, edges: Edges) -> np.ndarray:
     """1 at candidate edges that end a sentence (same rule as the candidate set), 0 elsewhere."""
-    return np.array([1.0 if _ends_sentence(text, int(c)) else 0.0 for c in edges.chars])
+    return np.array([1.0 if ends_sentence(text, int(c)) else 0.0 for c in edges.chars])
 
 
 def fixed_grid(edges: Edges, target: int) -> np.ndarray:

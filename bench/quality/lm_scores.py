@@ -49,7 +49,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import _blocks, default_layer
+from rr_fast.engine import blocks, default_layer
 from rr_fast.models import bos_prefix, resolve
 from rr_fast.readouts import lr_utility, rr_cosine
 from rr_fast.text import candidate_edges, tokenize
@@ -186,7 +186,7 @@ class LMScorer:
         hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
         try:
             with self._eager_attention():
-                for in_start, out_start, out_end in _blocks(n, self.context):
+                for in_start, out_start, out_end in blocks(n, self.context):
                     row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
                     out = self.backend.decoder(
                         input_ids=torch.from_numpy(row).to(self.device),

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.quality.__main__ import _evaluate_scored, _lm_scores
+from bench.quality.__main__ import evaluate_scored, load_lm_scores
 from bench.quality.calibration import EdgeScores
 from bench.quality.metrics import bootstrap_indices, interval
 from bench.quality.streams import REPO_ROOT, read_streams
 from rr_fast.segment import percentiles
-from rr_fast.text import _ends_sentence
+from rr_fast.text import ends_sentence
 
 ALPHAS = (0.0, 0.25, 0.4, 0.5, 0.6, 0.75, 1.0)
 BETAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
@@ -49,7 +49,7 @@ def sentence_bonus(scores: dict[str, EdgeScores], texts: dict[str, str], beta: f
     out = {}
     for stream_id, edges in scores.items():
         finite = np.isfinite(edges.scores)
-        ends = np.array([_ends_sentence(texts[stream_id], int(c)) for c in edges.edge_chars], dtype=np.float64)
+        ends = np.array([ends_sentence(texts[stream_id], int(c)) for c in edges.edge_chars], dtype=np.float64)
         values = np.full(len(edges.scores), np.nan)
         values[finite] = percentiles(edges.scores[finite]) + beta * ends[finite]
         out[stream_id] = EdgeScores(edges.num_tokens, edges.edge_tokens, edges.edge_chars, values)
@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     evaluation = [s for s in streams if s.split == "eval"]
     loaded = {
         name: scores
-        for name, (scores, _) in _lm_scores(args.model, calibration + evaluation, Path(args.out) / "lm_scores").items()
+        for name, (scores, _) in load_lm_scores(
+            args.model, calibration + evaluation, Path(args.out) / "lm_scores"
+        ).items()
     }
     rr, lr = loaded["rr" + args.suffix], loaded["lr" + args.suffix]
     texts = {s.id: s.text for s in streams}
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, base in (("rr+lr", rank_sum), ("lr", lr), ("rr", rr)):
         variants += [(f"{name}, sentence-end bonus β = {beta}", sentence_bonus(base, texts, beta)) for beta in BETAS]
 
-    default = _recovery(_evaluate_scored(rank_sum, calibration, {"eval": evaluation}, False))
+    default = _recovery(evaluate_scored(rank_sum, calibration, {"eval": evaluation}, False))
     print(
         f"{args.model}, readouts rr{args.suffix} and lr{args.suffix}; {len(calibration)} calibration and "
         f"{len(evaluation)} evaluation streams; default = α 0.5, β 0\n"
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| variant | ρ | calibration recovery | evaluation recovery [95% CI] | − default [95% CI] |")
     print("| --- | --- | --- | --- | --- |")
     for name, scores in variants:
-        result = _evaluate_scored(scores, calibration, {"eval": evaluation}, False)
+        result = evaluate_scored(scores, calibration, {"eval": evaluation}, False)
         at_rho = {row["penalty"]: row for row in result["calibration"]}[result["penalty"]]
         values = _recovery(result)
         print(

@@ -13,10 +13,11 @@ roof that the engine's FLOP rate is compared with.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
+from rr_fast.engine import blocks
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,6 @@ class Work:
         attention = float(self.key_layers) * shape.attention_per_key_layer
         head = float(self.head_rows) * shape.head_per_token
         return {"linear": linear, "attention": attention, "head": head, "total": linear + attention + head}
-
-
-def blocks(count: int, context: int) -> Iterator[tuple[int, int, int]]:
-    """The engine's full-pass blocks (input start, output start, output end): counted as the engine runs them."""
-    from rr_fast.engine import _blocks
-
-    yield from _blocks(count, context)
 
 
 def engine_work(

@@ -22,7 +22,7 @@ from mlx_lm.utils import load_model
 
 from rr_fast.backends.base import Forward
 from rr_fast.errors import RRFastError
-from rr_fast.models import _write_mlx_compatible_config, quiet_transformers
+from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
@@ -83,7 +83,7 @@ class MLXBackend:
             from huggingface_hub import snapshot_download
 
             path = Path(snapshot_download(str(folder), allow_patterns=["*.json", "*.safetensors"]))
-        fixes = _write_mlx_compatible_config(path / "config.json", write=False)
+        fixes = write_mlx_compatible_config(path / "config.json", write=False)
         classes = {}
         if json.loads((path / "config.json").read_text()).get("model_type") == "gpt2":
             classes["get_model_classes"] = lambda config: (_GPT2, gpt2.ModelArgs)
@@ -162,7 +162,7 @@ class MLXBackend:
             if self.softcap:
                 logits = mx.tanh(logits / self.softcap) * self.softcap
             chosen = mx.take_along_axis(logits, picked[start : start + step, None], axis=1).squeeze(1)
-            chunk = chosen - _logsumexp(logits)
+            chunk = chosen - logsumexp(logits)
             mx.eval(chunk)  # one chunk of logits at a time
             values[start : start + step] = np.array(chunk)
         out = np.full(flat.shape, np.nan, dtype=np.float32)
@@ -170,7 +170,7 @@ class MLXBackend:
         return out.reshape(np.shape(targets))
 
 
-def _logsumexp(logits: mx.array, block: int = 512) -> mx.array:
+def logsumexp(logits: mx.array, block: int = 512) -> mx.array:
     """logsumexp over the last axis in blocks: mlx's CPU reductions add sequentially, which in fp32 costs
     ~5e-4 over Gemma's 262k logits (torch: ~1e-6); summing 512 at a time, then the block sums, does not."""
     rows, vocab = logits.shape

@@ -18,7 +18,7 @@ from torch import nn
 
 from rr_fast.backends import plain
 from rr_fast.backends.base import Forward
-from rr_fast.models import quiet_transformers
+from rr_fast.hf import quiet_transformers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
