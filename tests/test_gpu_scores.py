@@ -1,17 +1,12 @@
-"""bench/gpu_scores.py's packing: what one device call brings back merges into the benchmarks' caches."""
+"""bench/paper/gpu_scores.py's packing: what one device call brings back merges into the benchmarks' caches."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("gpu_scores", ROOT / "bench" / "gpu_scores.py")
-gpu_scores = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_scores)
+from bench.paper import gpu_scores
 
 
 def test_packed_scores_merge_into_existing_files(tmp_path):

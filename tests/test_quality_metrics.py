@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.common import data_dir
 from bench.quality.__main__ import combine, evaluate_scored, load_lm_scores
 from bench.quality.calibration import LIMITS, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, partition, stream_metrics
 from bench.quality.ocr import align_chars, ocr_stream
 from bench.quality.peers import align
-from bench.quality.streams import Stream, build_streams, data_dir, read_streams, write_streams
+from bench.quality.streams import Stream, build_streams, read_streams, write_streams
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
 

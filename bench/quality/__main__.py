@@ -29,13 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import REPO_ROOT, data_dir
 from bench.quality import report
 from bench.quality.baselines import default_tokenizer, embedding_boundary, fixed_grid, sentence_cuts
 from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
-from bench.quality.streams import REPO_ROOT, Stream, build_streams, data_dir, minilm_embedder, write_streams
+from bench.quality.streams import Stream, build_streams, minilm_embedder, write_streams
 from rr_fast.config import ChunkerConfig
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import rank_sum

@@ -22,7 +22,7 @@ KL needs the whole next-token distribution at aligned full and reset positions, 
 (elementwise passes over large ``[rows, V]`` arrays are memory-bound and were as slow as the head matmul
 itself here), with log-normalisers accumulated across vocabulary tiles; the full-context normaliser of each
 token is computed once in the full pass. Nothing of size ``[B, W, V]`` or ``[rows, V]`` ever exists. On a
-GPU (``LMScorer.load(..., device="cuda")``, as bench/gpu_scores.py runs it) the tiles are large instead.
+GPU (``LMScorer.load(..., device="cuda")``, as bench/paper/gpu_scores.py runs it) the tiles are large instead.
 
 Reset-prefix controls (paper Appendix): ``reset_prefix`` puts fixed tokens (a separator, a BOS) after the
 model's own BOS in every reset window, ``local_prefix`` keeps the k tokens before the edge; either way RR,

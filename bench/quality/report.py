@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import REPO_ROOT
 from bench.quality.metrics import bootstrap_indices, interval
-from bench.quality.streams import REPO_ROOT
 from rr_fast.config import PAPER_WINDOW
 from rr_fast.models import BUNDLED
 

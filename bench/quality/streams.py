@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,6 @@ import numpy as np
 
 DOMAINS = ("fiqa", "pubmedqa", "scifact")
 MIN_RECORDS, MAX_RECORDS = 3, 6
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -60,12 +58,6 @@ class Stream:
     def from_dict(cls, row: dict) -> Stream:
         records = [(str(r[0]), int(r[1]), int(r[2])) for r in row["records"]]
         return cls(row["id"], row["domain"], row["split"], row["text"], records)
-
-
-def data_dir(argument: str | None = None) -> Path:
-    """``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` beside the repository root."""
-    chosen = argument or os.environ.get("RR_FAST_DATA")
-    return Path(chosen).expanduser() if chosen else (REPO_ROOT.parent / "shared" / "data").resolve()
 
 
 def record_text(record: dict) -> str:

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import REPO_ROOT
 from bench.quality.__main__ import evaluate_scored, load_lm_scores
 from bench.quality.calibration import EdgeScores
 from bench.quality.metrics import bootstrap_indices, interval
-from bench.quality.streams import REPO_ROOT, read_streams
+from bench.quality.streams import read_streams
 from rr_fast.segment import percentiles
 from rr_fast.text import ends_sentence
 

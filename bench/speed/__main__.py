@@ -33,7 +33,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.speed.data import REPO_ROOT, data_dir, parse_size
+from bench.common import REPO_ROOT, data_dir
+from bench.speed.data import parse_size
 from bench.speed.report import render
 from bench.speed.worker import Job
 

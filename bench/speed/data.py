@@ -7,11 +7,9 @@ Nothing is copied into the repository.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Novels first, then the essays; any other .txt in passages/ follows in name order.
 BOOK_ORDER = (
     "pride_and_prejudice",
@@ -25,12 +23,6 @@ BOOK_ORDER = (
 )
 _START = re.compile(r"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG EBOOK[^\n]*\n")
 _END = re.compile(r"\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG EBOOK")
-
-
-def data_dir(argument: str | None = None) -> Path:
-    """``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` beside the repository root."""
-    chosen = argument or os.environ.get("RR_FAST_DATA")
-    return Path(chosen).expanduser() if chosen else (REPO_ROOT.parent / "shared" / "data").resolve()
 
 
 def parse_size(text: str) -> int:

@@ -16,7 +16,8 @@ import json
 import time
 from pathlib import Path
 
-from bench.quality.streams import REPO_ROOT, read_streams
+from bench.common import REPO_ROOT
+from bench.quality.streams import read_streams
 from bench.speed.__main__ import locked
 
 

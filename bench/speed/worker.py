@@ -92,7 +92,8 @@ def engine_job(job: Job) -> dict:
 
     import_s = time.perf_counter() - started
     set_threads(job.threads)
-    from bench.speed.data import data_dir, timing_text
+    from bench.common import data_dir
+    from bench.speed.data import timing_text
     from bench.speed.flops import engine_work, matmul_shapes, measure_matmul_peak, total_flops
     from rr_fast.tokenizer import load_tokenizer
 
@@ -198,7 +199,8 @@ def reference_job(job: Job) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bench.speed.data import data_dir, timing_text
+    from bench.common import data_dir
+    from bench.speed.data import timing_text
     from bench.speed.flops import reference_work, total_flops
     from rr_fast.engine import default_layer
     from rr_fast.models import BUNDLED, bos_prefix, resolve
@@ -386,7 +388,8 @@ def profile_job(job: Job) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.speed.data import data_dir, timing_text
+    from bench.common import data_dir
+    from bench.speed.data import timing_text
     from rr_fast import Chunker
     from rr_fast.text import candidate_edges, tokenize
 

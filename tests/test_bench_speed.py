@@ -1,7 +1,7 @@
 """Smoke tests of the speed benchmark on a tiny random Llama (pytest-benchmark).
 
 CI runs them once (``--benchmark-disable`` is in pyproject's addopts) so the suite never rots; nothing here
-asserts a timing. ``pytest bench/bench_speed.py --benchmark-enable`` times the same calls for real.
+asserts a timing. ``pytest tests/test_bench_speed.py --benchmark-enable`` times the same calls for real.
 """
 
 from __future__ import annotations

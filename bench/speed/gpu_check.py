@@ -1,7 +1,7 @@
 """GPU check, for a lent CUDA machine: correctness of the torch backend on CUDA, and Qwen3-4B-shaped throughput.
 
-    python bench/gpu_check.py            # on a CUDA machine (prints markdown tables)
-    python bench/gpu_check.py --smoke    # anywhere: tiny sizes, to check the script itself
+    python -m bench.speed.gpu_check            # on a CUDA machine (prints markdown tables)
+    python -m bench.speed.gpu_check --smoke    # anywhere: tiny sizes, to check the script itself
 
 Throughput uses *random* weights with Qwen3-4B's exact shapes (36 layers, hidden 2560, vocab 151,936):
 speed does not depend on the weights' values, and the real checkpoint cannot be fetched here. The

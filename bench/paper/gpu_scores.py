@@ -10,15 +10,15 @@ bundled models, plus the window and reset-prefix controls of the paper's Appendi
     local8     the 8 tokens before the edge kept in the reset window (a partial reset)
     bos        the tokenizer's BOS token before every reset window, for models that do not use one already
 
-    python bench/gpu_scores.py --gguf smollm2-135m=PATH [--tokenizer gemma3-270m=DIR] --streams S.jsonl \\
+    python -m bench.paper.gpu_scores --gguf smollm2-135m=PATH [--tokenizer gemma3-270m=DIR] --streams S.jsonl \\
         --out DIR [--splits cal,eval] [--variants w12,w48,sep,local8,bos] [--budget SECONDS]
 
 writes DIR/<model>.npz with arrays named ``<stream id>|<method>`` (edge_tokens, edge_chars, num_tokens and
 one score array per method; variants as ``rr@w12``, ``lr@sep`` ...), rewritten after every stream so that
 a run stopped by its time limit still returns what it finished. ``--budget`` stops starting new work after
-that many seconds. ``--passages DATA`` adds DIR/mechanism-<model>.npz (bench.mechanism's passages, all
-methods) and ``--wiki50 DATA`` adds DIR/wiki50.json (RR and LR on bench.wiki50's sentence edges).
-``python bench/gpu_scores.py --unpack DIR`` merges all of them into bench/out, where the benchmarks read.
+that many seconds. ``--passages DATA`` adds DIR/mechanism-<model>.npz (bench.paper.mechanism's passages, all
+methods) and ``--wiki50 DATA`` adds DIR/wiki50.json (RR and LR on bench.paper.wiki50's sentence edges).
+``python -m bench.paper.gpu_scores --unpack DIR`` merges all of them into bench/out, where the benchmarks read.
 
 --tokenizer copies tokenizer files over the converted model's: the GPU image's transformers (5.17) builds a
 character-level Gemma tokenizer from the GGUF, which 5.24 (here) gets right.
@@ -97,7 +97,7 @@ def score(args: argparse.Namespace) -> None:
     """
     import torch
 
-    from bench.mechanism import passages
+    from bench.paper.mechanism import passages
     from bench.quality.lm_scores import LMScorer, read_streams
     from rr_fast.models import resolve
     from rr_fast.text import candidate_edges, tokenize
@@ -190,8 +190,8 @@ def score(args: argparse.Namespace) -> None:
 
 
 def wiki50_scores(scorer, data_dir: Path) -> dict[str, dict[str, list[float]]]:
-    """RR and LR at every internal sentence ending of the Wiki-50 documents (bench.wiki50's candidates)."""
-    from bench.wiki50 import read_corpus, sentence_edges
+    """RR and LR at every internal sentence ending of the Wiki-50 documents (bench.paper.wiki50's candidates)."""
+    from bench.paper.wiki50 import read_corpus, sentence_edges
     from rr_fast.engine import Engine, ScoreConfig
 
     engine = Engine(scorer.backend, scorer.prefix.tolist(), ScoreConfig(readouts=("rr", "lr")))
@@ -205,7 +205,7 @@ def wiki50_scores(scorer, data_dir: Path) -> dict[str, dict[str, list[float]]]:
 
 def unpack(folder: Path, bench_out: Path) -> None:
     """Merge a run's files into bench_out: lm_scores/<model>/<stream id>.npz (keeping arrays already there),
-    mechanism_scores/<model>/<passage>.npz (bench.mechanism's cache) and wiki50_scores.json."""
+    mechanism_scores/<model>/<passage>.npz (bench.paper.mechanism's cache) and wiki50_scores.json."""
     for packed in sorted(folder.glob("*.npz")):
         mechanism = packed.stem.startswith("mechanism-")
         model = packed.stem.removeprefix("mechanism-")
@@ -250,8 +250,8 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=65536)
     parser.add_argument("--limit", type=int, default=None, help="first N streams only (a smoke test)")
     parser.add_argument("--budget", type=float, default=None, help="seconds after which no new work starts")
-    parser.add_argument("--passages", help="data folder: also score bench.mechanism's passages")
-    parser.add_argument("--wiki50", help="data folder: also score RR and LR on bench.wiki50's documents")
+    parser.add_argument("--passages", help="data folder: also score bench.paper.mechanism's passages")
+    parser.add_argument("--wiki50", help="data folder: also score RR and LR on bench.paper.wiki50's documents")
     parser.add_argument("--engine-window", type=int, help="only RR and LR at this window, with rr_fast's engine")
     parser.add_argument("--unpack", type=Path, help="merge the packed files of this folder into --out")
     args = parser.parse_args()
