@@ -143,11 +143,9 @@ class Engine:
         cfg, p = self.config, len(self.prefix)
         width, rows = cfg.window, len(batch_edges)
         started = time.perf_counter()
-        lengths = np.minimum(width, len(ids) - batch_edges)
-        offsets = np.arange(width)
-        token_index = np.minimum(batch_edges[:, None] + offsets, len(ids) - 1)
-        real = offsets[None] < lengths[:, None]
-        window_ids = np.where(real, ids[token_index], 0)
+        layout = window_layout(len(ids), batch_edges, width, cfg.skip)
+        token_index = layout.token_index
+        window_ids = np.where(layout.real, ids[token_index], 0)
         row_ids = np.concatenate([np.broadcast_to(self.prefix, (rows, p)), window_ids], axis=1)
         if self.reindex:
             positions = np.arange(p + width)[None]
@@ -157,7 +155,7 @@ class Engine:
                 first = np.minimum(first, self.backend.max_positions - (p + width))
             positions = first[:, None] + np.arange(p + width)[None]
         targets = None
-        lr_mask = real & (offsets[None] >= cfg.skip) & (offsets[None] < lengths[:, None] - 1)
+        lr_mask = layout.predicted
         if "lr" in cfg.readouts:
             targets = np.full(row_ids.shape, -1, dtype=np.int64)
             nxt = np.minimum(token_index + 1, len(ids) - 1)
@@ -169,13 +167,37 @@ class Engine:
         out = {}
         if need_states:
             full = buffer.states_at(token_index)
-            out["rr"] = rr_cosine(full, reset.hidden[:, p:], real & (offsets[None] >= cfg.skip))
+            out["rr"] = rr_cosine(full, reset.hidden[:, p:], layout.compared)
         if targets is not None:
             # the last window position has no next token; clip its (masked) lookup into the buffer
             full_lp = buffer.logprobs_at(np.minimum(token_index + 1, buffer.end - 1))
             out["lr"] = lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
         self.timings["readouts"] += time.perf_counter() - now
         return out
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """Where the reset windows of a batch of edges sit in the text: index q of row i is token edges[i] + q.
+
+    Public so that every scorer of reset windows (the benchmark's KL and layer sweeps included) lays windows
+    out, and masks them, exactly as the engine does.
+    """
+
+    token_index: np.ndarray  # [B, W] text token at each window position, clipped to the last token
+    real: np.ndarray  # [B, W] the position holds a text token (windows near the end are shorter)
+    compared: np.ndarray  # [B, W] positions whose states enter RR: real, and at least ``skip`` into the window
+    predicted: np.ndarray  # [B, W] compared positions whose next token is inside the window: LR and KL
+
+
+def window_layout(count: int, edges: np.ndarray, width: int, skip: int) -> WindowLayout:
+    """The layout of the ``width``-token reset windows right of ``edges`` in a text of ``count`` tokens."""
+    lengths = np.minimum(width, count - edges)
+    offsets = np.arange(width)
+    token_index = np.minimum(edges[:, None] + offsets, count - 1)
+    real = offsets[None] < lengths[:, None]
+    compared = real & (offsets[None] >= skip)
+    return WindowLayout(token_index, real, compared, compared & (offsets[None] < lengths[:, None] - 1))
 
 
 class _StateBuffer:

@@ -30,7 +30,7 @@ def rr_cosine(full: np.ndarray, reset: np.ndarray, mask: np.ndarray) -> np.ndarr
     dot = np.einsum("bwd,bwd->bw", full, reset)
     norms = np.sqrt(np.einsum("bwd,bwd->bw", full, full) * np.einsum("bwd,bwd->bw", reset, reset))
     cosine = dot.astype(np.float64) / np.maximum(norms.astype(np.float64), 1e-30)
-    return _masked_mean(cosine, mask)
+    return masked_mean(cosine, mask)
 
 
 def lr_utility(full_logprobs: np.ndarray, reset_logprobs: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -40,10 +40,11 @@ def lr_utility(full_logprobs: np.ndarray, reset_logprobs: np.ndarray, mask: np.n
     without the prefix. Little damage from removing the prefix means a good cut.
     """
     damage = full_logprobs.astype(np.float64) - reset_logprobs.astype(np.float64)
-    return -_masked_mean(damage, mask)
+    return -masked_mean(damage, mask)
 
 
-def _masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Row means of ``values`` over ``mask``; NaN for a row with no masked position."""
     counts = mask.sum(axis=1)
     sums = np.where(mask, values, 0.0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):

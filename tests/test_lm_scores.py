@@ -17,6 +17,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from bench.quality import lm_scores
 from bench.quality.lm_scores import LMScorer, score_streams
 from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.models import resolve
 from rr_fast.reference import reference_scores
 
@@ -70,6 +71,20 @@ def test_rr_and_lr_match_reference(backend, tokenizer, bos):
     np.testing.assert_allclose(out["lr"], ref["lr"], atol=1e-4, equal_nan=True)
     np.testing.assert_array_equal(out["rr"], out["rr_L2"])
     assert np.isfinite(out["rr"][:-1]).all()
+
+
+@pytest.mark.parametrize("window", [8, 24])
+def test_bench_scores_equal_the_products_engine(backend, tokenizer, window):
+    """One scoring core: the benchmark's RR (every layer) and LR are the product Engine's for the same
+    configuration (window, layer, skip, BOS), up to float32 summation order."""
+    bos = [1]
+    out = LMScorer(backend, tokenizer, bos, window=window, batch_tokens=200).score_text(TEXT)
+    ids = np.asarray(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    for layer in (1, 2):
+        config = ScoreConfig(window=window, layer=layer, readouts=("rr", "lr"), batch_tokens=200)
+        product = Engine(backend, bos, config).score(ids, out["edge_tokens"])
+        np.testing.assert_allclose(out[f"rr_L{layer}"], product["rr"], atol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(out["lr"], product["lr"], atol=1e-5, equal_nan=True)
 
 
 @torch.inference_mode()

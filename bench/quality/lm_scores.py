@@ -49,9 +49,10 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import blocks, default_layer
+from rr_fast.config import PAPER_WINDOW, ChunkerConfig
+from rr_fast.engine import blocks, default_layer, window_layout
 from rr_fast.models import bos_prefix, resolve
-from rr_fast.readouts import lr_utility, rr_cosine
+from rr_fast.readouts import lr_utility, masked_mean, rr_cosine
 from rr_fast.text import candidate_edges, tokenize
 
 PASSIVE = (
@@ -96,10 +97,10 @@ class LMScorer:
         tokenizer,
         bos: list[int],
         layers: Iterable[int] | None = None,
-        window: int = 24,
+        window: int = PAPER_WINDOW,
         skip: int = 1,
         step: int = 8,
-        context: int = 2048,
+        context: int = ChunkerConfig.context,
         batch_tokens: int = 4096,
         reset_prefix: Iterable[int] = (),
         local_prefix: int = 0,
@@ -213,11 +214,9 @@ class LMScorer:
     def _reset_windows(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
         """RR at every layer, LR and KL for one batch of edges, from one full-depth reset forward call."""
         n, width, rows = len(ids), self.window, len(edges)
-        lengths = np.minimum(width, n - edges)
-        offsets = np.arange(width)
-        token_index = np.minimum(edges[:, None] + offsets, n - 1)
-        real = offsets[None] < lengths[:, None]
-        window_ids = np.where(real, ids[token_index], 0)
+        layout = window_layout(n, edges, width, self.skip)
+        token_index = layout.token_index
+        window_ids = np.where(layout.real, ids[token_index], 0)
         # an edge closer to the start than local_prefix repeats token 0 (no candidate edge is that close here)
         local = ids[np.maximum(edges[:, None] + np.arange(-self.local_prefix, 0), 0)]
         fixed = np.concatenate([self.prefix, self.reset_prefix])
@@ -233,13 +232,12 @@ class LMScorer:
             use_cache=False,
             output_hidden_states=True,
         )
-        rr_mask = real & (offsets[None] >= self.skip)
         scores = {}
         for layer in self.layers:
             reset = out.hidden_states[layer][:, p:].float().cpu().numpy()
-            scores[f"rr_L{layer}"] = rr_cosine(full.states[layer][token_index], reset, rr_mask)
+            scores[f"rr_L{layer}"] = rr_cosine(full.states[layer][token_index], reset, layout.compared)
         # window position q predicts token b + q + 1, which must lie inside the window (Eqs. 2 and 3)
-        eval_mask = rr_mask & (offsets[None] < lengths[:, None] - 1)
+        eval_mask = layout.predicted
         tokens = token_index[eval_mask]
         reset_logprobs = np.full(eval_mask.shape, np.nan)
         kl = np.full(eval_mask.shape, np.nan)
@@ -247,7 +245,7 @@ class LMScorer:
         reset_logprobs[eval_mask], kl[eval_mask] = self._compare_outputs(reset_final, tokens, ids[tokens + 1], full)
         full_logprobs = full.token_logprobs[np.minimum(token_index + 1, n - 1)]
         scores["lr"] = lr_utility(full_logprobs, reset_logprobs, eval_mask)
-        scores["kl_neg"] = -_masked_mean(kl, eval_mask)
+        scores["kl_neg"] = -masked_mean(kl, eval_mask)
         return scores
 
     def _compare_outputs(
@@ -302,11 +300,8 @@ class LMScorer:
     def _passive(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
         """The non-counterfactual comparators, all from the uninterrupted pass at the RR layer."""
         n, width = len(ids), self.window
-        lengths = np.minimum(width, n - edges)
-        offsets = np.arange(width)
-        token_index = np.minimum(edges[:, None] + offsets, n - 1)
-        rr_mask = (offsets[None] < lengths[:, None]) & (offsets[None] >= self.skip)
-        eval_mask = rr_mask & (offsets[None] < lengths[:, None] - 1)
+        layout = window_layout(n, edges, width, self.skip)
+        token_index, rr_mask, eval_mask = layout.token_index, layout.compared, layout.predicted
         nll = -full.token_logprobs
         states = full.states[self.layer]
         # local windows are symmetric: equal width on both sides, shrunk near the ends of the text
@@ -314,13 +309,13 @@ class LMScorer:
         cumulative = np.concatenate([np.zeros((1, states.shape[1])), np.cumsum(states, axis=0, dtype=np.float64)])
         left = (cumulative[edges] - cumulative[edges - half]) / half[:, None]
         right = (cumulative[edges + half] - cumulative[edges]) / half[:, None]
-        mass = full.prefix_mass[token_index, offsets[None]]
+        mass = full.prefix_mass[token_index, np.arange(width)[None]]
         return {
             "boundary_surprisal": nll[edges],
-            "window_surprisal": _masked_mean(nll[np.minimum(token_index + 1, n - 1)], eval_mask),
+            "window_surprisal": masked_mean(nll[np.minimum(token_index + 1, n - 1)], eval_mask),
             "residual_jump": 1.0 - _cosine(states[edges - 1], states[edges]),
             "local_hidden_distance": 1.0 - _cosine(left, right),
-            "attention_isolation": -_masked_mean(mass, rr_mask),
+            "attention_isolation": -masked_mean(mass, rr_mask),
         }
 
 
@@ -341,13 +336,6 @@ def _logsumexp(logits: torch.Tensor) -> torch.Tensor:
     """Row-wise logsumexp of a logit tile (consumed in place; faster than torch.logsumexp on CPU here)."""
     top = logits.amax(dim=1, keepdim=True)
     return logits.sub_(top).exp_().sum(dim=1).log_() + top[:, 0]
-
-
-def _masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    counts = mask.sum(axis=1)
-    sums = np.where(mask, values, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
