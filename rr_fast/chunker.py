@@ -20,6 +20,7 @@ from rr_fast.tokenizer import load_tokenizer
 
 # Readouts a user can choose; "rr+lr" ranks edges by the sum of the two readouts' percentiles.
 READOUT_CHOICES = ("rr", "lr", "rr+lr")
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -158,10 +159,15 @@ class Chunker:
     def _tokenize(self, text: str) -> Tokens:
         if not isinstance(text, str):
             raise RRFastError(f"text must be a str, got {type(text).__name__}")
-        if not text.strip():
+        # A leading byte-order mark stays in the first chunk, so chunks still join to the caller's text, but
+        # the model never reads it: it is encoding, not content (the CLI passes it through the same way).
+        body = text[1:] if text.startswith(BOM) else text
+        if not body.strip():
             raise RRFastError("the text is empty or only whitespace: nothing to chunk")
         started = time.perf_counter()
-        tokens = tokenize(self.tokenizer, text)
+        tokens = tokenize(self.tokenizer, body)
+        if body is not text:
+            tokens = Tokens(tokens.ids, tokens.starts + 1, tokens.ends + 1)
         self.timings["tokenization"] += time.perf_counter() - started
         return tokens
 

@@ -163,9 +163,9 @@ def read_input(source: str, errors: str = "strict") -> str:
         text = data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as error:
         raise RRFastError(f"{name} is not valid UTF-8 (byte {error.start}); use --errors replace to proceed") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]  # a byte-order mark is encoding, not content
-    if not text.strip():
+    # A leading byte-order mark is kept (chunk offsets count it, chunks join to the decoded file); the
+    # chunker keeps it out of the model's input, exactly as for API callers.
+    if not text.removeprefix("\ufeff").strip():
         raise RRFastError(f"{name} is empty or only whitespace: nothing to chunk")
     return text
 
