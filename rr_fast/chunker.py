@@ -7,15 +7,16 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, model_type, resolve
-from rr_fast.segment import Limits, percentiles, segment
-from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
+from rr_fast.segment import Limits, percentiles, segment, segment_tiered
+from rr_fast.structure import STRUCTURE_CHOICES, TIERS, Plan, analyse, plan, priors
+from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize
 from rr_fast.tokenizer import load_tokenizer
 
 # Readouts a user can choose; "rr+lr" ranks edges by the sum of the two readouts' percentiles.
@@ -33,6 +34,8 @@ class Chunk:
     token_count: int
     text: str
     score: float | None  # utility of the cut that ends this chunk; None for the last chunk
+    # "code" or "table" when the cut that ends this chunk splits one (only when it alone exceeds max_tokens)
+    inside: str | None = None
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Chunker:
     context: int = 2048
     batch_tokens: int | None = None
     reindex: bool | None = None
+    structure: str = "auto"  # auto | markdown | plain | none (the paper's candidates); see rr_fast.structure
     warnings: list[str] = field(default_factory=list, init=False)
     timings: dict[str, float] = field(default_factory=lambda: defaultdict(float), init=False)
 
@@ -95,6 +99,8 @@ class Chunker:
             self.window = bundled.window if bundled else 24
         if self.step < 1:
             raise RRFastError(f"step must be at least 1, got {self.step}")
+        if self.structure not in STRUCTURE_CHOICES:
+            raise RRFastError(f"structure must be one of {STRUCTURE_CHOICES}, got {self.structure!r}")
         try:
             self.config = ScoreConfig(
                 window=self.window,
@@ -115,7 +121,9 @@ class Chunker:
     def score(self, text: str, progress: bool = False) -> Scores:
         """Readout values of every candidate edge (``--emit scores``)."""
         tokens = self._tokenize(text)
-        edges = candidate_edges(text, tokens, self.step)
+        edges = self._candidates(text, tokens)
+        if isinstance(edges, Plan):
+            edges = Edges(edges.tokens[edges.scored], edges.chars[edges.scored])
         values = self._run(tokens, edges.tokens, progress)
         return Scores(edges.tokens, edges.chars, values, len(tokens))
 
@@ -123,7 +131,9 @@ class Chunker:
         """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""
         self.warnings = []
         tokens = self._tokenize(text)
-        edges = candidate_edges(text, tokens, self.step)
+        edges = self._candidates(text, tokens)
+        if isinstance(edges, Plan):
+            return self._chunk_structured(text, tokens, edges, progress)
         values = self._run(tokens, edges.tokens, progress)
         started = time.perf_counter()
         utility = self.utility(values)
@@ -140,6 +150,43 @@ class Chunker:
         )
         self.warnings.extend(result.warnings)
         chunks = _assemble(text, tokens, result.cuts, fallback, edges.tokens, utility)
+        self.timings["dp"] += time.perf_counter() - started
+        return chunks
+
+    def _candidates(self, text: str, tokens: Tokens) -> Edges | Plan:
+        """The paper's candidates (``Edges``) when the text has no structure beyond sentences, else a ``Plan``."""
+        structure = analyse(text, self.structure)
+        if structure.mode == "none":
+            return candidate_edges(text, tokens, self.step)
+        clean = clean_edges(text, tokens)
+        return plan(text, clean.tokens, clean.chars, tokens.starts, structure, self.step, self.limits.max_tokens)
+
+    def _chunk_structured(self, text: str, tokens: Tokens, edges: Plan, progress: bool) -> list[Chunk]:
+        """Model utility plus the level's prior on writer's breaks; word and token edges only as fallbacks."""
+        scored = np.flatnonzero(edges.scored)
+        values = self._run(tokens, edges.tokens[scored], progress)
+        started = time.perf_counter()
+        utility = np.zeros(len(edges.tokens))
+        utility[scored] = self.utility(values) + np.where(edges.tiers[scored] == 0, priors(edges.levels[scored]), 0)
+        usable = np.isfinite(utility)
+        result = segment_tiered(
+            len(tokens),
+            edges.tokens[usable],
+            utility[usable],
+            edges.tiers[usable],
+            self.limits,
+            penalty=self.penalty,
+            num_chunks=self.num_chunks,
+        )
+        self.warnings.extend(result.warnings)
+        chosen = np.searchsorted(edges.tokens, result.cuts)
+        for tier in sorted(set(edges.tiers[chosen].tolist()) - {0}):
+            self.warnings.append(f"some stretches have no better cut within max_tokens: cut at {TIERS[tier]} there")
+        chunks = _assemble(text, tokens, result.cuts, edges, edges.tokens, np.where(edges.scored, utility, np.nan))
+        inside = dict(zip(edges.tokens.tolist(), edges.inside))
+        chunks = [replace(c, inside=inside.get(int(cut))) for c, cut in zip(chunks, result.cuts)] + chunks[
+            len(result.cuts) :
+        ]
         self.timings["dp"] += time.perf_counter() - started
         return chunks
 

@@ -19,6 +19,7 @@ from rr_fast.chunker import READOUT_CHOICES, Chunk, Chunker, Scores
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
+from rr_fast.structure import STRUCTURE_CHOICES
 
 PROG = "rr-fast"
 
@@ -92,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--length-weight", type=_finite, default=0.02, help="λ (default 0.02)")
     limits.add_argument("--penalty", type=_finite, help="cut penalty ρ (default: the model's calibrated value)")
     limits.add_argument("--num-chunks", type=_positive, help="exactly this many chunks (fixed-K objective)")
+    structure = parser.add_argument_group("structure")
+    structure.add_argument(
+        "--structure",
+        choices=STRUCTURE_CHOICES,
+        default="auto",
+        help="writer's breaks as candidates with calibrated priors: auto (markdown if it looks like it, plain if "
+        "the text has line breaks, else none), markdown, plain, or none (the paper's candidates exactly)",
+    )
     output = parser.add_argument_group("output")
     output.add_argument("--emit", choices=("chunks", "scores"), default="chunks")
     output.add_argument("--format", choices=("jsonl", "json", "text"), default="jsonl")
@@ -128,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             context=args.context,
             batch_tokens=args.batch_tokens,
             reindex={"auto": None, "original": False, "reindex": True}[args.positions],
+            structure=args.structure,
         )
         progress = not args.quiet
         if args.emit == "scores":
