@@ -8,9 +8,10 @@ only where nothing better keeps the length limits feasible (``TIERS``).
 
 Modes: ``markdown`` adds headings (``#`` lines), code fences and tables to what ``plain`` knows (blank lines,
 list items, line breaks); ``auto`` is ``markdown`` when Markdown constructs are present, ``plain`` when the
-text has a line break, and ``none`` otherwise; ``none`` is the paper's candidate set (word-boundary grid plus
-sentence ends, no priors). A text without line breaks has no structure beyond sentences, so ``auto`` treats
-flattened text exactly as ``none`` does.
+text has blank lines, list items or lines that mostly end sentences, and ``none`` otherwise; ``none`` is the
+paper's candidate set (word-boundary grid plus sentence ends, no priors). Text without line breaks, or whose
+line breaks only wrap sentences (OCR output), has no structure beyond sentences, so ``auto`` treats it exactly
+as ``none`` does.
 """
 
 from __future__ import annotations
@@ -87,13 +88,23 @@ class Structure:
 
 
 def detect(text: str) -> str:
-    """``markdown`` if the text has a heading line, a code fence or a table; ``plain`` if it has a line break."""
+    """``markdown`` if the text has a heading line, a code fence or a table; ``plain`` if it has a blank line,
+    a list item, or lines that mostly end sentences (a writer's lines); else ``none``.
+
+    Line breaks that only wrap sentences (hard-wrapped OCR output, for example) are layout, not structure:
+    such text is treated as flattened, exactly like text without line breaks.
+    """
     if "\n" not in text and "\r" not in text:
         return "none"
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
         if _HEADING.match(line) or _FENCE.match(line) or _TABLE_RULE.match(line) and "|" in line:
             return "markdown"
-    return "plain"
+    if any(not line.strip() for line in lines[1:-1]) or any(_ITEM.match(line) for line in lines):
+        return "plain"
+    content = [line.rstrip() for line in lines[:-1] if line.strip()]
+    finished = sum(_ends_sentence(line, len(line)) for line in content)
+    return "plain" if content and 2 * finished >= len(content) else "none"
 
 
 def analyse(text: str, mode: str = "auto") -> Structure:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pytest
 from tiny_models import tiny_llama_folder
@@ -56,7 +58,8 @@ def level_of(text: str, structure, before: str) -> Level:
 
 def test_detect():
     assert detect(FLAT) == "none"
-    assert detect("one line\nanother line.\n") == "plain"
+    assert detect("One line.\nAnother line.\n") == "plain"
+    assert detect(textwrap.fill(FLAT, 70)) == "none"  # lines that only wrap sentences are layout (OCR)
     assert detect(MARKDOWN) == "markdown"
 
 
@@ -86,16 +89,17 @@ def test_tiers_are_lexicographic():
     assert len(result.cuts) >= 1  # a fallback tier is used where nothing better exists
 
 
-def test_flattened_text_is_unchanged(tiny):
+@pytest.mark.parametrize("text", [FLAT, textwrap.fill(FLAT, 70)], ids=["flattened", "wrapped"])
+def test_flattened_text_is_unchanged(tiny, text):
     auto = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12), penalty=0.5)
     none = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12), penalty=0.5, structure="none")
-    assert auto.chunk(FLAT) == none.chunk(FLAT)
-    scores_auto, scores_none = auto.score(FLAT), none.score(FLAT)
+    assert auto.chunk(text) == none.chunk(text)
+    scores_auto, scores_none = auto.score(text), none.score(text)
     assert np.array_equal(scores_auto.tokens, scores_none.tokens)
     for name, values in scores_none.readouts.items():
         assert np.array_equal(scores_auto.readouts[name], values, equal_nan=True)
-    tokens = tokenize(auto.tokenizer, FLAT)
-    assert np.array_equal(scores_none.tokens, candidate_edges(FLAT, tokens).tokens)
+    tokens = tokenize(auto.tokenizer, text)
+    assert np.array_equal(scores_none.tokens, candidate_edges(text, tokens).tokens)
 
 
 def cut_levels(text: str, chunks) -> list[Level]:
