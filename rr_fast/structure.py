@@ -16,6 +16,7 @@ as ``none`` does.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from enum import IntEnum
@@ -78,12 +79,13 @@ class Structure:
     items: np.ndarray  # bool per line: a list item, or the first row of a table
     blank: np.ndarray  # bool per line: only whitespace
     units: tuple[Unit, ...]
+    unit_starts: tuple[int, ...]  # for bisection
 
     def unit_at(self, char: int) -> Unit | None:
         """The unit a cut at ``char`` would split, if any (a cut at a unit's edge splits nothing)."""
-        for unit in self.units:
-            if unit.start < char < unit.end:
-                return unit
+        k = bisect.bisect_left(self.unit_starts, char) - 1  # units do not overlap: the last one starting before
+        if k >= 0 and char < self.units[k].end:
+            return self.units[k]
         return None
 
 
@@ -127,7 +129,7 @@ def analyse(text: str, mode: str = "auto") -> Structure:
             items[first] = True
             inner = (starts > unit.start) & (starts < unit.end)
             headings[inner] = items[inner] = False
-    return Structure(mode, starts, headings, items, blank, tuple(units))
+    return Structure(mode, starts, headings, items, blank, tuple(units), tuple(u.start for u in units))
 
 
 def _units(lines: list[str], starts: np.ndarray, text: str) -> list[Unit]:
