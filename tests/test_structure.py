@@ -139,3 +139,10 @@ def test_option_is_checked_and_in_the_cli(tiny, tmp_path, capsys):
     small = ["--model", tiny, "--backend", "torch", "--min-tokens", "8", "--max-tokens", "40", "--target-tokens", "20"]
     assert main([str(path), *small, "--structure", "none", "--format", "json"]) == 0
     assert main([str(path), *small, "--structure", "bogus"]) == 2
+
+
+def test_a_text_that_is_one_long_code_block(tiny):
+    text = "```\n" + "".join(f"x{i} = {i}\n" for i in range(60)) + "```\n"  # no tier-0 edge at all
+    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 40, 20), penalty=0.5).chunk(text)
+    assert "".join(c.text for c in chunks) == text and all(c.token_count <= 40 for c in chunks)
+    assert [c.inside for c in chunks[:-1]] == ["code"] * (len(chunks) - 1)
