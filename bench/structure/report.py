@@ -77,6 +77,7 @@ def methods(args, limits) -> dict:
 def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
     structure = analyse(text)
     tokenizer = default_tokenizer()
+    raw = sorted({int(c) for c in cuts if 0 < int(c) < len(text)})  # chunk lengths as the method made them
     cuts = chunk_starts(text, cuts)
     cut_levels = levels(text, structure, np.array(cuts, dtype=np.int64))
     counts = dict(cuts=len(cuts), mid_sentence=0, inside_unit=0, inside_oversize_unit=0, heading_split=0)
@@ -89,7 +90,7 @@ def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
             counts["heading_split"] += 1
         elif level < Level.SENTENCE:
             counts["mid_sentence"] += 1
-    bounds = [0, *cuts, len(text)]
+    bounds = [0, *raw, len(text)]
     lengths = [len(tokenizer.encode(text[a:b], add_special_tokens=False)) for a, b in zip(bounds, bounds[1:])]
     counts["over_max"] = sum(n > max_tokens for n in lengths)
     return counts
