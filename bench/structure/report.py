@@ -19,7 +19,7 @@ import numpy as np
 from bench.quality.baselines import default_tokenizer
 from bench.structure.data import passages, wiki50
 from bench.structure.peers import PEERS
-from bench.structure.scoring import cached_chunker
+from bench.structure.scoring import NotCached, cached_chunker
 from rr_fast.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
@@ -61,8 +61,8 @@ def chunk_starts(text: str, cuts) -> list[int]:
 
 def methods(args, limits) -> dict:
     """name → function(text) → internal character cuts."""
-    rr = {s: cached_chunker(args.out, args.window, args.device, s, limits) for s in ("auto", "none")}
-    plain = cached_chunker(args.out, args.window, args.device, "auto", limits)
+    rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, strict=True) for s in ("auto", "none")}
+    plain = cached_chunker(args.out, args.window, args.device, "auto", limits, strict=True)
     plain.engine = ConstantEngine(plain.readout)
     out = {
         "rr-fast auto": lambda t: [c.start for c in rr["auto"].chunk(t)[1:]],
@@ -126,12 +126,22 @@ def pooled(parts: np.ndarray) -> tuple[float, float]:
     return float(parts[:, 0].sum() / parts[:, 1].sum()), float(parts[:, 2].sum() / parts[:, 3].sum())
 
 
+def scored(chunk, text: str) -> bool:
+    """Has ``score`` cached every edge ``chunk`` needs for ``text``?"""
+    try:
+        chunk(text)
+    except NotCached:
+        return False
+    return True
+
+
 def calibrate(args) -> dict:
     """The (heading, line) priors with the lowest pooled P_k on the Wiki-50 calibration documents."""
     from rr_fast import Limits
 
     calibration, _ = wiki50(args.data_dir)
-    chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits())
+    chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits(), strict=True)
+    calibration = [d for d in calibration if scored(chunker.chunk, d.text)]
     grid = []
     for heading, line in itertools.product(HEADING_GRID, LINE_GRID):
         with priors(heading, line):
@@ -153,14 +163,21 @@ def report(args) -> None:
     run = methods(args, limits)
     result = {"window": args.window, "limits": [limits.min_tokens, limits.max_tokens], "passages": {}, "wiki50": {}}
     for doc in passages(args.data_dir):
-        result["passages"][doc.id] = {
-            name: classify(doc.text, cut(doc.text), limits.max_tokens) for name, cut in run.items()
-        }
+        if scored(run["rr-fast auto"], doc.text) and scored(run["rr-fast none"], doc.text):
+            result["passages"][doc.id] = {
+                name: classify(doc.text, cut(doc.text), limits.max_tokens) for name, cut in run.items()
+            }
     _, evaluation = wiki50(args.data_dir)
+    evaluation = [d for d in evaluation if scored(run["rr-fast auto"], d.text)]
+    result["wiki50_documents"] = [d.id for d in evaluation]
     if "none" not in args.wiki_structures.split(","):
         del run["rr-fast none"]  # not scored on Wiki-50 (CPU budget): `score --wiki-structures auto,none`
     run["no cuts"] = lambda t: []
     run["paragraphs (every blank line, no limits)"] = lambda t: paragraph_cuts(t)
+    if not evaluation:
+        (args.out / "report.json").write_text(json.dumps(result, indent=2))
+        print(markdown(result))
+        return
     parts = {name: np.array([window_parts(d, cut(d.text)) for d in evaluation]) for name, cut in run.items()}
     draws = np.random.default_rng(0).integers(0, len(evaluation), size=(BOOTSTRAP, len(evaluation)))
     weights = np.stack([np.bincount(row, minlength=len(evaluation)) for row in draws]).astype(np.float64)
@@ -193,8 +210,14 @@ def _ci(values: np.ndarray) -> list[float]:
 
 
 def markdown(result: dict) -> str:
-    lines = ["| Method | " + " | ".join(result["passages"]) + " |", "| --- |" + " --- |" * len(result["passages"])]
-    names = next(iter(result["passages"].values())).keys()
+    lines = [
+        f"Passages: cuts / mid-sentence / inside a unit that fits + one that does not / heading split / chunks over "
+        f"max ({result['limits'][1]} SmolLM2 tokens). rr-fast window {result['window'] or 'default'}.",
+        "",
+        "| Method | " + " | ".join(result["passages"]) + " | total |",
+        "| --- |" + " --- |" * (len(result["passages"]) + 1),
+    ]
+    names = next(iter(result["passages"].values())).keys() if result["passages"] else []
     for name in names:
         cells = []
         for counts in result["passages"].values():
@@ -203,8 +226,18 @@ def markdown(result: dict) -> str:
                 f"{c['cuts']} / {c['mid_sentence']} / {c['inside_unit']}+{c['inside_oversize_unit']} / "
                 f"{c['heading_split']} / {c['over_max']}"
             )
+        total = {
+            k: sum(c[name][k] for c in result["passages"].values())
+            for k in next(iter(result["passages"].values()))[name]
+        }
+        cells.append(
+            f"{total['cuts']} / {total['mid_sentence']} / {total['inside_unit']}+{total['inside_oversize_unit']} / "
+            f"{total['heading_split']} / {total['over_max']}"
+        )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
+        "",
+        f"Wiki-50 evaluation documents: {len(result.get('wiki50_documents', []))} of 30 (those with cached scores).",
         "",
         "| Method | P_k [95% CI] | WindowDiff [95% CI] | auto − method, P_k [95% CI] |",
         "| --- | --- | --- | --- |",

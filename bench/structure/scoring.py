@@ -16,9 +16,14 @@ import numpy as np
 from rr_fast import Chunker, Limits
 
 
+class NotCached(LookupError):
+    """A strict cache was asked for an edge it has no score for."""
+
+
 class CachedEngine:
-    def __init__(self, engine, path: Path):
+    def __init__(self, engine, path: Path, strict: bool = False):
         self.engine = engine
+        self.strict = strict  # report and calibrate never run the model: they use what ``score`` cached
         self.path = path
         self.cache: dict[str, dict[str, dict[str, float]]] = json.loads(path.read_text()) if path.exists() else {}
         self.timings = engine.timings
@@ -28,6 +33,8 @@ class CachedEngine:
         key = hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
         known = self.cache.setdefault(key, {})
         missing = [int(e) for e in edges.tolist() if str(int(e)) not in known]
+        if missing and self.strict:
+            raise NotCached(f"{len(missing)} edges not scored; run `python -m bench.structure score` first")
         if missing:
             self.misses += len(missing)
             values = self.engine.score(ids, np.asarray(missing, dtype=np.int64), progress)
@@ -44,8 +51,10 @@ class CachedEngine:
         temporary.replace(self.path)
 
 
-def cached_chunker(out: Path, window: int | None, device: str, structure: str, limits: Limits) -> Chunker:
-    """A default-model Chunker whose engine reads and fills ``out/scores_w{W}.json``."""
+def cached_chunker(
+    out: Path, window: int | None, device: str, structure: str, limits: Limits, strict: bool = False
+) -> Chunker:
+    """A default-model Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``."""
     chunker = Chunker(window=window, device=device, structure=structure, limits=limits)
-    chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.window}.json")
+    chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.window}.json", strict)
     return chunker
