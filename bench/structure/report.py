@@ -162,16 +162,15 @@ def report(args) -> None:
     limits = Limits()
     run = methods(args, limits)
     result = {"window": args.window, "limits": [limits.min_tokens, limits.max_tokens], "passages": {}, "wiki50": {}}
+    rr_names = [n for n in run if n.startswith("rr-fast") or n.startswith("structure only")]
     for doc in passages(args.data_dir):
-        if scored(run["rr-fast auto"], doc.text) and scored(run["rr-fast none"], doc.text):
-            result["passages"][doc.id] = {
-                name: classify(doc.text, cut(doc.text), limits.max_tokens) for name, cut in run.items()
-            }
+        kept = {n: c for n, c in run.items() if n not in rr_names or scored(c, doc.text)}
+        result["passages"][doc.id] = {n: classify(doc.text, c(doc.text), limits.max_tokens) for n, c in kept.items()}
     _, evaluation = wiki50(args.data_dir)
-    evaluation = [d for d in evaluation if scored(run["rr-fast auto"], d.text)]
+    for name in rr_names:  # a row only where every evaluation document is scored (pairs need them all)
+        if name != "structure only (no model)" and not all(scored(run[name], d.text) for d in evaluation):
+            del run[name]
     result["wiki50_documents"] = [d.id for d in evaluation]
-    if "none" not in args.wiki_structures.split(","):
-        del run["rr-fast none"]  # not scored on Wiki-50 (CPU budget): `score --wiki-structures auto,none`
     run["no cuts"] = lambda t: []
     run["paragraphs (every blank line, no limits)"] = lambda t: paragraph_cuts(t)
     if not evaluation:
@@ -185,12 +184,14 @@ def report(args) -> None:
         n: ((weights @ p[:, 0]) / (weights @ p[:, 1]), (weights @ p[:, 2]) / (weights @ p[:, 3]))
         for n, p in parts.items()
     }
+    reference = "rr-fast auto" if "rr-fast auto" in parts else "structure only (no model)"
+    result["reference"] = reference
     for name, p in parts.items():
         pk, wd = pooled(p)
         entry = {"pk": pk, "windowdiff": wd, "pk_ci": _ci(boot[name][0]), "windowdiff_ci": _ci(boot[name][1])}
-        if name != "rr-fast auto":
-            entry["auto_minus_this_pk"] = pooled(parts["rr-fast auto"])[0] - pk
-            entry["auto_minus_this_pk_ci"] = _ci(boot["rr-fast auto"][0] - boot[name][0])
+        if name != reference:
+            entry["auto_minus_this_pk"] = pooled(parts[reference])[0] - pk
+            entry["auto_minus_this_pk_ci"] = _ci(boot[reference][0] - boot[name][0])
         result["wiki50"][name] = entry
     (args.out / "report.json").write_text(json.dumps(result, indent=2))
     text = markdown(result)
@@ -217,19 +218,20 @@ def markdown(result: dict) -> str:
         "| Method | " + " | ".join(result["passages"]) + " | total |",
         "| --- |" + " --- |" * (len(result["passages"]) + 1),
     ]
-    names = next(iter(result["passages"].values())).keys() if result["passages"] else []
+    names = list(dict.fromkeys(n for counts in result["passages"].values() for n in counts))
     for name in names:
         cells = []
         for counts in result["passages"].values():
-            c = counts[name]
+            c = counts.get(name)
+            if c is None:
+                cells.append("not scored")
+                continue
             cells.append(
                 f"{c['cuts']} / {c['mid_sentence']} / {c['inside_unit']}+{c['inside_oversize_unit']} / "
                 f"{c['heading_split']} / {c['over_max']}"
             )
-        total = {
-            k: sum(c[name][k] for c in result["passages"].values())
-            for k in next(iter(result["passages"].values()))[name]
-        }
+        rows = [c[name] for c in result["passages"].values() if name in c]
+        total = {k: sum(r[k] for r in rows) for k in rows[0]}
         cells.append(
             f"{total['cuts']} / {total['mid_sentence']} / {total['inside_unit']}+{total['inside_oversize_unit']} / "
             f"{total['heading_split']} / {total['over_max']}"
@@ -237,9 +239,10 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        f"Wiki-50 evaluation documents: {len(result.get('wiki50_documents', []))} of 30 (those with cached scores).",
+        f"Wiki-50: {len(result.get('wiki50_documents', []))} evaluation documents; "
+        f"rr-fast rows only where all are scored; differences against {result.get('reference')}.",
         "",
-        "| Method | P_k [95% CI] | WindowDiff [95% CI] | auto − method, P_k [95% CI] |",
+        "| Method | P_k [95% CI] | WindowDiff [95% CI] | reference − method, P_k [95% CI] |",
         "| --- | --- | --- | --- |",
     ]
     for name, e in result["wiki50"].items():
