@@ -193,3 +193,49 @@ def _fixed(num_tokens, edges, utilities, limits, num_chunks) -> Segmentation:
             f"{limits.min_tokens}-{limits.max_tokens} tokens at the candidate edges"
         )
     return Segmentation(positions[path[1:-1]])
+
+
+def segment_tiered(
+    num_tokens: int,
+    edges: np.ndarray,
+    utilities: np.ndarray,
+    tiers: np.ndarray,
+    limits: Limits = Limits(),
+    penalty: float = 0.5,
+    num_chunks: int | None = None,
+) -> Segmentation:
+    """Exact optimal cuts where an edge of tier t > 0 is used only where lower tiers cannot meet the limits.
+
+    Each tier step costs more than every other term of the objective can add up to over the whole text, so
+    the DP first minimises the number of tier-3 cuts, then tier-2, then tier-1 cuts, and only then
+    maximises utility: lexicographic, in one exact pass. ``utilities`` of unscored fallback edges are 0.
+    """
+    edges = np.asarray(edges, dtype=np.int64)
+    utilities = np.asarray(utilities, dtype=np.float64)
+    tiers = np.asarray(tiers, dtype=np.int64)
+    if not edges.shape == utilities.shape == tiers.shape:
+        raise ValueError("edges, utilities and tiers must have the same length")
+    worst_length = max(1.0, ((limits.max_tokens - limits.target_tokens) / limits.target_tokens) ** 2)
+    per_chunk = 1.0 + float(np.abs(utilities).max(initial=0.0)) + abs(penalty) + limits.length_weight * worst_length
+    step_cost = 2.0 * per_chunk * (num_tokens + 1)
+    if num_chunks is not None:
+        return _fixed(num_tokens, edges, utilities - step_cost * tiers, limits, num_chunks)
+    if num_tokens < limits.min_tokens:
+        return segment(num_tokens, edges, utilities, limits, penalty)
+    gains = utilities - penalty - step_cost * tiers
+    cuts = _solve_open(num_tokens, edges, gains, limits.min_tokens, limits.max_tokens, limits)
+    if cuts is not None:
+        return Segmentation(cuts)
+    cuts = _solve_open(num_tokens, edges, gains, 1, limits.max_tokens, limits)
+    if cuts is not None:
+        message = (
+            f"the limits cannot all be met on this text: some chunks are shorter than min_tokens={limits.min_tokens}"
+        )
+        return Segmentation(cuts, [message])
+    cuts = _solve_open(num_tokens, edges, gains, 1, num_tokens, limits)
+    assert cuts is not None  # with Lmin = 1 and Lmax = n one chunk is always feasible
+    message = (
+        f"no cut point exists within max_tokens={limits.max_tokens} somewhere in this text: "
+        "some chunks are longer than max_tokens"
+    )
+    return Segmentation(cuts, [message])

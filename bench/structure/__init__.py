@@ -1,0 +1,7 @@
+"""Structured-documents benchmark (issue 17): Markdown and prose passages, and Wiki-50 with its line breaks
+and headings intact, for rr-fast (``--structure auto`` and ``none``) and the peers as shipped.
+
+``python -m bench.structure score`` fills the model-score cache (the only slow step; ``--device``),
+``python -m bench.structure calibrate`` chooses the level priors on the Wiki-50 calibration documents, and
+``python -m bench.structure report`` writes the tables. See RESULTS_SECTION.md.
+"""

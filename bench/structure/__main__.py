@@ -1,0 +1,55 @@
+"""``python -m bench.structure score|calibrate|report`` (see bench/structure/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from bench.mechanism import default_data_dir
+from bench.structure.data import passages, wiki50
+from bench.structure.scoring import cached_chunker
+from rr_fast import Limits
+
+LIMITS = Limits()  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every method
+
+
+def score(args) -> None:
+    """Fill the score cache: passages, then Wiki-50 calibration, then evaluation documents."""
+    calibration, evaluation = wiki50(args.data_dir)
+    docs = passages(args.data_dir) + calibration + evaluation
+    chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
+    for doc in docs:
+        for structure in ("auto", "none") if doc.kind != "wiki50" or "none" in args.wiki_structures else ("auto",):
+            started = time.perf_counter()
+            chunker = chunkers[structure]
+            before = chunker.engine.misses
+            chunker.chunk(doc.text)
+            print(
+                f"{doc.id} {structure}: {chunker.engine.misses - before} new edges, "
+                f"{time.perf_counter() - started:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("step", choices=("score", "calibrate", "report"))
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--out", type=Path, default=Path("bench/out/structure"))
+    parser.add_argument("--window", type=int, default=None, help="reset window (default: the model's, 96)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--wiki-structures", default="auto", help="rr-fast settings scored on Wiki-50 (auto,none)")
+    args = parser.parse_args(argv)
+    if args.step == "score":
+        score(args)
+    else:
+        from bench.structure import report
+
+        getattr(report, args.step)(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Documents of the structured benchmark: Markdown and prose passages, and Wiki-50 rendered as Markdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.wiki50 import CALIBRATION_DOCS, read_corpus
+
+RUST_CHAPTERS = ("rust_ch04-01-what-is-ownership", "rust_ch04-02-references-and-borrowing", "rust_ch04-03-slices")
+PROSE_BOOKS = ("pride_and_prejudice", "origin_of_species", "jekyll_and_hyde")
+PROSE_SKIP = 4000  # characters after the Gutenberg start line: title page and contents
+PROSE_LENGTH = 6000  # characters per excerpt, extended to the end of its paragraph
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    kind: str  # "markdown", "prose" or "wiki50"
+    text: str
+    section_starts: tuple[int, ...] = ()  # wiki50: character offset of each gold section (after the first)
+    sentence_starts: tuple[int, ...] = ()  # wiki50: character offset of every sentence (the P_k units)
+
+
+def passages(data_dir: Path) -> list[Document]:
+    folder = data_dir / "passages"
+    docs = [Document(name, "markdown", (folder / f"{name}.md").read_text(encoding="utf-8")) for name in RUST_CHAPTERS]
+    for name in PROSE_BOOKS:
+        docs.append(Document(name, "prose", prose_excerpt((folder / f"{name}.txt").read_text(encoding="utf-8"))))
+    return docs
+
+
+def prose_excerpt(book: str) -> str:
+    """A stretch of the book's body starting and ending at paragraph breaks (Gutenberg line endings kept)."""
+    body = book[book.index("\n", book.index("*** START OF")) + 1 :]
+    start = body.index("\n\n", PROSE_SKIP) + 2
+    while body[start] in "\r\n":
+        start += 1
+    end = body.index("\n\n", start + PROSE_LENGTH)
+    return body[start:end] + "\n"
+
+
+def wiki50(data_dir: Path) -> tuple[list[Document], list[Document]]:
+    """Wiki-50 with its line breaks and top-level headings: calibration (first 20 by id) and evaluation docs.
+
+    Each top-level section becomes ``## Title`` and its sentences one per line (Koshorek's line breaks), with
+    a blank line between sections; the sentence and section lists are the paper protocol's (bench.wiki50).
+    """
+    out = []
+    for doc, titles in zip(read_corpus(data_dir), _titles(data_dir)):
+        parts, sentence_starts, section_starts, cursor, k = [], [], [], 0, 0
+        for index, (count, title) in enumerate(zip(doc.sections, titles)):
+            if index:
+                section_starts.append(cursor)
+            block = f"## {title}\n"
+            parts.append(block)
+            cursor += len(block)
+            for j, sentence in enumerate(doc.sentences[k : k + count]):
+                sentence_starts.append(cursor - (len(block) if j == 0 else 0))  # a heading joins its sentence
+                parts.append(sentence + "\n")
+                cursor += len(sentence) + 1
+            k += count
+            parts.append("\n")
+            cursor += 1
+        text = "".join(parts)
+        out.append(Document(f"wiki50/{doc.id}", "wiki50", text, tuple(section_starts), tuple(sentence_starts)))
+    return out[:CALIBRATION_DOCS], out[CALIBRATION_DOCS:]
+
+
+def _titles(data_dir: Path) -> list[list[str]]:
+    """Titles of the non-empty top-level sections of each document, in read_corpus's order."""
+    paths = sorted((p for p in (data_dir / "wiki50").iterdir() if p.is_file()), key=lambda p: int(p.name))
+    out = []
+    for path in paths:
+        titles, counts = [], []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("========,"):
+                _, level, title = line.split(",", 2)
+                if int(level) == 2:
+                    titles.append(title.strip().rstrip("."))
+                    counts.append(0)
+                in_preface = int(level) == 1
+                continue
+            if line.strip() and not line.startswith("***LIST***") and not in_preface and counts:
+                counts[-1] += 1
+        out.append([t for t, c in zip(titles, counts) if c > 0])
+    return out

@@ -1,0 +1,257 @@
+"""Metrics, prior calibration and tables of the structured benchmark (model scores come from the cache).
+
+Passages: for every method, each cut (moved past whitespace to where the next chunk's text starts) is
+classified with rr_fast.structure's reading of the document: inside a code fence or table (split into units
+that fit within the maximum and units that do not), between a heading and its first block, mid-sentence
+(a word or token boundary: not a sentence end or a writer's break), or clean. Wiki-50: P_k and WindowDiff
+(segeval, sentence units, window counts pooled over documents) against the top-level sections; a cut inside
+a sentence counts at the nearer sentence start. Intervals: 10,000 paired document bootstrap resamples.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from contextlib import contextmanager
+
+import numpy as np
+
+from bench.quality.baselines import default_tokenizer
+from bench.structure.data import passages, wiki50
+from bench.structure.peers import PEERS
+from bench.structure.scoring import NotCached, cached_chunker
+from rr_fast.structure import PRIORS, Level, analyse, levels
+
+BOOTSTRAP = 10_000
+HEADING_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+LINE_GRID = (-0.1, 0.0, 0.1, 0.2)
+
+
+@contextmanager
+def priors(heading: float, line: float):
+    """Level priors for one grid point; PARAGRAPH and ITEM (absent from Wiki-50) take the level below's."""
+    saved = dict(PRIORS)
+    PRIORS.update({Level.HEADING: heading, Level.LINE: line, Level.ITEM: line, Level.PARAGRAPH: line})
+    try:
+        yield
+    finally:
+        PRIORS.update(saved)
+
+
+class ConstantEngine:
+    """No model: every edge gets the same score, so only the structure, priors and lengths choose."""
+
+    def __init__(self, readout: str):
+        self.names = readout.split("+")
+        self.timings = {}
+
+    def score(self, ids, edges, progress=None):
+        return {name: np.zeros(len(edges)) for name in self.names}
+
+
+def chunk_starts(text: str, cuts) -> list[int]:
+    out = []
+    for cut in cuts:
+        while cut < len(text) and text[cut].isspace():
+            cut += 1
+        if 0 < cut < len(text):
+            out.append(cut)
+    return sorted(set(out))
+
+
+def methods(args, limits) -> dict:
+    """name → function(text) → internal character cuts."""
+    rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, strict=True) for s in ("auto", "none")}
+    plain = cached_chunker(args.out, args.window, args.device, "auto", limits, strict=True)
+    plain.engine = ConstantEngine(plain.readout)
+    out = {
+        "rr-fast auto": lambda t: [c.start for c in rr["auto"].chunk(t)[1:]],
+        "rr-fast none": lambda t: [c.start for c in rr["none"].chunk(t)[1:]],
+        "structure only (no model)": lambda t: [c.start for c in plain.chunk(t)[1:]],
+    }
+    for name, make in PEERS.items():
+        out[name] = make(limits.max_tokens)
+    return out
+
+
+def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
+    structure = analyse(text)
+    tokenizer = default_tokenizer()
+    raw = sorted({int(c) for c in cuts if 0 < int(c) < len(text)})  # chunk lengths as the method made them
+    cuts = chunk_starts(text, cuts)
+    cut_levels = levels(text, structure, np.array(cuts, dtype=np.int64))
+    counts = dict(cuts=len(cuts), mid_sentence=0, inside_unit=0, inside_oversize_unit=0, heading_split=0)
+    for cut, level in zip(cuts, cut_levels.tolist()):
+        unit = structure.unit_at(cut)
+        if unit is not None:
+            size = len(tokenizer.encode(text[unit.start : unit.end], add_special_tokens=False))
+            counts["inside_oversize_unit" if size > max_tokens else "inside_unit"] += 1
+        elif level == Level.FORBIDDEN:
+            counts["heading_split"] += 1
+        elif level < Level.SENTENCE:
+            counts["mid_sentence"] += 1
+    bounds = [0, *raw, len(text)]
+    lengths = [len(tokenizer.encode(text[a:b], add_special_tokens=False)) for a, b in zip(bounds, bounds[1:])]
+    counts["over_max"] = sum(n > max_tokens for n in lengths)
+    return counts
+
+
+def sentence_masses(doc, cuts: list[int]) -> list[int]:
+    starts = np.array(doc.sentence_starts)
+    boundaries = set()
+    for cut in chunk_starts(doc.text, cuts):
+        j = int(np.searchsorted(starts, cut, side="right")) - 1
+        if cut != starts[j] and j + 1 < len(starts) and starts[j + 1] - cut < cut - starts[j]:
+            j += 1
+        if 0 < j:
+            boundaries.add(j)
+    bounds = [0, *sorted(boundaries), len(starts)]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+def gold_masses(doc) -> list[int]:
+    return sentence_masses(doc, list(doc.section_starts))
+
+
+def window_parts(doc, cuts) -> tuple[int, int, int, int]:
+    import segeval
+
+    hyp, ref = sentence_masses(doc, cuts), gold_masses(doc)
+    pk = segeval.pk(hyp, ref, return_parts=True)
+    wd = segeval.window_diff(hyp, ref, return_parts=True)
+    return int(pk[0]), int(pk[1]), int(wd[0]), int(wd[1])
+
+
+def pooled(parts: np.ndarray) -> tuple[float, float]:
+    return float(parts[:, 0].sum() / parts[:, 1].sum()), float(parts[:, 2].sum() / parts[:, 3].sum())
+
+
+def scored(chunk, text: str) -> bool:
+    """Has ``score`` cached every edge ``chunk`` needs for ``text``?"""
+    try:
+        chunk(text)
+    except NotCached:
+        return False
+    return True
+
+
+def calibrate(args) -> dict:
+    """The (heading, line) priors with the lowest pooled P_k on the Wiki-50 calibration documents."""
+    from rr_fast import Limits
+
+    calibration, _ = wiki50(args.data_dir)
+    chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits(), strict=True)
+    calibration = [d for d in calibration if scored(chunker.chunk, d.text)]
+    grid = []
+    for heading, line in itertools.product(HEADING_GRID, LINE_GRID):
+        with priors(heading, line):
+            parts = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in calibration])
+        pk, wd = pooled(parts)
+        grid.append({"heading": heading, "line": line, "pk": pk, "windowdiff": wd})
+        print(grid[-1], flush=True)
+    best = min(grid, key=lambda g: (round(g["pk"], 9), abs(g["heading"]) + abs(g["line"])))
+    result = {"best": best, "grid": grid, "window": chunker.window, "documents": [d.id for d in calibration]}
+    (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
+    print("best:", best)
+    return result
+
+
+def report(args) -> None:
+    from rr_fast import Limits
+
+    limits = Limits()
+    run = methods(args, limits)
+    result = {"window": args.window, "limits": [limits.min_tokens, limits.max_tokens], "passages": {}, "wiki50": {}}
+    rr_names = [n for n in run if n.startswith("rr-fast") or n.startswith("structure only")]
+    for doc in passages(args.data_dir):
+        kept = {n: c for n, c in run.items() if n not in rr_names or scored(c, doc.text)}
+        result["passages"][doc.id] = {n: classify(doc.text, c(doc.text), limits.max_tokens) for n, c in kept.items()}
+    _, evaluation = wiki50(args.data_dir)
+    for name in rr_names:  # a row only where every evaluation document is scored (pairs need them all)
+        if name != "structure only (no model)" and not all(scored(run[name], d.text) for d in evaluation):
+            del run[name]
+    result["wiki50_documents"] = [d.id for d in evaluation]
+    run["no cuts"] = lambda t: []
+    run["paragraphs (every blank line, no limits)"] = lambda t: paragraph_cuts(t)
+    if not evaluation:
+        (args.out / "report.json").write_text(json.dumps(result, indent=2))
+        print(markdown(result))
+        return
+    parts = {name: np.array([window_parts(d, cut(d.text)) for d in evaluation]) for name, cut in run.items()}
+    draws = np.random.default_rng(0).integers(0, len(evaluation), size=(BOOTSTRAP, len(evaluation)))
+    weights = np.stack([np.bincount(row, minlength=len(evaluation)) for row in draws]).astype(np.float64)
+    boot = {
+        n: ((weights @ p[:, 0]) / (weights @ p[:, 1]), (weights @ p[:, 2]) / (weights @ p[:, 3]))
+        for n, p in parts.items()
+    }
+    reference = "rr-fast auto" if "rr-fast auto" in parts else "structure only (no model)"
+    result["reference"] = reference
+    for name, p in parts.items():
+        pk, wd = pooled(p)
+        entry = {"pk": pk, "windowdiff": wd, "pk_ci": _ci(boot[name][0]), "windowdiff_ci": _ci(boot[name][1])}
+        if name != reference:
+            entry["auto_minus_this_pk"] = pooled(parts[reference])[0] - pk
+            entry["auto_minus_this_pk_ci"] = _ci(boot[reference][0] - boot[name][0])
+        result["wiki50"][name] = entry
+    (args.out / "report.json").write_text(json.dumps(result, indent=2))
+    text = markdown(result)
+    (args.out / "report.md").write_text(text)
+    print(text)
+
+
+def paragraph_cuts(text: str) -> list[int]:
+    structure = analyse(text)
+    starts = np.array([i for i in range(1, len(text)) if text[i - 1].isspace() and not text[i].isspace()])
+    marks = levels(text, structure, starts)
+    return starts[marks >= Level.PARAGRAPH].tolist()
+
+
+def _ci(values: np.ndarray) -> list[float]:
+    return [float(v) for v in np.percentile(values, [2.5, 97.5])]
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"Passages: cuts / mid-sentence / inside a unit that fits + one that does not / heading split / chunks over "
+        f"max ({result['limits'][1]} SmolLM2 tokens). rr-fast window {result['window'] or 'default'}.",
+        "",
+        "| Method | " + " | ".join(result["passages"]) + " | total |",
+        "| --- |" + " --- |" * (len(result["passages"]) + 1),
+    ]
+    names = list(dict.fromkeys(n for counts in result["passages"].values() for n in counts))
+    for name in names:
+        cells = []
+        for counts in result["passages"].values():
+            c = counts.get(name)
+            if c is None:
+                cells.append("not scored")
+                continue
+            cells.append(
+                f"{c['cuts']} / {c['mid_sentence']} / {c['inside_unit']}+{c['inside_oversize_unit']} / "
+                f"{c['heading_split']} / {c['over_max']}"
+            )
+        rows = [c[name] for c in result["passages"].values() if name in c]
+        total = {k: sum(r[k] for r in rows) for k in rows[0]}
+        cells.append(
+            f"{total['cuts']} / {total['mid_sentence']} / {total['inside_unit']}+{total['inside_oversize_unit']} / "
+            f"{total['heading_split']} / {total['over_max']}"
+        )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Wiki-50: {len(result.get('wiki50_documents', []))} evaluation documents; "
+        f"rr-fast rows only where all are scored; differences against {result.get('reference')}.",
+        "",
+        "| Method | P_k [95% CI] | WindowDiff [95% CI] | reference − method, P_k [95% CI] |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, e in result["wiki50"].items():
+        diff = "-"
+        if "auto_minus_this_pk" in e:
+            low, high = e["auto_minus_this_pk_ci"]
+            diff = f"{e['auto_minus_this_pk']:+.3f} [{low:+.3f}, {high:+.3f}]"
+        lines.append(
+            f"| {name} | {e['pk']:.3f} [{e['pk_ci'][0]:.3f}, {e['pk_ci'][1]:.3f}] | "
+            f"{e['windowdiff']:.3f} [{e['windowdiff_ci'][0]:.3f}, {e['windowdiff_ci'][1]:.3f}] | {diff} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,60 @@
+"""rr-fast chunks from cached model scores: the model runs once per (document, edge), reruns are free.
+
+``CachedEngine`` stands in for a ``Chunker``'s engine: it answers ``score(ids, edges)`` from a JSON cache
+keyed by the token ids' hash, scoring only the edges it has not seen (each edge's reset window is
+independent of the others, so scoring a subset gives the same values).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rr_fast import Chunker, Limits
+
+
+class NotCached(LookupError):
+    """A strict cache was asked for an edge it has no score for."""
+
+
+class CachedEngine:
+    def __init__(self, engine, path: Path, strict: bool = False):
+        self.engine = engine
+        self.strict = strict  # report and calibrate never run the model: they use what ``score`` cached
+        self.path = path
+        self.cache: dict[str, dict[str, dict[str, float]]] = json.loads(path.read_text()) if path.exists() else {}
+        self.timings = engine.timings
+        self.misses = 0
+
+    def score(self, ids: np.ndarray, edges: np.ndarray, progress=None) -> dict[str, np.ndarray]:
+        key = hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
+        known = self.cache.setdefault(key, {})
+        missing = [int(e) for e in edges.tolist() if str(int(e)) not in known]
+        if missing and self.strict:
+            raise NotCached(f"{len(missing)} edges not scored; run `python -m bench.structure score` first")
+        if missing:
+            self.misses += len(missing)
+            values = self.engine.score(ids, np.asarray(missing, dtype=np.int64), progress)
+            for i, edge in enumerate(missing):
+                known[str(edge)] = {name: float(v[i]) for name, v in values.items()}
+            self.save()
+        names = next(iter(known.values())).keys() if known else ()
+        return {name: np.array([known[str(int(e))][name] for e in edges.tolist()], dtype=np.float64) for name in names}
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.cache))
+        temporary.replace(self.path)
+
+
+def cached_chunker(
+    out: Path, window: int | None, device: str, structure: str, limits: Limits, strict: bool = False
+) -> Chunker:
+    """A default-model Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``."""
+    chunker = Chunker(window=window, device=device, structure=structure, limits=limits)
+    chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.window}.json", strict)
+    return chunker
