@@ -21,6 +21,7 @@ from dataclasses import asdict
 
 from rr_fast.backends import BACKENDS, DTYPES, check_backend
 from rr_fast.chunker import READOUT_CHOICES, Chunk, Chunker, Scores
+from rr_fast.engine import ScoreConfig
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
 from rr_fast.models import BUNDLED, DEFAULT_MODEL, resolve
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> None:
     if args.quiet:
         warnings.simplefilter("ignore")  # libraries' warnings too: --quiet leaves stderr to errors
     limits = _limits(args)
+    _check_scoring(args)
     check_backend(args.backend, args.device)
     with prepared_output(args.output, args.input) as output:
         text = read_text(args.input, args.errors, args.max_input)
@@ -245,6 +247,16 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _check_scoring(args: argparse.Namespace) -> None:
+    """The scoring options' own rules (window, skip, context), checked before a minute of model conversion."""
+    bundled = BUNDLED.get(args.model)
+    window = args.window or (bundled.window if bundled else ScoreConfig.window)
+    try:
+        ScoreConfig(window=window, skip=args.skip, context=args.context, batch_tokens=args.batch_tokens)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _check_num_chunks_fits(num_chunks: int, text: str, limits: Limits) -> None:

@@ -96,7 +96,8 @@ class TorchBackend:
         if implementation == "auto":
             config_path = Path(folder) / "config.json"  # absent for a hub id: transformers downloads it
             local = json.loads(config_path.read_text()) if config_path.exists() else {}
-            implementation = "plain" if plain.supports(local) else "transformers"
+            has_safetensors = any(Path(folder).glob("*.safetensors"))  # plain modules read safetensors only
+            implementation = "plain" if plain.supports(local) and has_safetensors else "transformers"
         if implementation == "plain":
             model = plain.load(folder, DTYPES[dtype])
         elif implementation == "transformers":
