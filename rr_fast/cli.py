@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # --help, or a usage error already printed as one line
         return int(stop.code or 0)
     debug = args.debug or os.environ.get("RR_FAST_DEBUG", "").strip() not in ("", "0")
-    with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
         try:
             run(args)
         except BaseException as error:  # the CLI boundary: whatever happened, one line and an exit status
