@@ -40,10 +40,13 @@ class ScoreConfig:
     reindex: bool | None = None  # None: re-index windows from 0 exactly when that cannot change states
 
     def __post_init__(self) -> None:
-        if self.window < 2:
-            raise ValueError(f"window must be at least 2 tokens, got {self.window}")
-        if not 0 <= self.skip < self.window - 1:
-            raise ValueError(f"skip must be in 0..{self.window - 2}, got {self.skip}")
+        # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
+        if self.skip < 0:
+            raise ValueError(f"skip must be >= 0, got {self.skip}")
+        if self.window < self.skip + 2:
+            raise ValueError(
+                f"window must be at least skip + 2 = {self.skip + 2} tokens (skip is {self.skip}), got {self.window}"
+            )
         unknown = set(self.readouts) - set(READOUTS)
         if unknown or not self.readouts:
             raise ValueError(f"readouts must be a non-empty subset of {READOUTS}, got {self.readouts}")

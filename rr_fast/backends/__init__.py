@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import sys
 
 from rr_fast.backends.base import Backend, Forward
+from rr_fast.errors import UsageError
 
 BACKENDS = ("auto", "torch", "mlx")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -25,12 +27,43 @@ def pick_backend(name: str = "auto") -> str:
     return "torch"
 
 
-def load_backend(name: str, folder: str, dtype: str = "float32", device: str = "auto") -> Backend:
+def check_backend(name: str = "auto", device: str = "auto") -> None:
+    """Raise a UsageError, before any model loads, when the backend or device cannot run here."""
+    name = pick_backend(name)
+    if name not in BACKENDS:
+        raise UsageError(f"backend must be one of {BACKENDS}, got {name!r}")
+    if name == "mlx":
+        missing = [module for module in ("mlx", "mlx_lm") if not _installed(module)]
+        if missing:
+            raise UsageError(
+                f"--backend mlx needs {' and '.join(missing)}: pip install mlx-lm "
+                '(on Linux: pip install -e ".[mlx-cpu]"), or use --backend torch'
+            )
+        if device not in ("auto", "cpu", "gpu", "metal"):
+            raise UsageError(f"--device {device} is a torch device; with --backend mlx leave it at auto")
+        return
+    from rr_fast.backends.torch import check_device
+
+    check_device(device)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def load_backend(
+    name: str, folder: str, dtype: str = "float32", device: str = "auto", allow_pickle: bool = False
+) -> Backend:
+    """``allow_pickle`` lets transformers read pytorch_model.bin, whose unpickling can run arbitrary code."""
+    check_backend(name, device)
     name = pick_backend(name)
     if name == "torch":
         from rr_fast.backends.torch import TorchBackend
 
-        return TorchBackend.load(folder, dtype=dtype, device=device)
+        return TorchBackend.load(folder, dtype=dtype, device=device, allow_pickle=allow_pickle)
     if name == "mlx":
         from rr_fast.backends.mlx import MLXBackend
 
@@ -38,4 +71,4 @@ def load_backend(name: str, folder: str, dtype: str = "float32", device: str = "
     raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
 
 
-__all__ = ["BACKENDS", "DTYPES", "Backend", "Forward", "load_backend", "pick_backend"]
+__all__ = ["BACKENDS", "DTYPES", "Backend", "Forward", "check_backend", "load_backend", "pick_backend"]

@@ -18,6 +18,7 @@ from torch import nn
 
 from rr_fast.backends import plain
 from rr_fast.backends.base import Forward
+from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,6 +34,27 @@ def pick_device(device: str = "auto") -> str:
     if torch.backends.mps.is_available():
         return "mps"
     return "cpu"
+
+
+def check_device(device: str = "auto") -> None:
+    """A UsageError, not a traceback deep in the first forward, for a device torch cannot use here."""
+    if device == "auto":
+        return
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device {device} is not a torch device: use auto, cpu, cuda, cuda:N or mps") from None
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: no CUDA GPU is available here (use --device cpu or auto)")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    elif kind == "mps":
+        if not torch.backends.mps.is_available():
+            raise UsageError(f"--device {device}: MPS (Apple GPU) is not available here (use --device cpu or auto)")
+    elif kind != "cpu":
+        raise UsageError(f"--device {device} is not supported: use auto, cpu, cuda or mps")
 
 
 class TorchBackend:
@@ -57,15 +79,25 @@ class TorchBackend:
 
     @classmethod
     def load(
-        cls, folder: str | Path, dtype: str = "float32", device: str = "auto", implementation: str = "auto"
+        cls,
+        folder: str | Path,
+        dtype: str = "float32",
+        device: str = "auto",
+        implementation: str = "auto",
+        allow_pickle: bool = False,
     ) -> TorchBackend:
         """``implementation``: "plain" (rr_fast.backends.plain: Llama, Qwen3, Gemma 3), "transformers", or "auto",
-        which takes plain where it covers the config: it loads in a fraction of transformers' start-up."""
+        which takes plain where it covers the config: it loads in a fraction of transformers' start-up.
+
+        Weights load from safetensors only unless ``allow_pickle``: unpickling pytorch_model.bin can run code.
+        """
         device = pick_device(device)
+        _require_safetensors(Path(folder), allow_pickle)
         if implementation == "auto":
             config_path = Path(folder) / "config.json"  # absent for a hub id: transformers downloads it
             local = json.loads(config_path.read_text()) if config_path.exists() else {}
-            implementation = "plain" if plain.supports(local) else "transformers"
+            has_safetensors = any(Path(folder).glob("*.safetensors"))  # plain modules read safetensors only
+            implementation = "plain" if plain.supports(local) and has_safetensors else "transformers"
         if implementation == "plain":
             model = plain.load(folder, DTYPES[dtype])
         elif implementation == "transformers":
@@ -73,7 +105,7 @@ class TorchBackend:
 
             with quiet_transformers():
                 model = AutoModelForCausalLM.from_pretrained(
-                    str(folder), dtype=DTYPES[dtype], attn_implementation="sdpa"
+                    str(folder), dtype=DTYPES[dtype], attn_implementation="sdpa", use_safetensors=not allow_pickle
                 )
         else:
             raise ValueError(f"implementation must be auto, plain or transformers, got {implementation!r}")
@@ -161,6 +193,19 @@ class TorchBackend:
     def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """The model's final logit soft-capping (Gemma 2), or the logits unchanged."""
         return torch.tanh(logits / self.softcap) * self.softcap if self.softcap else logits
+
+
+def _require_safetensors(folder: Path, allow_pickle: bool) -> None:
+    """Refuse, in one line, a local folder whose only weights are pickles (unless the user opted in)."""
+    if allow_pickle or not folder.is_dir() or any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+    if pickles:
+        raise RRFastError(
+            f"{folder} has only pickle weights ({', '.join(pickles[:3])}), which can run code when loaded: "
+            "convert them to safetensors, or pass --allow-pickle if you trust their source"
+        )
+    raise RRFastError(f"{folder} has no model weights (*.safetensors)")
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

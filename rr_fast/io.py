@@ -1,0 +1,184 @@
+"""Command-line input and output: bounded, interruptible reading and atomic writing with cp/mv semantics.
+
+Input is read in 1 MiB pieces through an incremental UTF-8 decoder, so an endless stream (``/dev/zero``, a
+pipe that never closes) ends at ``--max-input`` with one line, Ctrl-C is seen between pieces, and a bad byte is
+reported with its offset. Output goes to a temporary file beside the destination, created *before* the model
+runs (so a missing or read-only folder is reported at once) and renamed into place only after everything
+succeeded: a failed or interrupted run leaves an existing file untouched and no partial one.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from rr_fast.errors import RRFastError, UsageError
+
+DEFAULT_MAX_INPUT = 1 << 30  # bytes: generous for text (a 1 GiB file is ~250M tokens), and ends /dev/zero
+READ_BYTES = 1 << 20
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``1G``, ``500M``, ``64K`` or a plain byte count (binary units; a trailing ``B``/``iB`` is allowed)."""
+    cleaned = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = cleaned[-1:] if cleaned[-1:] in _UNITS else ""
+    number = cleaned[: len(cleaned) - len(unit)]
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use for example 1G, 500M or 4096)") from None
+    if not value >= 1:
+        raise ValueError(f"size must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def format_size(count: int) -> str:
+    for unit in ("T", "G", "M", "K"):
+        if count >= _UNITS[unit] and count % _UNITS[unit] == 0:
+            return f"{count // _UNITS[unit]}{unit}"
+    return f"{count} bytes"
+
+
+def read_text(source: str, errors: str = "strict", max_bytes: int = DEFAULT_MAX_INPUT) -> str:
+    """The UTF-8 text of a file, or of stdin for ``-``, read in pieces and refused beyond ``max_bytes``.
+
+    A leading byte-order mark is dropped (it is encoding, not content). Empty or whitespace-only input is an
+    error: there is nothing to chunk.
+    """
+    name = "stdin" if source == "-" else source
+    if source == "-":
+        text = _decode_stream(sys.stdin.buffer, name, errors, max_bytes)
+    else:
+        path = Path(source)
+        if path.is_dir():
+            raise RRFastError(f"{source} is a directory, not a text file")
+        if not path.exists():
+            raise RRFastError(f"no such file: {source}")
+        try:
+            with path.open("rb") as stream:
+                text = _decode_stream(stream, name, errors, max_bytes)
+        except OSError as error:
+            raise RRFastError(f"cannot read {source}: {error.strerror or error}") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise RRFastError(f"{name} is empty or only whitespace: nothing to chunk")
+    return text
+
+
+def _decode_stream(stream, name: str, errors: str, max_bytes: int) -> str:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors)
+    read = getattr(stream, "read1", stream.read)  # read1: whatever a pipe has, without waiting for a full piece
+    pieces: list[str] = []
+    consumed = 0
+    while True:
+        block = read(READ_BYTES)
+        if consumed + len(block) > max_bytes:
+            raise RRFastError(
+                f"{name} is larger than --max-input {format_size(max_bytes)}: "
+                "split it, or raise the limit (for example --max-input 4G)"
+            )
+        pending = len(decoder.getstate()[0])
+        try:
+            pieces.append(decoder.decode(block, final=not block))
+        except UnicodeDecodeError as error:
+            offset = consumed - pending + error.start
+            raise RRFastError(f"{name} is not valid UTF-8 (byte {offset}); use --errors replace to proceed") from None
+        consumed += len(block)
+        if not block:
+            return "".join(pieces)
+
+
+@dataclass
+class Output:
+    """Where the result goes: stdout, or a temporary file renamed over ``destination`` by ``commit``."""
+
+    target: str  # as the user wrote it, for messages
+    destination: Path | None = None  # symlinks followed; None for stdout
+    temporary: Path | None = None  # None for stdout and for special files (/dev/null, a FIFO), written in place
+    mode: int = 0o644
+
+    def write(self, pieces: Iterable[str]) -> None:
+        """Write the whole result; for a file it lands in the temporary until ``commit``."""
+        if self.destination is None:
+            for piece in pieces:
+                sys.stdout.write(piece)
+            sys.stdout.flush()
+            return
+        path = self.temporary or self.destination
+        try:
+            with open(path, "w", encoding="utf-8") as stream:
+                for piece in pieces:
+                    stream.write(piece)
+        except OSError as error:
+            raise RRFastError(f"cannot write --output {self.target}: {error.strerror or error}") from None
+
+    def commit(self) -> None:
+        if self.temporary is None:
+            return
+        try:
+            os.chmod(self.temporary, self.mode)
+            os.replace(self.temporary, self.destination)
+        except OSError as error:
+            raise RRFastError(f"cannot write --output {self.target}: {error.strerror or error}") from None
+        self.temporary = None
+
+    def discard(self) -> None:
+        if self.temporary is not None:
+            self.temporary.unlink(missing_ok=True)
+            self.temporary = None
+
+
+@contextmanager
+def prepared_output(target: str, source: str | None = None) -> Iterator[Output]:
+    """Check and open ``--output`` before any work; commit on success, remove every trace on failure.
+
+    The semantics are cp's: a symlink is followed and its target replaced (atomically, by a rename in the
+    target's folder); an existing file keeps its permission bits, a new one gets the umask's; a special file
+    such as /dev/null is written in place; the input file itself is refused.
+    """
+    output = open_output(target, source)
+    try:
+        yield output
+        output.commit()
+    finally:
+        output.discard()
+
+
+def open_output(target: str, source: str | None = None) -> Output:
+    if target == "-":
+        return Output(target)
+    destination = Path(os.path.realpath(target))
+    if destination.is_dir():
+        raise UsageError(f"--output {target} is a directory")
+    if source not in (None, "-") and destination.exists() and Path(source).exists():
+        if os.path.samefile(destination, source):
+            raise UsageError(f"--output {target} is the input file: write the chunks somewhere else")
+    folder = destination.parent
+    if not folder.is_dir():
+        raise RRFastError(f"cannot write --output {target}: folder {folder} does not exist")
+    exists = destination.exists()
+    if exists and not destination.is_file():
+        return Output(target, destination, None)  # /dev/null, a FIFO: write into it, as cp does
+    mode = stat.S_IMODE(destination.stat().st_mode) if exists else 0o666 & ~_umask()
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".part", dir=folder)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise RRFastError(f"cannot write --output {target}: folder {folder} is not writable ({reason})") from None
+    os.close(handle)
+    return Output(target, destination, Path(temporary), mode)
+
+
+def _umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current

@@ -1,0 +1,223 @@
+"""The model cache checks itself: manifest written last, sizes (and small files' checksums) checked on every load,
+damaged or incomplete entries rebuilt, staging folders of killed conversions removed.
+
+The conversion itself is replaced by a copy of a tiny model folder (a real GGUF conversion takes a minute; the
+bundled-model tests run that one), so these tests exercise exactly the cache logic around it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_models import tiny_llama_folder
+
+from rr_fast import models
+from rr_fast.errors import RRFastError
+from rr_fast.models import MANIFEST, cached_conversion, check_entry
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return tiny_llama_folder(tmp_path_factory.mktemp("tiny"))
+
+
+class Converter:
+    """Stands in for the GGUF conversion: copies the tiny model folder, and counts its calls."""
+
+    def __init__(self, source: Path):
+        self.source = source
+        self.calls = 0
+
+    def __call__(self, gguf: Path, folder: Path) -> None:
+        self.calls += 1
+        for path in self.source.iterdir():
+            if path.is_file() and path.name != MANIFEST:
+                shutil.copy(path, folder / path.name)
+
+
+def fake_gguf(scratch: Path) -> Path:
+    return Path(__file__)  # any existing file: the fake converter ignores it
+
+
+def convert(target, converter, **options):
+    return cached_conversion(target, fake_gguf, convert=converter, **options)
+
+
+def test_conversion_writes_a_manifest_and_loads_without_converting_again(tiny, tmp_path, capsys):
+    converter = Converter(tiny)
+    target = tmp_path / "model"
+    assert convert(target, converter) == target and converter.calls == 1
+    manifest = json.loads((target / MANIFEST).read_text())["files"]
+    assert manifest["model.safetensors"]["size"] == (target / "model.safetensors").stat().st_size
+    assert len(manifest["config.json"]["sha256"]) == 64
+    assert "converting" in capsys.readouterr().err
+    assert convert(target, converter) == target and converter.calls == 1 and check_entry(target) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no staging left behind
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate weights", "delete config", "garbage tokenizer", "delete manifest and truncate", "garbage manifest"],
+)
+def test_damaged_entries_are_rebuilt_automatically(damage, tiny, tmp_path, capsys):
+    """A deleted config.json used to make every later run reconvert and fail with 'Directory not empty'."""
+    converter = Converter(tiny)
+    target = convert(tmp_path / "model", converter)
+    weights = target / "model.safetensors"
+    if damage == "truncate weights":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "delete config":
+        (target / "config.json").unlink()
+    elif damage == "garbage tokenizer":  # same size, different bytes: caught by the small file's checksum
+        size = (target / "tokenizer.json").stat().st_size
+        (target / "tokenizer.json").write_bytes(b"x" * size)
+    elif damage == "delete manifest and truncate":
+        (target / MANIFEST).unlink()
+        weights.write_bytes(weights.read_bytes()[:-10])
+    elif damage == "garbage manifest":
+        (target / MANIFEST).write_text("{not json")
+    assert check_entry(target) is not None
+    capsys.readouterr()
+    for _ in range(2):  # rebuilt once, then fine
+        assert convert(target, converter) == target
+    assert converter.calls == 2 and check_entry(target) is None
+    assert "converting it again" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_same_size_damage_to_the_weights_needs_verify(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "CHECKSUM_BYTES", 1 << 20)  # the tiny weights (6 MB) stand for a big file
+    converter = Converter(tiny)
+    target = convert(tmp_path / "model", converter)
+    weights = target / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-4096:] = os.urandom(4096)
+    weights.write_bytes(bytes(data))
+    assert check_entry(target) is None  # sizes only: the weights are too big to hash on every load
+    assert "checksum" in check_entry(target, verify=True)
+    convert(target, converter, verify=True)
+    assert converter.calls == 2 and check_entry(target, verify=True) is None
+
+
+def test_rebuild_and_quiet(tiny, tmp_path, capsys):
+    converter = Converter(tiny)
+    target = convert(tmp_path / "model", converter, quiet=True)
+    convert(target, converter, rebuild=True, quiet=True)
+    assert converter.calls == 2 and capsys.readouterr().err == ""
+
+
+def test_quiet_silences_what_the_conversion_prints(tiny, tmp_path, capfd):
+    """transformers' tqdm bars write to stderr whatever its verbosity; --quiet must hide them."""
+
+    def noisy(gguf, folder):
+        from tqdm import tqdm
+
+        for _ in tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
+            pass
+        print("chatter", file=sys.stderr)
+        Converter(tiny)(gguf, folder)
+
+    convert(tmp_path / "model", noisy, quiet=True)
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_legacy_entry_is_adopted_and_its_gguf_copy_removed(tiny, tmp_path):
+    converter = Converter(tiny)
+    target = tmp_path / "gemma3-270m"
+    shutil.copytree(tiny, target)
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"old copy")
+    assert convert(target, converter) == target and converter.calls == 0
+    assert (target / MANIFEST).exists() and not (tmp_path / "gguf").exists()
+
+
+def test_assembled_gguf_is_not_kept(tiny, tmp_path):
+    def assembled(scratch: Path) -> Path:
+        path = scratch / "model.gguf"
+        path.write_bytes(b"GGUF" * 100)
+        return path
+
+    target = cached_conversion(tmp_path / "model", assembled, convert=Converter(tiny))
+    assert not (target / "model.gguf").exists() and "model.gguf" not in (target / MANIFEST).read_text()
+
+
+def test_interrupted_conversion_leaves_nothing(tiny, tmp_path):
+    def killed(gguf, folder):
+        Converter(tiny)(gguf, folder)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convert(tmp_path / "model", killed)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_conversion_is_one_message(tmp_path):
+    def broken(gguf, folder):
+        raise ValueError("unsupported architecture 'foo'\nmore details")
+
+    with pytest.raises(RRFastError, match=r"could not convert .*: unsupported architecture 'foo'$"):
+        convert(tmp_path / "model", broken)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_staging_of_dead_processes_is_removed(tiny, tmp_path):
+    """SIGKILL during the first conversion used to leave a 247 MB staging folder forever."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".model.staging-{dead_pid}-abc"
+    discarded = tmp_path / f".model.discarded-{dead_pid}-1"
+    live = tmp_path / f".model.staging-{os.getpid()}-xyz"  # a conversion still running (this process)
+    for folder in (stale, discarded, live):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"0" * 100)
+    convert(tmp_path / "model", Converter(tiny))
+    assert not stale.exists() and not discarded.exists() and live.exists()
+
+
+def test_concurrent_conversion_that_finished_first_is_used(tiny, tmp_path):
+    """Two first runs: the one that loses the rename uses the winner's complete entry."""
+    target = tmp_path / "model"
+
+    def racing(gguf, folder):
+        Converter(tiny)(gguf, folder)
+        if not target.exists():  # the other run finishes while this one converts
+            cached_conversion(target, fake_gguf, convert=Converter(tiny), quiet=True)
+
+    assert convert(target, racing) == target and check_entry(target) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_cli_rebuild_cache_flag_reaches_the_cache(monkeypatch, tmp_path):
+    from rr_fast.cli import main
+
+    seen = {}
+
+    def fake_resolve(model, verify=False, rebuild=False, quiet=False):
+        seen.update(verify=verify, rebuild=rebuild, quiet=quiet)
+        raise RRFastError("stop here")
+
+    monkeypatch.setattr("rr_fast.cli.resolve", fake_resolve)
+    source = tmp_path / "in.txt"
+    source.write_text("Some words to chunk. " * 10)
+    assert main([str(source), "--rebuild-cache", "--verify-cache", "-q"]) == 1
+    assert seen == {"verify": True, "rebuild": True, "quiet": True}
+
+
+def test_resolve_gguf_entry_uses_the_cache(tiny, tmp_path, monkeypatch):
+    """resolve() of a .gguf file goes through the self-checking cache (the conversion is the fake here)."""
+    monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path / "cache"))
+    converter = Converter(tiny)
+    monkeypatch.setattr(models, "convert_gguf", converter)
+    gguf = tmp_path / "weights.gguf"
+    gguf.write_bytes(b"GGUF")
+    folder = Path(models.resolve(str(gguf), quiet=True))
+    assert folder.parent == tmp_path / "cache" and check_entry(folder) is None
+    (folder / "config.json").unlink()
+    assert Path(models.resolve(str(gguf), quiet=True)) == folder and converter.calls == 2
