@@ -7,14 +7,16 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError
+from rr_fast.lengths import MODEL, load_unit, segment_in_unit
 from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, model_type, resolve
-from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.overlap import with_context
+from rr_fast.segment import Limits, percentiles
 from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
 from rr_fast.tokenizer import load_tokenizer
 
@@ -31,7 +33,10 @@ class Chunk:
     end: int  # character offset, exclusive
     token_count: int
     text: str
-    score: float | None  # utility of the cut that ends this chunk; None for the last chunk
+    score: float | None  # utility of the cut that ends this chunk; None for the last chunk and forced cuts
+    length: int | None = None  # in the Chunker's length_unit (model tokens by default)
+    context_before: str = ""  # up to `overlap` units of the previous chunk; not part of text or offsets
+    context_after: str = ""  # up to `overlap` units of the next chunk
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Scores:
     chars: np.ndarray  # character offset of the cut
     readouts: dict[str, np.ndarray]
     num_tokens: int
+    utility: np.ndarray | None = None  # calibrated utility per edge, what the DP weighs (NaN: not usable)
 
     def records(self) -> list[dict]:
         rows = []
@@ -77,6 +83,8 @@ class Chunker:
     context: int = 2048
     batch_tokens: int | None = None
     reindex: bool | None = None
+    length_unit: str = MODEL  # what limits and overlap count: "model", "chars", or a tokenizer (file, folder, hub)
+    overlap: int = 0  # units of each neighbour copied into context_before / context_after
     warnings: list[str] = field(default_factory=list, init=False)
     timings: dict[str, float] = field(default_factory=lambda: defaultdict(float), init=False)
 
@@ -109,6 +117,9 @@ class Chunker:
         started = time.perf_counter()
         folder = resolve(self.model)
         self.tokenizer, self.engine = _load(folder, self.backend, self.dtype, self.device, self.config)
+        if self.overlap < 0:
+            raise RRFastError(f"overlap must be >= 0, got {self.overlap}")
+        self.unit = load_unit(self.length_unit, self.tokenizer)
         self.timings["model load"] += time.perf_counter() - started
 
     def score(self, text: str, progress: bool = False) -> Scores:
@@ -116,10 +127,14 @@ class Chunker:
         tokens = self._tokenize(text)
         edges = candidate_edges(text, tokens, self.step)
         values = self._run(tokens, edges.tokens, progress)
-        return Scores(edges.tokens, edges.chars, values, len(tokens))
+        return Scores(edges.tokens, edges.chars, values, len(tokens), self.utility(values))
 
     def chunk(self, text: str, progress: bool = False) -> list[Chunk]:
         """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""
+        return self.explain(text, progress)[0]
+
+    def explain(self, text: str, progress: bool = False) -> tuple[list[Chunk], Scores]:
+        """Chunks and the scored candidates behind them, from one model run (for the HTML view and plot)."""
         self.warnings = []
         tokens = self._tokenize(text)
         edges = candidate_edges(text, tokens, self.step)
@@ -128,19 +143,25 @@ class Chunker:
         utility = self.utility(values)
         usable = np.isfinite(utility)
         fallback = clean_edges(text, tokens)
-        result = segment(
-            len(tokens),
+        result = segment_in_unit(
+            self.unit,
+            text,
+            tokens,
+            fallback,
             edges.tokens[usable],
             utility[usable],
             self.limits,
-            penalty=self.penalty,
-            num_chunks=self.num_chunks,
-            fallback_edges=fallback.tokens,
+            self.penalty,
+            self.num_chunks,
         )
         self.warnings.extend(result.warnings)
         chunks = _assemble(text, tokens, result.cuts, fallback, edges.tokens, utility)
+        if self.length_unit != MODEL:
+            chunks = [replace(c, length=self.unit.count(c.text)) for c in chunks]
+        if self.overlap:
+            chunks = with_context(text, chunks, self.overlap, self.unit.count)
         self.timings["dp"] += time.perf_counter() - started
-        return chunks
+        return chunks, Scores(edges.tokens, edges.chars, values, len(tokens), utility)
 
     def utility(self, values: dict[str, np.ndarray]) -> np.ndarray:
         """Calibrated per-edge utility: within-document percentiles of the readout.
@@ -194,6 +215,7 @@ def _assemble(text, tokens, cuts, fallback, candidate_tokens, utility) -> list[C
                 token_count=bounds_tok[i + 1] - bounds_tok[i],
                 text=text[start:end],
                 score=None if score is None or not np.isfinite(score) else float(score),
+                length=bounds_tok[i + 1] - bounds_tok[i],
             )
         )
     return chunks

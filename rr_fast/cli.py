@@ -85,13 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="window position ids; auto re-indexes RoPE models, where it is exact",
     )
-    limits = parser.add_argument_group("chunk lengths (model tokens)")
+    limits = parser.add_argument_group("chunk lengths (in --length-unit, model tokens by default)")
     limits.add_argument("--min-tokens", type=_positive, default=48)
     limits.add_argument("--max-tokens", type=_positive, default=384)
     limits.add_argument("--target-tokens", type=_positive, default=192)
     limits.add_argument("--length-weight", type=_finite, default=0.02, help="λ (default 0.02)")
     limits.add_argument("--penalty", type=_finite, help="cut penalty ρ (default: the model's calibrated value)")
     limits.add_argument("--num-chunks", type=_positive, help="exactly this many chunks (fixed-K objective)")
+    units = parser.add_argument_group("length unit and overlap")
+    units.add_argument(
+        "--length-unit",
+        default="model",
+        help="what --min/--max/--target-tokens and --overlap count: model (default), chars, or a tokenizer "
+        "(tokenizer.json, a folder with one, or a hub name when online), e.g. your embedder's",
+    )
+    units.add_argument(
+        "--overlap",
+        type=_non_negative_int,
+        default=0,
+        help="copy up to N units of each neighbour into context_before/context_after (chunks still tile the input)",
+    )
     output = parser.add_argument_group("output")
     output.add_argument("--emit", choices=("chunks", "scores"), default="chunks")
     output.add_argument("--format", choices=("jsonl", "json", "text"), default="jsonl")
@@ -128,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             context=args.context,
             batch_tokens=args.batch_tokens,
             reindex={"auto": None, "original": False, "reindex": True}[args.positions],
+            length_unit=args.length_unit,
+            overlap=args.overlap,
         )
         progress = not args.quiet
         if args.emit == "scores":

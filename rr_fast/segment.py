@@ -73,6 +73,7 @@ def segment(
     penalty: float = 0.5,
     num_chunks: int | None = None,
     fallback_edges: np.ndarray | None = None,
+    positions: np.ndarray | None = None,
 ) -> Segmentation:
     """Exact optimal cuts for one document.
 
@@ -82,40 +83,44 @@ def segment(
     fallback_edges: extra token edges allowed, at utility 0, only when the candidates cannot meet the
         limits (for example a long run of text with no word boundary). Without them such text would
         have to break Lmax.
+    positions: length of the text before each token edge in the limits' unit (index = token edge,
+        num_tokens + 1 entries, non-decreasing); None means model tokens, the edge itself.
     """
     edges = np.asarray(edges, dtype=np.int64)
     utilities = np.asarray(utilities, dtype=np.float64)
     if edges.shape != utilities.shape:
         raise ValueError("edges and utilities must have the same length")
     if num_chunks is not None:
-        return _fixed(num_tokens, edges, utilities, limits, num_chunks)
+        return _fixed(num_tokens, edges, utilities, limits, num_chunks, positions)
 
     warnings: list[str] = []
-    if num_tokens < limits.min_tokens:
-        warnings.append(f"text has {num_tokens} tokens, fewer than min_tokens={limits.min_tokens}: returning one chunk")
+    total = num_tokens if positions is None else int(positions[num_tokens])
+    if total < limits.min_tokens:
+        unit = "tokens" if positions is None else "units"
+        warnings.append(f"text has {total} {unit}, fewer than min_tokens={limits.min_tokens}: returning one chunk")
         return Segmentation(np.zeros(0, dtype=np.int64), warnings)
 
     gains = utilities - penalty
-    cuts = _solve_open(num_tokens, edges, gains, limits.min_tokens, limits.max_tokens, limits)
+    cuts = _solve_open(num_tokens, edges, gains, positions, limits.min_tokens, limits.max_tokens, limits)
     if cuts is not None:
         return Segmentation(cuts, warnings)
 
     if fallback_edges is not None and len(fallback_edges):
         edges, gains = _with_fallback(edges, gains, np.asarray(fallback_edges, dtype=np.int64), penalty)
-        cuts = _solve_open(num_tokens, edges, gains, limits.min_tokens, limits.max_tokens, limits)
+        cuts = _solve_open(num_tokens, edges, gains, positions, limits.min_tokens, limits.max_tokens, limits)
         if cuts is not None:
             warnings.append(
                 "some stretches have no candidate edge within max_tokens: cut there at plain token boundaries"
             )
             return Segmentation(cuts, warnings)
 
-    cuts = _solve_open(num_tokens, edges, gains, 1, limits.max_tokens, limits)
+    cuts = _solve_open(num_tokens, edges, gains, positions, 1, limits.max_tokens, limits)
     if cuts is not None:
         warnings.append(
             f"the limits cannot all be met on this text: some chunks are shorter than min_tokens={limits.min_tokens}"
         )
         return Segmentation(cuts, warnings)
-    cuts = _solve_open(num_tokens, edges, gains, 1, num_tokens, limits)
+    cuts = _solve_open(num_tokens, edges, gains, positions, 1, total, limits)
     warnings.append(
         f"no cut point exists within max_tokens={limits.max_tokens} somewhere in this text: "
         "some chunks are longer than max_tokens"
@@ -132,28 +137,30 @@ def _with_fallback(edges, gains, fallback, penalty):
     return merged[order], merged_gains[order]
 
 
-def _nodes(num_tokens: int, edges: np.ndarray, gains: np.ndarray):
-    positions = np.concatenate([[0], edges, [num_tokens]]).astype(np.int64)
+def _nodes(num_tokens: int, edges: np.ndarray, gains: np.ndarray, positions: np.ndarray | None):
+    """Token edge, DP position and gain of every node (start, candidates, end)."""
+    node_edges = np.concatenate([[0], edges, [num_tokens]]).astype(np.int64)
+    node_positions = node_edges if positions is None else np.asarray(positions, dtype=np.int64)[node_edges]
     node_gains = np.concatenate([[0.0], gains, [0.0]]).astype(np.float64)
-    return positions, node_gains
+    return node_edges, node_positions, node_gains
 
 
-def _solve_open(num_tokens, edges, gains, min_len, max_len, limits):
-    positions, node_gains = _nodes(num_tokens, edges, gains)
+def _solve_open(num_tokens, edges, gains, positions, min_len, max_len, limits):
+    node_edges, node_positions, node_gains = _nodes(num_tokens, edges, gains, positions)
     score, path = open_count(
-        positions, node_gains, min_len, max_len, float(limits.target_tokens), float(limits.length_weight)
+        node_positions, node_gains, min_len, max_len, float(limits.target_tokens), float(limits.length_weight)
     )
     if not np.isfinite(score):
         return None
-    return positions[path[1:-1]]
+    return node_edges[path[1:-1]]
 
 
-def _fixed(num_tokens, edges, utilities, limits, num_chunks) -> Segmentation:
+def _fixed(num_tokens, edges, utilities, limits, num_chunks, positions) -> Segmentation:
     if num_chunks < 1:
         raise ValueError(f"num_chunks must be at least 1, got {num_chunks}")
-    positions, node_gains = _nodes(num_tokens, edges, utilities)
+    node_edges, node_positions, node_gains = _nodes(num_tokens, edges, utilities, positions)
     score, path = fixed_count(
-        positions,
+        node_positions,
         node_gains,
         num_chunks,
         limits.min_tokens,
@@ -166,4 +173,4 @@ def _fixed(num_tokens, edges, utilities, limits, num_chunks) -> Segmentation:
             f"cannot split {num_tokens} tokens into {num_chunks} chunks of "
             f"{limits.min_tokens}-{limits.max_tokens} tokens at the candidate edges"
         )
-    return Segmentation(positions[path[1:-1]])
+    return Segmentation(node_edges[path[1:-1]])
