@@ -14,8 +14,21 @@ from rr_fast.chunker import Chunk, Chunker, Scores
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
+from rr_fast.view import plot, render_html
 
-__all__ = ["BUNDLED", "DEFAULT_MODEL", "Chunk", "Chunker", "Limits", "RRFastError", "Scores", "chunk", "score"]
+__all__ = [
+    "BUNDLED",
+    "DEFAULT_MODEL",
+    "Chunk",
+    "Chunker",
+    "Limits",
+    "RRFastError",
+    "Scores",
+    "chunk",
+    "plot",
+    "render_html",
+    "score",
+]
 
 
 def chunk(text: str, model: str = DEFAULT_MODEL, **options: Any) -> list[Chunk]:

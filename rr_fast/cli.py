@@ -19,6 +19,7 @@ from rr_fast.chunker import READOUT_CHOICES, Chunk, Chunker, Scores
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
+from rr_fast.view import render_html
 
 PROG = "rr-fast"
 
@@ -107,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     output = parser.add_argument_group("output")
     output.add_argument("--emit", choices=("chunks", "scores"), default="chunks")
-    output.add_argument("--format", choices=("jsonl", "json", "text"), default="jsonl")
+    output.add_argument(
+        "--format",
+        choices=("jsonl", "json", "text", "html"),
+        default="jsonl",
+        help="html: one self-contained page with the score curve, the cuts and the chunked text",
+    )
     output.add_argument("--separator", default="-----", help="line between chunks with --format text")
     output.add_argument("--output", "-o", default="-", help="output file (written atomically), - for stdout")
     output.add_argument("--errors", choices=("strict", "replace"), default="strict", help="undecodable bytes")
@@ -121,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # --help, or a usage error already printed as one line
         return int(stop.code or 0)
     try:
-        if args.emit == "scores" and args.format == "text":
-            raise RRFastError("--emit scores writes jsonl or json, not text")
+        if args.emit == "scores" and args.format in ("text", "html"):
+            raise RRFastError(f"--emit scores writes jsonl or json, not {args.format}")
         text = read_input(args.input, args.errors)
         limits = _limits(args)
         chunker = Chunker(
@@ -147,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         progress = not args.quiet
         if args.emit == "scores":
             payload = format_scores(chunker.score(text, progress=progress), args.format)
+        elif args.format == "html":
+            chunks, scores = chunker.explain(text, progress=progress)
+            title = "rr-fast: " + ("stdin" if args.input == "-" else Path(args.input).name)
+            payload = render_html(text, scores, chunks, limits, chunker.penalty, unit_label(args.length_unit), title)
         else:
             payload = format_chunks(chunker.chunk(text, progress=progress), args.format, args.separator)
         if not args.quiet:
@@ -222,6 +232,11 @@ def write_output(target: str, payload: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def unit_label(length_unit: str) -> str:
+    """How the view names the length unit."""
+    return {"model": "model tokens", "chars": "characters"}.get(length_unit, f"{Path(length_unit).name} tokens")
 
 
 def _limits(args) -> Limits:
