@@ -22,7 +22,7 @@ from rr_fast.text import Edges, Tokens, tokenize
 
 MODEL = "model"
 CHARS = "chars"
-# Tightening rounds for a non-additive unit; each lowers the maximum by the largest excess seen.
+# Tightening rounds for a non-additive unit; each lowers the internal maximum by the largest excess seen.
 MAX_ROUNDS = 16
 
 
@@ -112,7 +112,7 @@ def load_unit(spec: str, model_tokenizer) -> LengthUnit:
         ) from None
     tokenizer.no_padding()  # an embedder's tokenizer.json often pads and truncates to its window: count all
     tokenizer.no_truncation()
-    return TokenizerTokens(tokenizer, name=spec)
+    return TokenizerTokens(tokenizer, name=path.name if path.is_file() else spec)
 
 
 def edge_positions(unit: LengthUnit, text: str, tokens: Tokens, clean: Edges) -> np.ndarray | None:
@@ -147,6 +147,7 @@ def segment_in_unit(
     positions = edge_positions(unit, text, tokens, clean)
     run = dataclasses.replace(limits)
     warnings: list[str] = []
+    best: tuple[int, Segmentation, int] | None = None  # (largest excess, result, internal maximum)
     for _ in range(MAX_ROUNDS):
         result = segment(
             len(tokens),
@@ -161,16 +162,22 @@ def segment_in_unit(
         if unit.additive:
             return result
         excess = max(0, *(unit.count(piece) - limits.max_tokens for piece in pieces(text, result.cuts, clean)))
+        if best is None or excess < best[0]:
+            best = (excess, result, run.max_tokens)
         if excess == 0 or run.max_tokens <= 1:
             break
         tighter = max(1, run.max_tokens - excess)
         run = dataclasses.replace(run, max_tokens=tighter, min_tokens=min(run.min_tokens, tighter))
-    else:
-        warnings.append(f"chunks over max_tokens={limits.max_tokens} {unit.name} remain after {MAX_ROUNDS} rounds")
-    if run.max_tokens != limits.max_tokens:
+    excess, result, internal_max = best
+    if excess:
         warnings.append(
-            f"{unit.name} does not count slices as it counts the whole text: "
-            f"cut to {run.max_tokens} internally so every chunk stays within {limits.max_tokens}"
+            f"could not keep every chunk within max_tokens={limits.max_tokens} {unit.name} tokens: "
+            "some stretch between two possible cuts is about that long or longer on its own"
+        )
+    elif internal_max != limits.max_tokens:
+        warnings.append(
+            f"{unit.name} does not count slices as it counts the whole text: "  # BPE merges across a cut
+            f"cut to {internal_max} internally so every chunk stays within {limits.max_tokens}"
         )
     result.warnings.extend(warnings)
     return result
