@@ -114,12 +114,13 @@ class Chunker:
             )
         except ValueError as error:
             raise RRFastError(str(error)) from None
+        if self.overlap < 0:
+            raise RRFastError(f"overlap must be >= 0, got {self.overlap}")
+        unit = None if self.length_unit == MODEL else load_unit(self.length_unit, None)  # fails before the model loads
         started = time.perf_counter()
         folder = resolve(self.model)
         self.tokenizer, self.engine = _load(folder, self.backend, self.dtype, self.device, self.config)
-        if self.overlap < 0:
-            raise RRFastError(f"overlap must be >= 0, got {self.overlap}")
-        self.unit = load_unit(self.length_unit, self.tokenizer)
+        self.unit = unit or load_unit(MODEL, self.tokenizer)
         self.timings["model load"] += time.perf_counter() - started
 
     def score(self, text: str, progress: bool = False) -> Scores:

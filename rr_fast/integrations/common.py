@@ -48,7 +48,7 @@ class LazyChunker:
 
     def chunk(self, text: str) -> list[Chunk]:
         """Chunks of one text; an empty or whitespace-only text has none (as the frameworks' splitters do)."""
-        return self.get().chunk(text) if text.strip() else []
+        return chunk_list(self.get().chunk(text)) if text.strip() else []
 
     def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
         """Chunks of each text, through ``Chunker.chunk_many`` where this rr-fast has it, else one by one."""
@@ -60,8 +60,13 @@ class LazyChunker:
         else:
             results = [chunker.chunk(texts[i]) for i in filled]
         for i, result in zip(filled, results):
-            out[i] = list(getattr(result, "chunks", result))
+            out[i] = chunk_list(result)
         return out
+
+
+def chunk_list(result: Any) -> list[Chunk]:
+    """The chunks of one result, whether a plain list or a result object that carries them (and warnings)."""
+    return list(getattr(result, "chunks", result))
 
 
 @lru_cache(maxsize=8)
