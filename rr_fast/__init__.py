@@ -15,6 +15,7 @@ from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
+from rr_fast.view import plot, render_html
 
 __all__ = [
     "BUNDLED",
@@ -27,6 +28,8 @@ __all__ = [
     "RRFastError",
     "Scores",
     "chunk",
+    "plot",
+    "render_html",
     "score",
 ]
 

@@ -41,7 +41,19 @@ def test_jsonl_chunks(tiny, sample, capsys):
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert "".join(r["text"] for r in rows) == TEXT
-    assert set(rows[0]) == {"index", "start", "end", "token_count", "text", "score", "inside"}
+    assert set(rows[0]) == {
+        "index",
+        "start",
+        "end",
+        "token_count",
+        "text",
+        "score",
+        "forced",
+        "inside",
+        "length",
+        "context_before",
+        "context_after",
+    }
     assert all(TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
 
 
@@ -130,3 +142,17 @@ def test_package_runs_as_the_command(tmp_path):
     """`python -m rr_fast FILE` is the same command as `python -m rr_fast.chunk FILE`."""
     missing = subprocess.run([sys.executable, "-m", "rr_fast", str(tmp_path / "x.txt")], capture_output=True, text=True)
     assert missing.returncode == 1 and missing.stderr.startswith("rr-fast: error: no such file")
+
+
+def test_length_unit_and_overlap_flags(tiny, sample, capsys):
+    argv = [sample, "--model", tiny, "--backend", "torch", "--length-unit", "chars"]
+    code, out, err = run(
+        [*argv, "--min-tokens", "30", "--max-tokens", "90", "--target-tokens", "60", "--overlap", "20"], capsys
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert "".join(r["text"] for r in rows) == TEXT and len(rows) > 2
+    assert all(r["length"] == len(r["text"]) <= 90 for r in rows)
+    assert rows[1]["context_before"] and rows[0]["text"].endswith(rows[1]["context_before"])
+    code, _, err = run([sample, "--model", tiny, "--backend", "torch", "--length-unit", "/nope.json"], capsys)
+    assert code == 1 and err.count("\n") == 1 and "length unit" in err

@@ -1,0 +1,74 @@
+"""What every adapter shares: a clear error for a missing extra, and one lazily loaded, shared Chunker."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+from rr_fast.chunker import Chunk, Chunker
+from rr_fast.segment import Limits
+
+LIMIT_FIELDS = ("min_tokens", "max_tokens", "target_tokens", "length_weight")
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import a framework module, or raise one ImportError that names the pip install line."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(
+            f"rr_fast.integrations.{extra} needs {module.split('.')[0]} ({error}): pip install 'rr-fast[{extra}]'"
+        ) from None
+
+
+def chunker_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Flat adapter options → ``Chunker`` keyword arguments (limit fields folded into ``Limits``)."""
+    chunker = {key: value for key, value in options.items() if key not in LIMIT_FIELDS}
+    limits = {key: options[key] for key in LIMIT_FIELDS if key in options}
+    if limits:
+        chunker["limits"] = Limits(**limits)
+    return chunker
+
+
+class LazyChunker:
+    """A handle on one ``Chunker``: loaded on first use, shared by every handle with the same options.
+
+    It holds only plain options, so an adapter that keeps one pickles cheaply (LlamaIndex's worker
+    processes) and each process loads the model once.
+    """
+
+    def __init__(self, **options: Any):
+        self.options = dict(sorted(options.items()))
+
+    def get(self) -> Chunker:
+        return shared_chunker(tuple(self.options.items()))
+
+    def chunk(self, text: str) -> list[Chunk]:
+        """Chunks of one text; an empty or whitespace-only text has none (as the frameworks' splitters do)."""
+        return chunk_list(self.get().chunk(text)) if text.strip() else []
+
+    def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
+        """Chunks of each text, through ``Chunker.chunk_many`` where this rr-fast has it, else one by one."""
+        chunker = self.get()
+        filled = [i for i, text in enumerate(texts) if text.strip()]
+        out: list[list[Chunk]] = [[] for _ in texts]
+        if hasattr(chunker, "chunk_many"):
+            results = chunker.chunk_many([texts[i] for i in filled])
+        else:
+            results = [chunker.chunk(texts[i]) for i in filled]
+        for i, result in zip(filled, results):
+            out[i] = chunk_list(result)
+        return out
+
+
+def chunk_list(result: Any) -> list[Chunk]:
+    """The chunks of one result, whether a plain list or a result object that carries them (and warnings)."""
+    return list(getattr(result, "chunks", result))
+
+
+@lru_cache(maxsize=8)
+def shared_chunker(options: tuple) -> Chunker:
+    return Chunker(**chunker_options(dict(options)))
