@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL, bos_prefix, hub_hint, model_type, resolve
-from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.segment import Limits, Segmentation, percentiles, segment
 from rr_fast.text import Tokens, candidate_edges, clean_edges, tokenize
 from rr_fast.tokenizer import load_tokenizer
 
@@ -32,6 +33,7 @@ class Chunk:
     token_count: int
     text: str
     score: float | None  # utility of the cut that ends this chunk; None for the last chunk
+    forced: bool = False  # the cut that ends this chunk is a plain token boundary the length limits forced
 
 
 @dataclass
@@ -113,32 +115,63 @@ class Chunker:
 
     def score(self, text: str, progress: bool = False) -> Scores:
         """Readout values of every candidate edge (``--emit scores``)."""
-        tokens = self._tokenize(text)
-        edges = candidate_edges(text, tokens, self.step)
-        values = self._run(tokens, edges.tokens, progress)
-        return Scores(edges.tokens, edges.chars, values, len(tokens))
+        return next(self.score_many([text], progress))
 
     def chunk(self, text: str, progress: bool = False) -> list[Chunk]:
         """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""
+        return next(self.chunk_many([text], progress))
+
+    def score_many(self, texts: Iterable[str], progress: bool = False, errors: str = "raise") -> Iterator[Scores]:
+        """``score`` of each text, in order, with the model calls of many texts batched together.
+
+        Texts are read lazily, so an unbounded iterable streams in bounded memory. ``errors="return"``
+        yields an ``RRFastError`` in place of a text that cannot be scored (empty, not a str, not
+        tokenizable) instead of raising it.
+        """
+        for prepared, values in self._scored(texts, progress, errors):
+            if isinstance(prepared, RRFastError):
+                yield prepared
+                continue
+            _, tokens, edges = prepared
+            yield Scores(edges.tokens, edges.chars, values, len(tokens))
+
+    def chunk_many(self, texts: Iterable[str], progress: bool = False, errors: str = "raise") -> Iterator[list[Chunk]]:
+        """``chunk`` of each text, in order, with the model calls of many texts batched together.
+
+        The chunks equal per-text ``chunk`` calls' (scores up to float rounding of differently shaped
+        batches). ``warnings`` collects every text's warnings; ``errors`` is as in ``score_many``.
+        """
         self.warnings = []
-        tokens = self._tokenize(text)
-        edges = candidate_edges(text, tokens, self.step)
-        values = self._run(tokens, edges.tokens, progress)
+        for prepared, values in self._scored(texts, progress, errors):
+            if isinstance(prepared, RRFastError):
+                yield prepared
+                continue
+            try:
+                yield self._segment(*prepared, values)
+            except RRFastError as error:
+                if errors == "raise":
+                    raise
+                yield error
+
+    def _segment(self, text: str, tokens: Tokens, edges, values: dict[str, np.ndarray]) -> list[Chunk]:
         started = time.perf_counter()
         utility = self.utility(values)
         usable = np.isfinite(utility)
         fallback = clean_edges(text, tokens)
-        result = segment(
-            len(tokens),
-            edges.tokens[usable],
-            utility[usable],
-            self.limits,
-            penalty=self.penalty,
-            num_chunks=self.num_chunks,
-            fallback_edges=fallback.tokens,
-        )
+        try:
+            result = segment(
+                len(tokens),
+                edges.tokens[usable],
+                utility[usable],
+                self.limits,
+                penalty=self.penalty,
+                num_chunks=self.num_chunks,
+                fallback_edges=fallback.tokens,
+            )
+        except ValueError as error:
+            raise RRFastError(str(error)) from None
         self.warnings.extend(result.warnings)
-        chunks = _assemble(text, tokens, result.cuts, fallback, edges.tokens, utility)
+        chunks = _assemble(text, tokens, result, fallback, edges.tokens, utility)
         self.timings["dp"] += time.perf_counter() - started
         return chunks
 
@@ -165,11 +198,42 @@ class Chunker:
         self.timings["tokenization"] += time.perf_counter() - started
         return tokens
 
-    def _run(self, tokens: Tokens, edges: np.ndarray, progress: bool) -> dict[str, np.ndarray]:
-        bar = _progress_bar(len(tokens)) if progress else None
+    def _prepare(self, text: str, errors: str):
+        """(text, tokens, candidate edges), or with errors="return" the RRFastError that stops it."""
+        if errors not in ("raise", "return"):
+            raise RRFastError(f"errors must be 'raise' or 'return', got {errors!r}")
+        try:
+            tokens = self._tokenize(text)
+            return text, tokens, candidate_edges(text, tokens, self.step)
+        except RRFastError as error:
+            if errors == "raise":
+                raise
+            return error
+        except Exception as error:  # a tokenizer's own failure on exotic input
+            if errors == "raise":
+                raise
+            return RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
+
+    def _scored(self, texts: Iterable[str], progress: bool, errors: str):
+        """(prepared text or its error, readout values) per text, in order; the engine batches across texts."""
+        bar = _progress_bar() if progress else None
+        queue: deque = deque()
+
+        def feed():
+            for text in texts:
+                prepared = self._prepare(text, errors)
+                queue.append(prepared)
+                if isinstance(prepared, RRFastError):
+                    yield _NO_TOKENS, _NO_TOKENS  # nothing to score; keeps the order
+                    continue
+                if bar:
+                    bar.add_total(len(prepared[1]))
+                yield prepared[1].ids, prepared[2].tokens
+
         before = dict(self.engine.timings)
         try:
-            return self.engine.score(tokens.ids, edges, bar.update_to if bar else None)
+            for values in self.engine.score_many(feed(), bar.update_to if bar else None):
+                yield queue.popleft(), values
         finally:
             if bar:
                 bar.close()
@@ -177,7 +241,12 @@ class Chunker:
                 self.timings[name] += seconds - before.get(name, 0.0)
 
 
-def _assemble(text, tokens, cuts, fallback, candidate_tokens, utility) -> list[Chunk]:
+_NO_TOKENS = np.zeros(0, dtype=np.int64)
+
+
+def _assemble(text, tokens, result: Segmentation, fallback, candidate_tokens, utility) -> list[Chunk]:
+    cuts = result.cuts
+    forced = result.forced.tolist()
     char_of = dict(zip(fallback.tokens.tolist(), fallback.chars.tolist()))
     utility_of = dict(zip(candidate_tokens.tolist(), utility.tolist()))
     bounds_tok = [0, *cuts.tolist(), len(tokens)]
@@ -194,6 +263,7 @@ def _assemble(text, tokens, cuts, fallback, candidate_tokens, utility) -> list[C
                 token_count=bounds_tok[i + 1] - bounds_tok[i],
                 text=text[start:end],
                 score=None if score is None or not np.isfinite(score) else float(score),
+                forced=i < len(forced) and forced[i],
             )
         )
     return chunks
@@ -217,12 +287,16 @@ def _load(folder: str, backend: str, dtype: str, device: str, config: ScoreConfi
 
 
 class _progress_bar:
-    """tqdm on stderr, only when a person is watching it."""
+    """tqdm on stderr, only when a person is watching it; the total grows as texts are tokenized."""
 
-    def __init__(self, total: int):
+    def __init__(self):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="tok", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty())
+        self.bar = tqdm(total=0, unit="tok", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty())
+
+    def add_total(self, tokens: int) -> None:
+        self.bar.total += tokens
+        self.bar.refresh()
 
     def update_to(self, done: int) -> None:
         self.bar.update(max(0, done - self.bar.n))

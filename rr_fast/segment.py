@@ -44,6 +44,11 @@ class Segmentation:
 
     cuts: np.ndarray
     warnings: list[str] = field(default_factory=list)
+    forced: np.ndarray | None = None  # per cut: a fallback edge, not a candidate (only the limits chose it)
+
+    def __post_init__(self) -> None:
+        if self.forced is None:
+            self.forced = np.zeros(len(self.cuts), dtype=bool)
 
 
 def percentiles(scores: np.ndarray) -> np.ndarray:
@@ -89,7 +94,12 @@ def segment(
         raise ValueError("edges and utilities must have the same length")
     if num_chunks is not None:
         return _fixed(num_tokens, edges, utilities, limits, num_chunks)
+    result = _segment_open(num_tokens, edges, utilities, limits, penalty, fallback_edges)
+    result.forced = ~np.isin(result.cuts, edges)
+    return result
 
+
+def _segment_open(num_tokens, edges, utilities, limits, penalty, fallback_edges) -> Segmentation:
     warnings: list[str] = []
     if num_tokens < limits.min_tokens:
         warnings.append(f"text has {num_tokens} tokens, fewer than min_tokens={limits.min_tokens}: returning one chunk")

@@ -41,7 +41,7 @@ def test_jsonl_chunks(tiny, sample, capsys):
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
     assert "".join(r["text"] for r in rows) == TEXT
-    assert set(rows[0]) == {"index", "start", "end", "token_count", "text", "score"}
+    assert set(rows[0]) == {"index", "start", "end", "token_count", "text", "score", "forced"}
     assert all(TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
 
 
