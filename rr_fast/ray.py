@@ -91,7 +91,8 @@ def chunk_dataset(
     chunk rows (rr_fast.corpus.COLUMNS plus ``error``, set on one row per document that failed).
 
     chunker: Chunker keyword arguments (``limits`` as a dict). actors: the actor pool's size (default:
-    the cluster's GPUs when num_gpus > 0, else its CPUs divided by cpus_per_actor).
+    the cluster's GPUs when num_gpus > 0, else its CPUs divided by cpus_per_actor). A pool that holds every
+    CPU leaves none for reading: materialize ``dataset`` first, or size the pool below the cluster.
     """
     ray = _ray()
     from ray.data import ActorPoolStrategy
@@ -153,7 +154,8 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     if num_gpus is None:
         num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.chunker.get("device") != "cpu" else 0
-    dataset = read_dataset(list(config.inputs), config.id_field, config.text_field)
+    # read first: an actor pool holding every CPU would otherwise starve the read tasks (a deadlock on small clusters)
+    dataset = read_dataset(list(config.inputs), config.id_field, config.text_field).materialize()
     chunked = chunk_dataset(
         dataset, config.chunker, id_field=config.id_field, text_field=config.text_field, num_gpus=num_gpus
     ).materialize()

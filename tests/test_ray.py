@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_corpus import make_texts, options, read_output, write_jsonl
@@ -17,7 +18,9 @@ from rr_fast.ray import chunk_dataset, run_on_ray  # noqa: E402
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # workers import rr_fast from this checkout, wherever rr_fast is installed
+    root = str(Path(__file__).resolve().parents[1])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": root}})
     yield
     ray.shutdown()
 
