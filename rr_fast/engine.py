@@ -16,15 +16,15 @@ so memory does not grow with the length of the text.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from rr_fast.backends.base import Backend
 from rr_fast.config import PAPER_READOUT, PAPER_WINDOW, ChunkerConfig
-from rr_fast.readouts import READOUTS, lr_utility, rr_cosine
+from rr_fast.readouts import HOST_READOUTS, READOUTS
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,22 @@ def default_layer(depth: int) -> int:
 
 
 class Engine:
-    """Scores candidate edges of token sequences with one loaded backend."""
+    """Scores candidate edges of token sequences with one loaded backend.
 
-    def __init__(self, backend: Backend, bos: list[int], config: ScoreConfig = ScoreConfig()):
+    Many documents share the same forward calls: full-pass blocks of several documents are stacked as
+    right-padded rows, and reset windows of several documents fill the same window batches, longest first
+    so that a batch is only as wide as its longest window. Every row is still its own exact computation
+    (causal attention, per-row positions), so a document's scores do not depend on its neighbours beyond
+    float rounding of differently shaped matrix products.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        bos: list[int],
+        config: ScoreConfig = ScoreConfig(),
+        device_readouts: bool | None = None,
+    ):
         self.backend = backend
         self.prefix = np.asarray(bos, dtype=np.int64)
         self.config = config
@@ -79,6 +92,14 @@ class Engine:
             context = min(context, (backend.max_positions - len(self.prefix)) // 2)
         self.context = context
         self.batch_tokens = config.batch_tokens or getattr(backend, "preferred_batch_tokens", 4096)
+        # readouts on the backend's device (a GPU keeps states there; only per-edge scores come back)
+        device_ops = getattr(backend, "device_readouts", None)
+        if device_readouts is None:
+            device_readouts = device_ops is not None and getattr(backend, "prefers_device_readouts", False)
+        if device_readouts and device_ops is None:
+            raise ValueError(f"the {backend.name} backend has no device readouts")
+        self.ops = device_ops if device_readouts else HOST_READOUTS
+        self._forward_options = {"on_device": True} if device_readouts else {}
         self.timings: dict[str, float] = defaultdict(float)
 
     def score(
@@ -91,120 +112,249 @@ class Engine:
 
         progress, when given, is called with the number of source tokens finished so far.
         """
-        ids = np.asarray(ids, dtype=np.int64)
-        edges = np.asarray(edges, dtype=np.int64)
-        scores = {name: np.full(edges.shape[0], np.nan) for name in self.config.readouts}
+        return next(self.score_many([(ids, edges)], progress))
+
+    def score_many(
+        self,
+        documents: Iterable[tuple[np.ndarray, np.ndarray]],
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """``score`` of each (ids, edges) pair, yielded in input order as documents finish.
+
+        Documents are read lazily: only enough are open at a time to keep a few window batches in
+        flight, so memory stays bounded however many documents the iterable holds. progress, when
+        given, is called with the number of source tokens finished so far, over all documents.
+        """
+        source = iter(documents)
+        open_docs: deque[_Document] = deque()
+        exhausted = False
+        in_flight = 4 * self._rows_per_batch(self.config.window)
+        finished_tokens = 0
+        while True:
+            while not exhausted and sum(d.unscored for d in open_docs) < in_flight and len(open_docs) < in_flight:
+                try:
+                    ids, edges = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                open_docs.append(_Document(ids, edges, self.config.readouts, self.config.window, self.context))
+            while open_docs and open_docs[0].finished:
+                done = open_docs.popleft()
+                finished_tokens += len(done.ids)
+                if progress is not None:
+                    progress(finished_tokens + sum(d.tokens_done for d in open_docs))
+                yield done.scores
+            if not open_docs:
+                if exhausted:
+                    return
+                continue
+            needing = [d for d in open_docs if d.needs_block]
+            if needing:
+                self._full_passes(needing)
+            if any(d.ready > d.next_edge for d in open_docs):
+                self._window_batch(open_docs)
+                if progress is not None:
+                    progress(finished_tokens + sum(d.tokens_done for d in open_docs))
+
+    def _rows_per_batch(self, width: int) -> int:
+        return max(1, self.batch_tokens // (width + len(self.prefix)))
+
+    def _full_passes(self, documents: list[_Document]) -> None:
+        """The next full-pass block of each document, as rows packed up to the batch's token budget."""
+        jobs = [(doc, next(doc.blocks)) for doc in documents]
+        p = len(self.prefix)
+        group: list = []
+        for job in jobs:
+            longest = max([p + b[2] - b[0] for _, b in group + [job]])
+            if group and longest * (len(group) + 1) > self.batch_tokens:
+                self._full_pass_rows(group)
+                group = []
+            group.append(job)
+        self._full_pass_rows(group)
+
+    def _full_pass_rows(self, jobs) -> None:
+        started = time.perf_counter()
+        p = len(self.prefix)
         need_states = "rr" in self.config.readouts
         need_logprobs = "lr" in self.config.readouts
-        buffer = _StateBuffer()
-        next_edge = 0
-        for in_start, out_start, out_end in blocks(len(ids), self.context):
-            started = time.perf_counter()
-            full = self._full_pass(ids, in_start, out_end, need_states, need_logprobs)
-            skip = out_start - in_start
-            first = len(self.prefix) + skip  # row index of the first output token
-            token_logprobs = None
-            if full.logprobs is not None:
-                # row i predicts row i + 1; shift so index i holds log p(row token i | before it)
-                token_logprobs = np.concatenate([[np.nan], full.logprobs[0, :-1]])[first:]
-            buffer.append(
-                out_start,
-                None if full.hidden is None else full.hidden[0, first:],
-                first + np.arange(out_end - out_start),
-                token_logprobs,
-            )
-            self.timings["full pass"] += time.perf_counter() - started
-            ready = next_edge
-            while ready < len(edges) and min(edges[ready] + self.config.window, len(ids)) <= out_end:
-                ready += 1
-            if out_end == len(ids):
-                ready = len(edges)
-            per_batch = max(1, self.batch_tokens // (self.config.window + len(self.prefix)))
-            for start in range(next_edge, ready, per_batch):
-                batch = np.arange(start, min(start + per_batch, ready))
-                for name, values in self._score_windows(ids, edges[batch], buffer).items():
-                    scores[name][batch] = values
-                if progress is not None:
-                    progress(int(edges[batch[-1]]))
-            next_edge = ready
-            if next_edge < len(edges):
-                buffer.trim(int(edges[next_edge]))
-        if progress is not None:
-            progress(len(ids))
-        return scores
-
-    def _full_pass(self, ids, in_start, out_end, need_states, need_logprobs):
-        row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
-        positions = np.arange(row.shape[1])[None]
+        width = max(p + out_end - in_start for _, (in_start, _, out_end) in jobs)
+        rows = np.zeros((len(jobs), width), dtype=np.int64)
+        for i, (doc, (in_start, _, out_end)) in enumerate(jobs):
+            rows[i, : p + out_end - in_start] = np.concatenate([self.prefix, doc.ids[in_start:out_end]])
         targets = None
         if need_logprobs:
-            targets = np.full(row.shape, -1, dtype=np.int64)
-            targets[0, :-1] = row[0, 1:]
-        return self.backend.forward(row, positions, self.layer if need_states else None, targets)
+            targets = np.full(rows.shape, -1, dtype=np.int64)
+            for i, (_, (in_start, _, out_end)) in enumerate(jobs):
+                targets[i, : p + out_end - in_start - 1] = rows[i, 1 : p + out_end - in_start]
+        full = self.backend.forward(
+            rows, np.arange(width)[None], self.layer if need_states else None, targets, **self._forward_options
+        )
+        for i, (doc, (in_start, out_start, out_end)) in enumerate(jobs):
+            first = p + out_start - in_start  # row index of the first output token
+            count = out_end - out_start
+            token_logprobs = None
+            if full.logprobs is not None:
+                # row index j predicts j + 1: index j - 1 holds log p(row token j | before it)
+                token_logprobs = self.ops.shifted(full.logprobs[i], first, count)
+            doc.buffer.append(
+                out_start,
+                None if full.hidden is None else full.hidden[i, first : first + count],
+                first + np.arange(count),
+                token_logprobs,
+                self.ops,
+            )
+            doc.block_done(out_end)
+        self.timings["full pass"] += time.perf_counter() - started
 
-    def _score_windows(self, ids, batch_edges, buffer) -> dict[str, np.ndarray]:
+    def _window_batch(self, open_docs) -> None:
+        """One forward call over the longest ready windows of the open documents, then their readouts.
+
+        Within a document window lengths never grow with the edge, so longest-first takes each
+        document's windows in edge order and its state buffer can be trimmed behind them.
+        """
         cfg, p = self.config, len(self.prefix)
-        width, rows = cfg.window, len(batch_edges)
+        pool = [(doc, k) for doc in open_docs for k in range(doc.next_edge, doc.ready)]
+        pool.sort(key=lambda item: -item[0].lengths[item[1]])  # stable: documents and edges keep their order
+        width = int(pool[0][0].lengths[pool[0][1]])
+        picked = pool[: self._rows_per_batch(width)]
         started = time.perf_counter()
-        layout = window_layout(len(ids), batch_edges, width, cfg.skip)
-        token_index = layout.token_index
-        window_ids = np.where(layout.real, ids[token_index], 0)
-        row_ids = np.concatenate([np.broadcast_to(self.prefix, (rows, p)), window_ids], axis=1)
+        docs = [doc for doc, _ in picked]
+        edges = np.array([doc.edges[k] for doc, k in picked], dtype=np.int64)
+        counts = np.array([len(d.ids) for d in docs], dtype=np.int64)
+        layout = window_layout(counts, edges, width, cfg.skip)
+        real, token_index = layout.real, layout.token_index
+        next_index = np.minimum(token_index + 1, counts[:, None] - 1)
+        window_ids = np.where(real, _gather(docs, token_index, lambda d: d.ids), 0)
+        row_ids = np.concatenate([np.broadcast_to(self.prefix, (len(picked), p)), window_ids], axis=1)
         if self.reindex:
             positions = np.arange(p + width)[None]
         else:
-            first = buffer.positions_at(batch_edges) - p
+            first = np.array([doc.buffer.positions_at(e) for doc, e in zip(docs, edges)]) - p
             if self.backend.max_positions is not None:
-                first = np.minimum(first, self.backend.max_positions - (p + width))
+                # clipped as for a full-width window, so a row's positions never depend on its batch
+                first = np.minimum(first, self.backend.max_positions - (p + cfg.window))
             positions = first[:, None] + np.arange(p + width)[None]
-        targets = None
         lr_mask = layout.predicted
+        targets = None
         if "lr" in cfg.readouts:
             targets = np.full(row_ids.shape, -1, dtype=np.int64)
-            nxt = np.minimum(token_index + 1, len(ids) - 1)
-            targets[:, p:] = np.where(lr_mask, ids[nxt], -1)
+            targets[:, p:] = np.where(lr_mask, _gather(docs, next_index, lambda d: d.ids), -1)
         need_states = "rr" in cfg.readouts
-        reset = self.backend.forward(row_ids, positions, self.layer if need_states else None, targets)
+        reset = self.backend.forward(
+            row_ids, positions, self.layer if need_states else None, targets, **self._forward_options
+        )
         now = time.perf_counter()
         self.timings["reset windows"] += now - started
-        out = {}
+        values = {}
+        runs = _runs(docs)
         if need_states:
-            full = buffer.states_at(token_index)
-            out["rr"] = rr_cosine(full, reset.hidden[:, p:], layout.compared)
+            full = self.ops.concat([doc.buffer.states_at(token_index[a:b]) for doc, a, b in runs])
+            values["rr"] = self.ops.rr_cosine(full, reset.hidden[:, p:], layout.compared)
         if targets is not None:
             # the last window position has no next token; clip its (masked) lookup into the buffer
-            full_lp = buffer.logprobs_at(np.minimum(token_index + 1, buffer.end - 1))
-            out["lr"] = lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
+            full_lp = self.ops.concat(
+                [doc.buffer.logprobs_at(np.minimum(next_index[a:b], doc.buffer.end - 1)) for doc, a, b in runs]
+            )
+            values["lr"] = self.ops.lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
+        for doc, a, b in runs:
+            doc.record(b - a, {name: v[a:b] for name, v in values.items()})
         self.timings["readouts"] += time.perf_counter() - now
-        return out
 
 
 @dataclass(frozen=True)
 class WindowLayout:
-    """Where the reset windows of a batch of edges sit in the text: index q of row i is token edges[i] + q.
+    """Where the reset windows of a batch of edges sit in their texts: index q of row i is token edges[i] + q.
 
     Public so that every scorer of reset windows (the benchmark's KL and layer sweeps included) lays windows
     out, and masks them, exactly as the engine does.
     """
 
-    token_index: np.ndarray  # [B, W] text token at each window position, clipped to the last token
+    token_index: np.ndarray  # [B, W] text token at each window position, clipped to the text's last token
     real: np.ndarray  # [B, W] the position holds a text token (windows near the end are shorter)
     compared: np.ndarray  # [B, W] positions whose states enter RR: real, and at least ``skip`` into the window
     predicted: np.ndarray  # [B, W] compared positions whose next token is inside the window: LR and KL
 
 
-def window_layout(count: int, edges: np.ndarray, width: int, skip: int) -> WindowLayout:
-    """The layout of the ``width``-token reset windows right of ``edges`` in a text of ``count`` tokens."""
+def window_layout(count: int | np.ndarray, edges: np.ndarray, width: int, skip: int) -> WindowLayout:
+    """The layout of the ``width``-token reset windows right of ``edges`` in texts of ``count`` tokens
+    (one count for all rows, or one per row)."""
+    count = np.asarray(count, dtype=np.int64)
     lengths = np.minimum(width, count - edges)
     offsets = np.arange(width)
-    token_index = np.minimum(edges[:, None] + offsets, count - 1)
+    token_index = np.minimum(edges[:, None] + offsets, count[..., None] - 1)
     real = offsets[None] < lengths[:, None]
     compared = real & (offsets[None] >= skip)
     return WindowLayout(token_index, real, compared, compared & (offsets[None] < lengths[:, None] - 1))
 
 
+class _Document:
+    """One document in flight: its edges, the scores so far, and where its full pass stands."""
+
+    def __init__(self, ids, edges, readouts: tuple[str, ...], window: int, context: int):
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.edges = np.asarray(edges, dtype=np.int64)
+        self.scores = {name: np.full(self.edges.shape[0], np.nan) for name in readouts}
+        self.lengths = np.minimum(window, len(self.ids) - self.edges)  # each edge's reset window
+        self.blocks = blocks(len(self.ids), context)
+        self.buffer = _StateBuffer()
+        self.next_edge = 0  # edges before it are scored
+        self.ready = 0  # edges [next_edge, ready) have their full-pass states
+        self.blocks_left = self.edges.shape[0] > 0  # a document without edges needs no model call
+
+    @property
+    def unscored(self) -> int:
+        return int(self.edges.shape[0] - self.next_edge)
+
+    @property
+    def finished(self) -> bool:
+        return self.next_edge == self.edges.shape[0]
+
+    @property
+    def needs_block(self) -> bool:
+        return self.blocks_left and self.next_edge == self.ready
+
+    @property
+    def tokens_done(self) -> int:
+        return int(self.edges[self.next_edge - 1]) if self.next_edge else 0
+
+    def block_done(self, out_end: int) -> None:
+        ready = self.ready
+        while ready < len(self.edges) and self.edges[ready] + self.lengths[ready] <= out_end:
+            ready += 1
+        if out_end == len(self.ids):
+            ready = len(self.edges)
+            self.blocks_left = False
+        self.ready = ready
+
+    def record(self, count: int, values: dict[str, np.ndarray]) -> None:
+        for name, v in values.items():
+            self.scores[name][self.next_edge : self.next_edge + count] = v
+        self.next_edge += count
+        if self.next_edge < len(self.edges):
+            self.buffer.trim(int(self.edges[self.next_edge]))
+
+
+def _runs(docs: list[_Document]) -> list[tuple[_Document, int, int]]:
+    """Consecutive rows of the same document: (document, first row, end row)."""
+    runs = []
+    for i, doc in enumerate(docs):
+        if runs and runs[-1][0] is doc and runs[-1][2] == i:
+            runs[-1] = (doc, runs[-1][1], i + 1)
+        else:
+            runs.append((doc, i, i + 1))
+    return runs
+
+
+def _gather(docs, index, field) -> np.ndarray:
+    """Row i of the result is field(docs[i])[index[i]]."""
+    out = np.empty(index.shape, dtype=np.int64)
+    for doc, a, b in _runs(docs):
+        out[a:b] = field(doc)[index[a:b]]
+    return out
+
+
 class _StateBuffer:
-    """Full-pass results for a sliding range of tokens [start, end)."""
+    """Full-pass results of one document for a sliding range of tokens [start, end), host or device arrays."""
 
     def __init__(self):
         self.start = 0
@@ -212,14 +362,14 @@ class _StateBuffer:
         self.positions = np.zeros(0, dtype=np.int64)
         self.logprobs = None
 
-    def append(self, start, states, positions, logprobs):
+    def append(self, start, states, positions, logprobs, ops) -> None:
         assert start == self.start + len(self.positions), "blocks must be contiguous"
         self.positions = np.concatenate([self.positions, positions])
         if states is not None:
-            self.states = states if self.states is None else np.concatenate([self.states, states])
+            self.states = states if self.states is None else ops.concat([self.states, states])
         if logprobs is not None:
             # logprobs[i] belongs to the token at start + i: log p(x_j | x_<j)
-            self.logprobs = logprobs if self.logprobs is None else np.concatenate([self.logprobs, logprobs])
+            self.logprobs = logprobs if self.logprobs is None else ops.concat([self.logprobs, logprobs])
 
     @property
     def end(self):
@@ -227,6 +377,8 @@ class _StateBuffer:
 
     def trim(self, new_start):
         drop = max(0, min(new_start, self.end) - self.start)
+        if not drop:
+            return
         self.positions = self.positions[drop:]
         if self.states is not None:
             self.states = self.states[drop:]

@@ -49,3 +49,29 @@ def masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     sums = np.where(mask, values, 0.0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+class HostReadouts:
+    """The engine's array operations on host (numpy) arrays: what every backend's ``Forward`` holds.
+
+    A backend that keeps results on its device offers the same five methods on its own arrays
+    (``device_readouts``), so states never leave the device and only per-edge scores come back.
+    """
+
+    @staticmethod
+    def concat(parts: list[np.ndarray]) -> np.ndarray:
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    @staticmethod
+    def shifted(row_logprobs: np.ndarray, first: int, count: int) -> np.ndarray:
+        """Per-token log p(token j | before it) for row tokens first..first+count-1, from a row whose
+        index j holds log p(token j + 1 | ..j); the row's first token has no prediction (NaN)."""
+        if first >= 1:
+            return row_logprobs[first - 1 : first - 1 + count]
+        return np.concatenate([[np.nan], row_logprobs[: count - 1]]).astype(row_logprobs.dtype)
+
+    rr_cosine = staticmethod(rr_cosine)
+    lr_utility = staticmethod(lr_utility)
+
+
+HOST_READOUTS = HostReadouts()

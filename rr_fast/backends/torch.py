@@ -74,7 +74,10 @@ class TorchBackend:
         self.softcap = getattr(self.config, "final_logit_softcapping", None)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         # CPU: rows that keep weights and activations in cache win (bench/RESULTS.md); GPUs want big batches
-        self.preferred_batch_tokens = 1024 if device == "cpu" else 32768
+        self.preferred_batch_tokens = 1024 if device == "cpu" else _device_batch_tokens(model, device)
+        # readouts on the device: states stay there and only per-edge scores cross to the host
+        self.device_readouts = TorchReadouts(device)
+        self.prefers_device_readouts = device != "cpu"
         self._views: dict[int, nn.Module] = {}
 
     @classmethod
@@ -131,17 +134,22 @@ class TorchBackend:
         positions: np.ndarray,
         layer: int | None,
         targets: np.ndarray | None = None,
+        on_device: bool = False,
     ) -> Forward:
+        """See ``Backend.forward``; ``on_device`` returns torch tensors where they were computed
+        (hidden in the model's dtype, log-probabilities in float32) for ``device_readouts``."""
         ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
         pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
+        out_of = (lambda t: t) if on_device else _numpy
         if targets is None:
             out = self.view(layer)(input_ids=ids_t, position_ids=pos_t, use_cache=False)
-            return Forward(_numpy(out.last_hidden_state), None)
+            return Forward(out_of(out.last_hidden_state), None)
         out = self.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None)
-        hidden = _numpy(out.hidden_states[layer]) if layer is not None else None
-        return Forward(hidden, self._observed_logprobs(out.last_hidden_state, targets))
+        hidden = out_of(out.hidden_states[layer]) if layer is not None else None
+        logprobs = self._observed_logprobs(out.last_hidden_state, targets)
+        return Forward(hidden, logprobs if on_device else logprobs.cpu().numpy())
 
-    def _observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> np.ndarray:
+    def _observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
         """log p(target) per position: the target's logit minus the log-normalizer over the vocabulary.
 
         The target's logit is one dot product per row; the normalizer never holds more than a bounded
@@ -158,7 +166,7 @@ class TorchBackend:
         values = self.cap_logits(chosen) - self.log_normalizer(rows, head.weight, head.bias)
         out = torch.full((targets_t.numel(),), float("nan"), device=final.device)
         out[wanted] = values
-        return out.reshape(targets_t.shape).cpu().numpy()
+        return out.reshape(targets_t.shape)
 
     def log_normalizer(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """logsumexp of each row's logits over the vocabulary.
@@ -210,6 +218,60 @@ def _require_safetensors(folder: Path, allow_pickle: bool) -> None:
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.float().cpu().numpy()
+
+
+class TorchReadouts:
+    """The engine's array operations (rr_fast.readouts.HostReadouts) on torch tensors, on their device.
+
+    Sums run in float32 on the device (the host path also sums in float32; it divides in float64),
+    and one float per edge comes back.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+
+    @staticmethod
+    def concat(parts: list[torch.Tensor]) -> torch.Tensor:
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    @staticmethod
+    def shifted(row_logprobs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+        if first >= 1:
+            return row_logprobs[first - 1 : first - 1 + count]
+        return torch.cat([row_logprobs.new_full((1,), float("nan")), row_logprobs[: count - 1]])
+
+    @torch.inference_mode()
+    def rr_cosine(self, full: torch.Tensor, reset: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+        full, reset = full.float(), reset.float()
+        dot = (full * reset).sum(-1)
+        norms = torch.sqrt((full * full).sum(-1) * (reset * reset).sum(-1))
+        return self._masked_mean(dot / norms.clamp(min=1e-30), mask)
+
+    @torch.inference_mode()
+    def lr_utility(self, full_logprobs: torch.Tensor, reset_logprobs: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+        return -self._masked_mean(full_logprobs.float() - reset_logprobs.float(), mask)
+
+    def _masked_mean(self, values: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+        mask_t = torch.from_numpy(np.ascontiguousarray(mask)).to(values.device)
+        sums = torch.where(mask_t, values, 0.0).sum(1).double().cpu().numpy()
+        counts = mask.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _device_batch_tokens(model: nn.Module, device: str) -> int:
+    """Window tokens per forward call on an accelerator: as many as a quarter of its free memory holds
+    in one layer's activations (a power of two in 8,192..131,072; 32,768 where free memory is unknown)."""
+    if not device.startswith("cuda"):
+        return 32768
+    config = model.config
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    width = next(model.parameters()).element_size()
+    hidden = int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    per_token = width * (6 * hidden + 3 * intermediate)  # residual, q/k/v/o and the MLP's live tensors
+    tokens = free // 4 // per_token
+    return int(min(131072, max(8192, 1 << max(0, int(tokens).bit_length() - 1))))
 
 
 def _first_attr(module: nn.Module, names: tuple[str, ...]) -> str:

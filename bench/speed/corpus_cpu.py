@@ -1,0 +1,79 @@
+"""CPU: ``Chunker.chunk_many`` against the per-document ``chunk`` loop, same run, default configuration.
+
+    flock /tmp/rr_cpu.lock python -m bench.speed.corpus_cpu [--docs 200] [--tokens 300] [--out FILE]
+
+Documents are records of ../shared/data/records (title + text) of about ``--tokens`` tokens (±50),
+taken in file order. Both arms chunk the same documents with the same loaded Chunker; the loop runs
+first, then chunk_many, and the chunks must be identical. Reported: source tokens/s of each arm and
+their ratio (the issue's target: ≥ 1.5× at 200 documents of about 300 tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from bench.speed.data import data_dir
+
+
+def documents(root: Path, tokenizer, count: int, tokens: int) -> list[str]:
+    from rr_fast.text import tokenize
+
+    out = []
+    for name in ("scifact", "fiqa", "pubmedqa"):
+        for line in (root / "records" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            text = f"{record['title']} {record['text']}" if record["title"] else record["text"]
+            if abs(len(tokenize(tokenizer, text)) - tokens) <= 50:
+                out.append(text)
+                if len(out) == count:
+                    return out
+    raise SystemExit(f"only {len(out)} records of {tokens} ± 50 tokens")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--docs", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=300)
+    parser.add_argument("--data-dir")
+    parser.add_argument("--model", default=None, help="default: the bundled default model")
+    parser.add_argument("--out", default="bench/results/cpu_corpus.json")
+    args = parser.parse_args(argv)
+    import torch
+
+    from rr_fast import Chunker
+
+    chunker = Chunker(**({"model": args.model} if args.model else {}), backend="torch", device="cpu")
+    docs = documents(data_dir(args.data_dir), chunker.tokenizer, args.docs, args.tokens)
+    source_tokens = sum(len(chunker._tokenize(text)) for text in docs)
+    chunker.chunk(docs[0][:400])  # warm-up: numba, first forward
+    started = time.perf_counter()
+    loop = [chunker.chunk(text) for text in docs]
+    loop_s = time.perf_counter() - started
+    started = time.perf_counter()
+    many = list(chunker.chunk_many(docs))
+    many_s = time.perf_counter() - started
+    result = {
+        "machine": f"cpu, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "model": chunker.model,
+        "readout": chunker.readout,
+        "window": chunker.window,
+        "documents": len(docs),
+        "source_tokens": source_tokens,
+        "loop_s": loop_s,
+        "chunk_many_s": many_s,
+        "loop_tokens_per_s": source_tokens / loop_s,
+        "chunk_many_tokens_per_s": source_tokens / many_s,
+        "ratio": loop_s / many_s,
+        "identical_chunks": many == loop,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Many documents per call: packed batches give each document what its own call gives.
+
+Scores are compared at 1e-5 absolute, not bit for bit: a packed batch has other shapes (more rows, another
+width) than a single document's, and BLAS picks its blocking, and so its float32 summation order, by
+shape. The chunks must be identical: calibration ranks scores, and these texts have no near-ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiny_models import tiny_llama_folder
+
+from rr_fast import Chunker, Limits, RRFastError
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import Engine, ScoreConfig
+
+SCORE_TOL = 1e-5
+
+TEXTS = [
+    "The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke.",
+    "Short one.",
+    "Meanwhile, in the valley, farmers were bringing in the harvest; rain had come late that year (as it "
+    "often did). The river rose. 绿茶是一种饮料。它很受欢迎！ Emoji 🐳🐋 and tabs\tand\nnewlines\r\n end here. " * 3,
+    "x" * 300,  # no word boundary: forced cuts
+    "A second whale. " * 20,
+]
+
+
+def random_documents(count: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(count):
+        n = int(rng.integers(1, 150))
+        ids = rng.integers(3, 512, size=n)
+        edges = np.flatnonzero(rng.random(n) < 0.3)
+        docs.append((ids, edges[edges > 0]))
+    return docs
+
+
+def assert_same_scores(got: dict, expected: dict) -> None:
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert np.array_equal(np.isnan(got[name]), np.isnan(expected[name])), name
+        if np.isfinite(expected[name]).any():
+            assert np.nanmax(np.abs(got[name] - expected[name])) < SCORE_TOL, name
+
+
+@pytest.mark.parametrize("batch_tokens, context", [(4096, 2048), (90, 40)])
+def test_score_many_equals_one_call_per_document(tiny_model_dir, batch_tokens, context):
+    backend = TorchBackend.load(tiny_model_dir, device="cpu")
+    config = ScoreConfig(window=12, layer=2, readouts=("rr", "lr"), batch_tokens=batch_tokens, context=context)
+    docs = random_documents(8)
+    for bos in ([], [1]):
+        engine = Engine(backend, bos, config)
+        expected = [engine.score(ids, edges) for ids, edges in docs]
+        got = list(engine.score_many(iter(docs)))
+        assert len(got) == len(docs)
+        for g, e in zip(got, expected):
+            assert_same_scores(g, e)
+
+
+def test_score_many_streams_in_bounded_memory(tiny_model_factory):
+    """An endless generator is consumed lazily: results come out before the input ends."""
+    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    engine = Engine(backend, [], ScoreConfig(window=8, batch_tokens=64))
+    pulled = []
+
+    def endless():
+        rng = np.random.default_rng(1)
+        while True:
+            pulled.append(1)
+            yield rng.integers(3, 512, size=40), np.arange(1, 40, 4)
+
+    results = engine.score_many(endless())
+    for _ in range(30):
+        next(results)
+    assert len(pulled) < 30 + 4 * (64 // 8)  # at most the in-flight window budget ahead
+
+
+def test_progress_counts_every_token(tiny_model_factory):
+    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    engine = Engine(backend, [], ScoreConfig(window=8, batch_tokens=64))
+    docs = random_documents(6, seed=2)
+    seen = []
+    list(engine.score_many(docs, progress=seen.append))
+    assert seen == sorted(seen) and seen[-1] == sum(len(ids) for ids, _ in docs)
+
+
+def test_device_readouts_equal_host_readouts(tiny_model_dir):
+    """The torch readouts (the GPU path) run on the CPU here: same scores as the numpy readouts."""
+    backend = TorchBackend.load(tiny_model_dir, device="cpu")
+    config = ScoreConfig(window=10, layer=2, readouts=("rr", "lr"), batch_tokens=120, context=50)
+    docs = random_documents(8, seed=3)
+    host = list(Engine(backend, [1], config).score_many(docs))
+    device = list(Engine(backend, [1], config, device_readouts=True).score_many(docs))
+    for h, d in zip(host, device):
+        assert_same_scores(d, h)
+
+
+@pytest.fixture(scope="module")
+def chunker(tmp_path_factory):
+    tiny = str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
+    return Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, batch_tokens=300)
+
+
+def test_chunk_many_equals_chunk(chunker):
+    expected = [chunker.chunk(text) for text in TEXTS]
+    got = list(chunker.chunk_many(TEXTS))
+    assert got == expected
+    assert any(c.forced for chunks in got for c in chunks)  # the run without spaces
+    assert not any(c.forced for c in got[0])
+
+
+def test_score_many_equals_score(chunker):
+    for got, text in zip(chunker.score_many(TEXTS), TEXTS):
+        expected = chunker.score(text)
+        assert np.array_equal(got.tokens, expected.tokens) and np.array_equal(got.chars, expected.chars)
+        assert_same_scores(got.readouts, expected.readouts)
+
+
+def test_bad_texts_are_returned_as_errors_in_order(chunker):
+    texts = [TEXTS[0], "   ", 42, "lone surrogate \ud800 here", TEXTS[1]]
+    got = list(chunker.chunk_many(texts, errors="return"))
+    assert got[0] == chunker.chunk(TEXTS[0]) and got[4] == chunker.chunk(TEXTS[1])
+    assert isinstance(got[1], RRFastError) and "empty" in str(got[1])
+    assert isinstance(got[2], RRFastError) and "str" in str(got[2])
+    assert isinstance(got[3], RRFastError) and "tokenize" in str(got[3])
+    with pytest.raises(RRFastError, match="empty"):
+        list(chunker.chunk_many(texts))
+
+
+@pytest.mark.bundled
+def test_chunk_many_equals_chunk_on_the_bundled_model():
+    from pathlib import Path
+
+    sample = (Path(__file__).resolve().parents[1] / "examples" / "flattened_records.txt").read_text()
+    texts = [sample[:700], sample[700:1000], sample[1000:1700]]
+    chunker = Chunker(backend="torch", limits=Limits(16, 96, 48))
+    expected = [chunker.chunk(text) for text in texts]
+    scores = [chunker.score(text) for text in texts]
+    assert list(chunker.chunk_many(texts)) == expected
+    for got, e in zip(chunker.score_many(texts), scores):
+        assert_same_scores(got.readouts, e.readouts)
