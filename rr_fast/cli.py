@@ -1,7 +1,9 @@
-"""Command line: ``python -m rr_fast.chunk FILE``. A thin layer over ``Chunker``: arguments, I/O, errors.
+"""Command line: ``python -m rr_fast.chunk FILE``. A thin layer over ``Chunker``: arguments, checks, errors.
 
-Every failure is one line on stderr and a non-zero exit; ``--output`` is written to a temporary file and
-renamed into place only after everything succeeded, so a failed run leaves no half-written file.
+The model, scoring and length flags are generated from ``ChunkerConfig``. Every option is checked, the output
+opened and the input read before the model loads; every failure, of any exception class, is one line on
+stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and exit 2 for usage errors, 1 otherwise, 130 on
+Ctrl-C (143 on SIGTERM). Input and output live in ``rr_fast.io``.
 """
 
 from __future__ import annotations
@@ -9,14 +11,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-import tempfile
+import threading
+import traceback
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from rr_fast.chunker import Chunk, Chunker, Scores
+from rr_fast.backends import check_backend
+from rr_fast.chunker import Chunk, Chunker, Scores, checked_parts
 from rr_fast.config import ChunkerConfig
-from rr_fast.errors import RRFastError
+from rr_fast.errors import RRFastError, UsageError
+from rr_fast.io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
+from rr_fast.models import BUNDLED, resolve
+from rr_fast.view import render_html
 
 PROG = "rr-fast"
 
@@ -41,6 +52,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if value != value or value in (float("inf"), float("-inf")):
@@ -49,7 +67,7 @@ def _finite(text: str) -> float:
 
 
 CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite}
-GROUP_TITLES = {"lengths": "chunk lengths (model tokens)"}
+GROUP_TITLES = {"lengths": "chunk lengths (in --length-unit, model tokens by default)"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,11 +80,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--emit", choices=("chunks", "scores"), default="chunks")
-    output.add_argument("--format", choices=("jsonl", "json", "text"), default="jsonl")
+    output.add_argument(
+        "--format",
+        choices=("jsonl", "json", "text", "html"),
+        default="jsonl",
+        help="html: one self-contained page with the score curve, the cuts and the chunked text",
+    )
     output.add_argument("--separator", default="-----", help="line between chunks with --format text")
     output.add_argument("--output", "-o", default="-", help="output file (written atomically), - for stdout")
     output.add_argument("--errors", choices=("strict", "replace"), default="strict", help="undecodable bytes")
-    output.add_argument("--quiet", "-q", action="store_true", help="no progress bar or warnings")
+    output.add_argument("--quiet", "-q", action="store_true", help="nothing on stderr but errors")
+    safety = parser.add_argument_group("limits, cache and diagnostics")
+    safety.add_argument(
+        "--max-input",
+        type=_size,
+        default=DEFAULT_MAX_INPUT,
+        metavar="SIZE",
+        help=f"refuse input beyond this many bytes, e.g. 500M (default {format_size(DEFAULT_MAX_INPUT)})",
+    )
+    safety.add_argument("--rebuild-cache", action="store_true", help="convert a cached GGUF model again")
+    safety.add_argument(
+        "--verify-cache", action="store_true", help="check the cached weights' checksums too, not only sizes"
+    )
+    safety.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
     return parser
 
 
@@ -78,6 +114,11 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         if meta["group"] not in groups:
             groups[meta["group"]] = parser.add_argument_group(GROUP_TITLES.get(meta["group"], meta["group"]))
         shown = "" if spec.default is None else f" (default {spec.default})"
+        if isinstance(spec.default, bool):
+            groups[meta["group"]].add_argument(
+                "--" + spec.name.replace("_", "-"), action="store_true", help=meta["help"].replace("%", "%%")
+            )
+            continue
         groups[meta["group"]].add_argument(
             "--" + spec.name.replace("_", "-"),
             type=CHECK_TYPES.get(meta["check"], str),
@@ -87,100 +128,160 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def config_from_args(args: argparse.Namespace) -> ChunkerConfig:
-    return ChunkerConfig(**{spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)})
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0, 1 runtime error, 2 usage error, 130 interrupted)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed as one line
         return int(stop.code or 0)
-    try:
-        if args.emit == "scores" and args.format == "text":
-            raise RRFastError("--emit scores writes jsonl or json, not text")
-        text = read_input(args.input, args.errors)
-        chunker = Chunker(config_from_args(args))
-        progress = not args.quiet
-        if args.emit == "scores":
-            result = chunker.score(text, progress=progress)
-            payload = format_scores(result, args.format)
-        else:
-            result = chunker.chunk(text, progress=progress)
-            payload = format_chunks(result, args.format, args.separator)
-        if not args.quiet:
-            for warning in result.warnings:
-                sys.stderr.write(f"{PROG}: warning: {warning}\n")
-        write_output(args.output, payload)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG}: interrupted\n")
-        return 130
-    except (RRFastError, OSError, ValueError) as error:
-        sys.stderr.write(f"{PROG}: error: {_flag_names(_one_line(error))}\n")
-        return 1
+    debug = args.debug or os.environ.get("RR_FAST_DEBUG", "").strip() not in ("", "0")
+    with _sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
+        try:
+            run(args)
+        except BaseException as error:  # the CLI boundary: whatever happened, one line and an exit status
+            return report(error, debug)
     return 0
 
 
-def read_input(source: str, errors: str = "strict") -> str:
-    if source == "-":
-        data = sys.stdin.buffer.read()
-        name = "stdin"
+def run(args: argparse.Namespace) -> None:
+    """Every option is checked, the output opened and the input read before the model loads."""
+    if args.emit == "scores" and args.format in ("text", "html"):
+        raise UsageError(f"--emit scores writes jsonl or json, not {args.format}")
+    if args.quiet:
+        warnings.simplefilter("ignore")  # libraries' warnings too: --quiet leaves stderr to errors
+    config = config_from_args(args)
+    check_backend(config.backend, config.device)
+    with prepared_output(args.output, args.input) as output:
+        text = read_text(args.input, args.errors, args.max_input)
+        if config.num_chunks is not None:
+            _check_num_chunks_fits(config.num_chunks, text, config)
+        folder = resolve(config.model, verify=args.verify_cache, rebuild=args.rebuild_cache, quiet=args.quiet)
+        chunker = Chunker(config, model=config.model if config.model in BUNDLED else folder)
+        progress = not args.quiet
+        if args.emit == "scores":
+            result = chunker.score(text, progress=progress)
+            pieces = format_scores(result, args.format)
+        elif args.format == "html":
+            result, scores = chunker.explain(text, progress=progress)
+            title = "rr-fast: " + ("stdin" if args.input == "-" else Path(args.input).name)
+            label = unit_label(config.length_unit)
+            pieces = [render_html(text, scores, result, chunker.limits, config.penalty, label, title)]
+        else:
+            result = chunker.chunk(text, progress=progress)
+            pieces = format_chunks(result, args.format, args.separator)
+        if not args.quiet:
+            for warning in result.warnings:
+                sys.stderr.write(f"{PROG}: warning: {warning}\n")
+        output.write(pieces)
+
+
+def report(error: BaseException, debug: bool = False) -> int:
+    """One line on stderr for any exception (the traceback too with --debug); the exit status."""
+    if debug:
+        traceback.print_exception(error)
+    if isinstance(error, SystemExit):
+        return int(error.code or 0) if isinstance(error.code, int) or error.code is None else 1
+    if isinstance(error, KeyboardInterrupt):
+        sys.stderr.write(f"{PROG}: interrupted (nothing written)\n")
+        return 143 if isinstance(error, Terminated) else 130
+    if isinstance(error, BrokenPipeError):  # `... | head`: the reader left; not worth a message
+        _silence_stdout()
+        return 1
+    if isinstance(error, RRFastError):
+        message = _one_line(error)
+    elif isinstance(error, MemoryError):
+        message = "out of memory: split the input, or lower --batch-tokens or --context (and --num-chunks, if given)"
+    elif isinstance(error, OSError):
+        where = f": {error.filename}" if error.filename else ""
+        message = f"{error.strerror or _one_line(error)}{where}"
     else:
-        path = Path(source)
-        if path.is_dir():
-            raise RRFastError(f"{source} is a directory, not a text file")
-        if not path.exists():
-            raise RRFastError(f"no such file: {source}")
-        data = path.read_bytes()
-        name = source
+        message = (
+            f"internal error ({type(error).__name__}: {_one_line(error)}); "
+            "run again with --debug for the traceback and report it"
+        )
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return 2 if isinstance(error, UsageError) else 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so every cleanup (temporary output, conversion staging) runs."""
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        text = data.decode("utf-8", errors=errors)
-    except UnicodeDecodeError as error:
-        raise RRFastError(f"{name} is not valid UTF-8 (byte {error.start}); use --errors replace to proceed") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]  # a byte-order mark is encoding, not content
-    if not text.strip():
-        raise RRFastError(f"{name} is empty or only whitespace: nothing to chunk")
-    return text
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
-def format_chunks(chunks: list[Chunk], fmt: str, separator: str = "-----") -> str:
-    if fmt == "jsonl":
-        return "".join(json.dumps(asdict(c), ensure_ascii=False) + "\n" for c in chunks)
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _check_num_chunks_fits(num_chunks: int, text: str, config: ChunkerConfig) -> None:
+    """Refuse, before the model loads, a chunk count this text cannot hold whatever its tokenization.
+
+    Every chunk holds at least one character, and a text has at most as many tokens as UTF-8 bytes (4 per
+    character at most). The exact check on tokens and candidate edges follows after tokenization.
+    """
+    most_tokens = len(text) if text.isascii() else 4 * len(text)
+    min_tokens = config.min_tokens if config.length_unit == "model" else 1
+    if num_chunks > len(text) or num_chunks * min_tokens > most_tokens:
+        raise UsageError(
+            f"--num-chunks {num_chunks} is more than this text can hold ({len(text)} characters, "
+            f"chunks of at least --min-tokens {config.min_tokens}): ask for fewer chunks"
+        )
+
+
+def format_chunks(chunks: list[Chunk], fmt: str, separator: str = "-----") -> Iterator[str]:
     if fmt == "json":
-        return json.dumps([asdict(c) for c in chunks], ensure_ascii=False, indent=2) + "\n"
-    parts = []
+        yield json.dumps([asdict(c) for c in chunks], ensure_ascii=False, indent=2) + "\n"
+        return
     for i, c in enumerate(chunks):
+        if fmt == "jsonl":
+            yield json.dumps(asdict(c), ensure_ascii=False) + "\n"
+            continue
         if i:
-            parts.append(separator + "\n")
-        parts.append(c.text if c.text.endswith("\n") else c.text + "\n")
-    return "".join(parts)
+            yield separator + "\n"
+        yield c.text if c.text.endswith("\n") else c.text + "\n"
 
 
-def format_scores(scores: Scores, fmt: str) -> str:
+def format_scores(scores: Scores, fmt: str) -> Iterator[str]:
     rows = scores.records()
     if fmt == "json":
-        return json.dumps(rows, indent=2) + "\n"
-    return "".join(json.dumps(row) + "\n" for row in rows)
-
-
-def write_output(target: str, payload: str) -> None:
-    if target == "-":
-        sys.stdout.write(payload)
-        sys.stdout.flush()
+        yield json.dumps(rows, indent=2) + "\n"
         return
-    path = Path(target)
-    if path.is_dir():
-        raise RRFastError(f"--output {target} is a directory")
-    directory = path.parent if str(path.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    for row in rows:
+        yield json.dumps(row) + "\n"
+
+
+def config_from_args(args: argparse.Namespace) -> ChunkerConfig:
+    """The options as a checked ChunkerConfig: a bad value or combination is a usage error (exit 2)."""
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(payload)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        config = ChunkerConfig(**{spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}).resolved()
+        checked_parts(config)
+    except RRFastError as error:
+        raise UsageError(_flag_names(str(error))) from None
+    return config
+
+
+def unit_label(length_unit: str) -> str:
+    """How the view names the length unit."""
+    return {"model": "model tokens", "chars": "characters"}.get(length_unit, f"{Path(length_unit).name} tokens")
 
 
 def _flag_names(message: str) -> str:

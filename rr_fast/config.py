@@ -17,9 +17,10 @@ from numbers import Integral, Real
 from typing import Any
 
 from rr_fast.backends import BACKENDS, DTYPES
-from rr_fast.errors import RRFastError
+from rr_fast.errors import UsageError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.readouts import READOUT_CHOICES
+from rr_fast.structure import STRUCTURE_CHOICES
 
 # A model that is not bundled gets the paper's configuration; bundled models bring their own choices.
 PAPER_READOUT = "rr"
@@ -53,6 +54,9 @@ class ChunkerConfig:
     backend: str = option("auto", "model", "auto: mlx on Apple silicon, else torch", choices=BACKENDS)
     dtype: str = option("float32", "model", "weights and activations", choices=DTYPES)
     device: str = option("auto", "model", "torch device: auto, cpu, cuda, mps")
+    allow_pickle: bool = option(
+        False, "model", "let transformers load pickle weights (pytorch_model.bin), which can run code: trusted only"
+    )
     # scoring
     readout: str | None = option(
         None,
@@ -87,6 +91,24 @@ class ChunkerConfig:
         None, "lengths", f"cut penalty ρ (default: the model's calibrated value, else {PAPER_PENALTY})", "finite"
     )
     num_chunks: int | None = option(None, "lengths", "exactly this many chunks (fixed-count objective)", "positive")
+    length_unit: str = option(
+        "model",
+        "lengths",
+        "what the limits and --overlap count: model (its tokens), chars, or a tokenizer (tokenizer.json, a folder "
+        "holding one, or a hub name when online)",
+    )
+    overlap: int = option(
+        0, "lengths", "copy up to this many units of each neighbour into context_before/_after", "non_negative"
+    )
+    # structure
+    structure: str = option(
+        "auto",
+        "structure",
+        "writer's breaks (headings, paragraphs, lists, lines) as candidates, preferred over sentence ends and "
+        "word boundaries: auto (markdown if it looks like it, plain if the text has line breaks, else none), "
+        "markdown, plain, or none (the paper's candidates exactly)",
+        choices=STRUCTURE_CHOICES,
+    )
 
     def replace(self, **changes: Any) -> ChunkerConfig:
         """A copy with some options changed; an unknown name is one clear error.
@@ -98,7 +120,7 @@ class ChunkerConfig:
             changes = {**asdict(limits), **changes}
         unknown = sorted(set(changes) - {f.name for f in fields(self)})
         if unknown:
-            raise RRFastError(f"unknown option {unknown[0]!r}; options are {', '.join(f.name for f in fields(self))}")
+            raise UsageError(f"unknown option {unknown[0]!r}; options are {', '.join(f.name for f in fields(self))}")
         return replace(self, **changes)
 
     def resolved(self) -> ChunkerConfig:
@@ -135,8 +157,8 @@ class ChunkerConfig:
 def _check(config: ChunkerConfig, name: str, value: Any) -> None:
     meta = config.__dataclass_fields__[name].metadata
     if meta["choices"] is not None and value not in meta["choices"]:
-        raise RRFastError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
+        raise UsageError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
     if meta["check"] is not None:
         passes, words = CHECKS[meta["check"]]
         if isinstance(value, bool) or not passes(value):
-            raise RRFastError(f"{name} {words}, got {value!r}")
+            raise UsageError(f"{name} {words}, got {value!r}")

@@ -11,13 +11,14 @@ kept in the user's terms: ``count(chunk.text) <= max``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from rr_fast.errors import RRFastError
-from rr_fast.segment import Limits, Segmentation, segment
+from rr_fast.segment import Limits, Segmentation
 from rr_fast.text import Edges, Tokens, tokenize
 
 MODEL = "model"
@@ -133,32 +134,14 @@ def edge_positions(unit: LengthUnit, text: str, tokens: Tokens, clean: Edges) ->
 
 
 def segment_in_unit(
-    unit: LengthUnit,
-    text: str,
-    tokens: Tokens,
-    clean: Edges,
-    edges: np.ndarray,
-    utilities: np.ndarray,
-    limits: Limits,
-    penalty: float,
-    num_chunks: int | None,
+    unit: LengthUnit, text: str, clean: Edges, limits: Limits, solve: Callable[[Limits], Segmentation]
 ) -> Segmentation:
-    """``segment`` with lengths in ``unit``; for a non-additive unit, tighten until every chunk fits."""
-    positions = edge_positions(unit, text, tokens, clean)
+    """``solve(limits)`` (a DP over positions in ``unit``); for a non-additive unit, tighten until every chunk fits."""
     run = dataclasses.replace(limits)
     warnings: list[str] = []
     best: tuple[int, Segmentation, int] | None = None  # (largest excess, result, internal maximum)
     for _ in range(MAX_ROUNDS):
-        result = segment(
-            len(tokens),
-            edges,
-            utilities,
-            run,
-            penalty=penalty,
-            num_chunks=num_chunks,
-            fallback_edges=clean.tokens,
-            positions=positions,
-        )
+        result = solve(run)
         if unit.additive:
             return result
         excess = max(0, *(unit.count(piece) - limits.max_tokens for piece in pieces(text, result.cuts, clean)))

@@ -15,17 +15,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rr_fast.config import ChunkerConfig
 from rr_fast.kernels import fixed_count, open_count
+from rr_fast.readouts import readout_parts
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Chunk length rules, in model tokens."""
+    """Chunk length rules, in model tokens or the chunker's length unit (defaults: ChunkerConfig's)."""
 
-    min_tokens: int = 48
-    max_tokens: int = 384
-    target_tokens: int = 192
-    length_weight: float = 0.02  # λ: how strongly lengths are pulled towards the target
+    min_tokens: int = ChunkerConfig.min_tokens
+    max_tokens: int = ChunkerConfig.max_tokens
+    target_tokens: int = ChunkerConfig.target_tokens
+    length_weight: float = ChunkerConfig.length_weight  # λ: how strongly lengths are pulled towards the target
 
     def __post_init__(self) -> None:
         if self.min_tokens < 1:
@@ -44,6 +46,11 @@ class Segmentation:
 
     cuts: np.ndarray
     warnings: list[str] = field(default_factory=list)
+    forced: np.ndarray | None = None  # per cut: a fallback edge, not a candidate (only the limits chose it)
+
+    def __post_init__(self) -> None:
+        if self.forced is None:
+            self.forced = np.zeros(len(self.cuts), dtype=bool)
 
 
 def percentiles(scores: np.ndarray) -> np.ndarray:
@@ -63,6 +70,30 @@ def percentiles(scores: np.ndarray) -> np.ndarray:
         ranks[order[start:stop]] = (start + 1 + stop) / 2.0
         start = stop
     return ranks / count
+
+
+def rank_sum(*readouts: np.ndarray) -> np.ndarray:
+    """The readout combination: the sum of each readout's within-document percentiles, over the edges where
+    every readout is finite (NaN elsewhere). rr-fast's ``rr+lr`` and the benchmark's combinations both use it."""
+    finite = np.logical_and.reduce([np.isfinite(r) for r in readouts])
+    combined = np.full(finite.shape[0], np.nan)
+    if finite.any():
+        combined[finite] = np.sum([percentiles(r[finite]) for r in readouts], axis=0)
+    return combined
+
+
+def utility(values: dict[str, np.ndarray], readout: str) -> np.ndarray:
+    """Calibrated per-edge utility of a readout (``"rr"``, ``"lr"`` or ``"rr+lr"``): within-document percentiles.
+
+    A combination is rank-averaged, the percentiles of its rank sum, so its utility is uniform on (0, 1] like
+    a single readout's and one ρ scale serves every choice.
+    """
+    combined = rank_sum(*(values[name] for name in readout_parts(readout)))
+    finite = np.isfinite(combined)
+    out = np.full(finite.shape[0], np.nan)
+    if finite.any():
+        out[finite] = percentiles(combined[finite])
+    return out
 
 
 def segment(
@@ -92,7 +123,12 @@ def segment(
         raise ValueError("edges and utilities must have the same length")
     if num_chunks is not None:
         return _fixed(num_tokens, edges, utilities, limits, num_chunks, positions)
+    result = _segment_open(num_tokens, edges, utilities, limits, penalty, fallback_edges, positions)
+    result.forced = ~np.isin(result.cuts, edges)
+    return result
 
+
+def _segment_open(num_tokens, edges, utilities, limits, penalty, fallback_edges, positions) -> Segmentation:
     warnings: list[str] = []
     total = num_tokens if positions is None else int(positions[num_tokens])
     if total < limits.min_tokens:
@@ -174,3 +210,58 @@ def _fixed(num_tokens, edges, utilities, limits, num_chunks, positions) -> Segme
             f"{limits.min_tokens}-{limits.max_tokens} tokens at the candidate edges"
         )
     return Segmentation(node_edges[path[1:-1]])
+
+
+def segment_tiered(
+    num_tokens: int,
+    edges: np.ndarray,
+    utilities: np.ndarray,
+    tiers: np.ndarray,
+    limits: Limits = Limits(),
+    penalty: float = 0.5,
+    num_chunks: int | None = None,
+    positions: np.ndarray | None = None,
+) -> Segmentation:
+    """Exact optimal cuts where an edge of tier t > 0 is used only where lower tiers cannot meet the limits.
+
+    Each tier step costs more than every other term of the objective can add up to over the whole text, so
+    the DP first minimises the number of tier-3 cuts, then tier-2, then tier-1 cuts, and only then
+    maximises utility: lexicographic, in one exact pass. ``utilities`` of unscored fallback edges are 0.
+    Cuts at tier > 0 are ``forced``: the limits, not the scores, put them there. ``positions`` as in ``segment``.
+    """
+    edges = np.asarray(edges, dtype=np.int64)
+    utilities = np.asarray(utilities, dtype=np.float64)
+    tiers = np.asarray(tiers, dtype=np.int64)
+    if not edges.shape == utilities.shape == tiers.shape:
+        raise ValueError("edges, utilities and tiers must have the same length")
+    total = num_tokens if positions is None else int(positions[num_tokens])
+    worst_length = max(1.0, ((limits.max_tokens - limits.target_tokens) / limits.target_tokens) ** 2)
+    per_chunk = 1.0 + float(np.abs(utilities).max(initial=0.0)) + abs(penalty) + limits.length_weight * worst_length
+    step_cost = 2.0 * per_chunk * (num_tokens + 1)
+    if num_chunks is not None:
+        result = _fixed(num_tokens, edges, utilities - step_cost * tiers, limits, num_chunks, positions)
+    elif total < limits.min_tokens:
+        return segment(num_tokens, edges, utilities, limits, penalty, positions=positions)
+    else:
+        result = _tiered_open(num_tokens, edges, utilities - penalty - step_cost * tiers, limits, positions, total)
+    result.forced = tiers[np.searchsorted(edges, result.cuts)] > 0
+    return result
+
+
+def _tiered_open(num_tokens, edges, gains, limits, positions, total) -> Segmentation:
+    cuts = _solve_open(num_tokens, edges, gains, positions, limits.min_tokens, limits.max_tokens, limits)
+    if cuts is not None:
+        return Segmentation(cuts)
+    cuts = _solve_open(num_tokens, edges, gains, positions, 1, limits.max_tokens, limits)
+    if cuts is not None:
+        message = (
+            f"the limits cannot all be met on this text: some chunks are shorter than min_tokens={limits.min_tokens}"
+        )
+        return Segmentation(cuts, [message])
+    cuts = _solve_open(num_tokens, edges, gains, positions, 1, total, limits)
+    assert cuts is not None  # with Lmin = 1 and Lmax = the whole text one chunk is always feasible
+    message = (
+        f"no cut point exists within max_tokens={limits.max_tokens} somewhere in this text: "
+        "some chunks are longer than max_tokens"
+    )
+    return Segmentation(cuts, [message])
