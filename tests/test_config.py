@@ -28,9 +28,9 @@ def test_limits_and_score_config_take_their_defaults_from_the_config():
 
 def test_cli_flags_are_the_config_fields_with_their_defaults():
     args = build_parser().parse_args(["in.txt"])
-    assert config_from_args(args) == ChunkerConfig()
+    assert config_from_args(args) == ChunkerConfig().resolved()
     args = build_parser().parse_args(["in.txt", "--max-tokens", "500", "--positions", "original", "--penalty", "0.5"])
-    assert config_from_args(args) == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5)
+    assert config_from_args(args) == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5).resolved()
     flags = {a.dest for a in build_parser()._actions}
     assert {f.name for f in fields(ChunkerConfig)} <= flags
 

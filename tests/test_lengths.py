@@ -97,7 +97,7 @@ def test_no_chunk_exceeds_max_in_the_unit(by_chars, by_embedder, text):
         assert "".join(c.text for c in chunks) == text
         count = chunker.unit.count
         if all(count(piece) <= chunker.limits.max_tokens for piece in atomic_pieces(text, chunker.tokenizer)):
-            assert all(count(c.text) == c.length <= chunker.limits.max_tokens for c in chunks), chunker.warnings
+            assert all(count(c.text) == c.length <= chunker.limits.max_tokens for c in chunks), chunks.warnings
 
 
 def test_overlap_fills_context_and_keeps_tiling(tiny):

@@ -128,7 +128,7 @@ def test_a_unit_longer_than_the_maximum_is_cut_at_its_lines_and_says_so(tiny):
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 60 for c in chunks)
     split = [c for c in chunks if c.inside == "code"]
     assert split and all(text[c.end - 1] == "\n" for c in split)  # at line boundaries inside it
-    assert any("code fence or table" in w or "word boundary" in w for w in chunker.warnings)
+    assert any("code fence or table" in w or "word boundary" in w for w in chunks.warnings)
 
 
 def test_option_is_checked_and_in_the_cli(tiny, tmp_path, capsys):
