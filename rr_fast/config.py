@@ -116,8 +116,8 @@ class ChunkerConfig:
         ``limits=Limits(...)`` is accepted too and sets the four length options.
         """
         limits = changes.pop("limits", None)
-        if limits is not None:
-            changes = {**asdict(limits), **changes}
+        if limits is not None:  # a Limits, or its fields as a dict (JSON-able options, e.g. a corpus manifest)
+            changes = {**(limits if isinstance(limits, dict) else asdict(limits)), **changes}
         unknown = sorted(set(changes) - {f.name for f in fields(self)})
         if unknown:
             raise UsageError(f"unknown option {unknown[0]!r}; options are {', '.join(f.name for f in fields(self))}")

@@ -26,10 +26,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from rr_fast.cli import add_config_options
+from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError
 
 COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced")
@@ -219,11 +221,10 @@ def run_worker(config: RunConfig, worker: int, workers: int, device: str | None,
     report(documents, tokens) is called after each finished document.
     """
     from rr_fast.chunker import Chunker
-    from rr_fast.segment import Limits
 
     output = Path(config.output)
     skip = done_shards(output)
-    options = dict(config.chunker, limits=Limits(**config.chunker["limits"]))
+    options = dict(config.chunker)
     if device is not None:
         options["device"] = device
     count = 0
@@ -438,33 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, help="processes (default 1 on CPU, one per visible GPU on CUDA)")
     parser.add_argument("--ray", metavar="auto|ADDRESS", help="run on a Ray cluster (pip install rr-fast[ray])")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    model = parser.add_argument_group("model and chunking (as python -m rr_fast.chunk)")
-    model.add_argument("--model")
-    model.add_argument("--backend", default="auto")
-    model.add_argument("--dtype", default="float32")
-    model.add_argument("--device", default="auto")
-    model.add_argument("--readout")
-    model.add_argument("--window", type=int)
-    model.add_argument("--batch-tokens", type=int)
-    model.add_argument("--min-tokens", type=int, default=48)
-    model.add_argument("--max-tokens", type=int, default=384)
-    model.add_argument("--target-tokens", type=int, default=192)
-    model.add_argument("--penalty", type=float)
+    add_config_options(parser)  # model, scoring and length options, as python -m rr_fast.chunk
     return parser
 
 
 def chunker_options(args: argparse.Namespace) -> dict:
-    """Chunker keyword arguments from the command line (JSON-able: they go in the manifest)."""
-    options = {"backend": args.backend, "dtype": args.dtype, "device": args.device}
-    for name in ("model", "readout", "window", "batch_tokens", "penalty"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    options["limits"] = {
-        "min_tokens": args.min_tokens,
-        "max_tokens": args.max_tokens,
-        "target_tokens": args.target_tokens,
-    }
-    return options
+    """ChunkerConfig fields the command line sets away from their defaults (JSON-able: they go in the manifest)."""
+    chosen = {spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}
+    return {name: value for name, value in chosen.items() if value != ChunkerConfig.__dataclass_fields__[name].default}
 
 
 def resolve_devices(device: str, workers: int | None) -> tuple[int, list[str | None]]:

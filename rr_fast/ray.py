@@ -37,13 +37,12 @@ class ChunkActor:
 
     def __init__(self, chunker: dict, id_field: str = "id", text_field: str = "text", threads: int | None = None):
         from rr_fast.chunker import Chunker
-        from rr_fast.segment import Limits
 
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        self.chunker = Chunker(**dict(chunker, limits=Limits(**chunker.get("limits", {}))))
+        self.chunker = Chunker(**chunker)
         self.id_field, self.text_field = id_field, text_field
 
     def __call__(self, batch):
@@ -90,15 +89,15 @@ def chunk_dataset(
     """Chunk a ``ray.data.Dataset`` of documents (``id_field``, ``text_field`` columns) into a Dataset of
     chunk rows (rr_fast.corpus.COLUMNS plus ``error``, set on one row per document that failed).
 
-    chunker: Chunker keyword arguments (``limits`` as a dict). actors: the actor pool's size (default:
-    the cluster's GPUs when num_gpus > 0, else its CPUs divided by cpus_per_actor). A pool that holds every
-    CPU leaves none for reading: materialize ``dataset`` first, or size the pool below the cluster.
+    chunker: Chunker keyword arguments (ChunkerConfig fields; ``limits`` may be a dict). actors: the actor
+    pool's size (default: the cluster's GPUs when num_gpus > 0, else its CPUs divided by cpus_per_actor). A
+    pool that holds every CPU leaves none for reading: materialize ``dataset`` first, or size the pool below
+    the cluster.
     """
     ray = _ray()
     from ray.data import ActorPoolStrategy
 
     options = dict(chunker or {})
-    options.setdefault("limits", {})
     if actors is None:
         resources = ray.cluster_resources()
         actors = (

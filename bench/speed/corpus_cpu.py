@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.speed.data import data_dir
+from bench.common import data_dir
 
 
 def documents(root: Path, tokenizer, count: int, tokens: int) -> list[str]:
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "machine": f"cpu, torch {torch.__version__}, {torch.get_num_threads()} threads",
         "model": chunker.model,
-        "readout": chunker.readout,
-        "window": chunker.window,
+        "readout": chunker.config.readout,
+        "window": chunker.config.window,
         "documents": len(docs),
         "source_tokens": source_tokens,
         "loop_s": loop_s,

@@ -143,15 +143,15 @@ def engine_flops(chunker, texts: list[str], shape) -> float:
         if not isinstance(text, str) or not text.strip():
             continue
         tokens = tokenize(chunker.tokenizer, text)
-        edges = candidate_edges(text, tokens, chunker.step).tokens
+        edges = candidate_edges(text, tokens, chunker.config.step).tokens
         if not len(edges):
             continue
         work = engine_work(
             len(tokens),
             edges,
             prefix=len(chunker.engine.prefix),
-            window=chunker.window,
-            skip=chunker.skip,
+            window=chunker.config.window,
+            skip=chunker.config.skip,
             layer=chunker.engine.layer,
             depth=chunker.engine.backend.depth,
             context=chunker.engine.context,
@@ -199,7 +199,7 @@ def engine_only(chunker, texts: list[str], device: str, flops: float) -> dict:
     for text in texts:
         if isinstance(text, str) and text.strip():
             tokens = tokenize(chunker.tokenizer, text)
-            docs.append((tokens.ids, candidate_edges(text, tokens, chunker.step).tokens))
+            docs.append((tokens.ids, candidate_edges(text, tokens, chunker.config.step).tokens))
     sync(device)
     started = time.perf_counter()
     for _ in chunker.engine.score_many(docs):
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
     if args.prepare or not (inputs / "corpus.jsonl").exists():
-        from bench.speed.data import data_dir
+        from bench.common import data_dir
 
         if args.smoke:
             prepare(data_dir(args.data_dir), inputs, docs=6, excerpts_chars=(300, 600))

@@ -19,19 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.common import data_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRATCH = Path("/tmp/rr_fast_memory")
-
-
-def data_dir(chosen: str | None) -> Path:
-    return Path(chosen or os.environ.get("RR_FAST_DATA") or REPO_ROOT.parent / "shared" / "data").expanduser()
 
 
 def make_text(megabytes: int, data: Path) -> Path:

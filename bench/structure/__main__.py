@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.mechanism import default_data_dir
+from bench.common import data_dir
 from bench.structure.data import passages, wiki50
 from bench.structure.scoring import cached_chunker
 from rr_fast import Limits
@@ -37,7 +37,7 @@ def score(args) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("step", choices=("score", "calibrate", "report"))
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--data-dir", type=Path, default=data_dir())
     parser.add_argument("--out", type=Path, default=Path("bench/out/structure"))
     parser.add_argument("--window", type=int, default=None, help="reset window (default: the model's, 96)")
     parser.add_argument("--device", default="cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.wiki50 import CALIBRATION_DOCS, read_corpus
+from bench.paper.wiki50 import CALIBRATION_DOCS, read_corpus
 
 RUST_CHAPTERS = ("rust_ch04-01-what-is-ownership", "rust_ch04-02-references-and-borrowing", "rust_ch04-03-slices")
 PROSE_BOOKS = ("pride_and_prejudice", "origin_of_species", "jekyll_and_hyde")
@@ -44,7 +44,7 @@ def wiki50(data_dir: Path) -> tuple[list[Document], list[Document]]:
     """Wiki-50 with its line breaks and top-level headings: calibration (first 20 by id) and evaluation docs.
 
     Each top-level section becomes ``## Title`` and its sentences one per line (Koshorek's line breaks), with
-    a blank line between sections; the sentence and section lists are the paper protocol's (bench.wiki50).
+    a blank line between sections; the sentence and section lists are the paper protocol's (bench.paper.wiki50).
     """
     out = []
     for doc, titles in zip(read_corpus(data_dir), _titles(data_dir)):

@@ -150,7 +150,7 @@ def calibrate(args) -> dict:
         grid.append({"heading": heading, "line": line, "pk": pk, "windowdiff": wd})
         print(grid[-1], flush=True)
     best = min(grid, key=lambda g: (round(g["pk"], 9), abs(g["heading"]) + abs(g["line"])))
-    result = {"best": best, "grid": grid, "window": chunker.window, "documents": [d.id for d in calibration]}
+    result = {"best": best, "grid": grid, "window": chunker.config.window, "documents": [d.id for d in calibration]}
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
     print("best:", best)
     return result

@@ -56,5 +56,5 @@ def cached_chunker(
 ) -> Chunker:
     """A default-model Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``."""
     chunker = Chunker(window=window, device=device, structure=structure, limits=limits)
-    chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.window}.json", strict)
+    chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.config.window}.json", strict)
     return chunker
