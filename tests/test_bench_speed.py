@@ -119,6 +119,7 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
         depth=shape.depth,
         context=engine.context,
         readouts=("rr",),
+        batch_tokens=engine.batch_tokens,
     )
     expected_linear = sum(w.token_layers for w in work.values()) * shape.linear_per_token_layer
     assert linear == pytest.approx(expected_linear, rel=1e-6)

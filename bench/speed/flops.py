@@ -105,11 +105,15 @@ def engine_work(
     depth: int,
     context: int,
     readouts: tuple[str, ...],
+    batch_tokens: int | None = None,
 ) -> dict[str, Work]:
     """Work of ``Engine.score`` on n tokens: the full pass in blocks, then one padded row per edge.
 
     RR alone stops after ``layer`` layers and skips the LM head; any LR readout runs the whole depth and
-    the head on the rows whose next token is scored.
+    the head on the rows whose next token is scored. With ``batch_tokens`` the window rows are batched as
+    the engine batches them, longest first and each batch only as wide as its longest window (exact for a
+    text of one full-pass block; beyond that only the last block's few short windows may group otherwise);
+    without it every row is counted at the full width W.
     """
     lr = "lr" in readouts
     layers = depth if lr else layer
@@ -120,7 +124,15 @@ def engine_work(
     reset = Work()
     lengths = np.minimum(window, n - np.asarray(edges, dtype=np.int64))
     scored = int(np.maximum(0, lengths - skip - 1).sum()) if lr else 0
-    reset.add_rows(len(edges), prefix + window, layers, 0)
+    if batch_tokens is None:
+        reset.add_rows(len(edges), prefix + window, layers, 0)
+    else:
+        remaining = np.sort(lengths)[::-1]
+        while remaining.size:
+            width = int(remaining[0])
+            rows = max(1, batch_tokens // (width + prefix))
+            reset.add_rows(min(rows, remaining.size), prefix + width, layers, 0)
+            remaining = remaining[rows:]
     reset.head_rows += scored
     return {"full pass": full, "reset windows": reset}
 
