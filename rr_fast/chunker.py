@@ -341,7 +341,7 @@ def check_num_chunks(num_chunks: int, num_tokens: int, num_edges: int, limits: L
     if num_chunks > num_edges + 1:
         raise UsageError(
             f"--num-chunks {num_chunks} needs {num_chunks - 1} cuts, but this text ({num_tokens} tokens) has "
-            f"{num_edges} possible cuts: ask for at most {num_edges + 1} chunks"
+            f"{num_edges} candidate edges: ask for at most {num_edges + 1} chunks"
         )
     if num_chunks * limits.min_tokens > num_tokens or num_chunks * limits.max_tokens < num_tokens:
         raise UsageError(
@@ -351,7 +351,7 @@ def check_num_chunks(num_chunks: int, num_tokens: int, num_edges: int, limits: L
     table = (num_chunks + 1) * (num_edges + 2) * 8
     if table > FIXED_COUNT_TABLE_BYTES:
         raise UsageError(
-            f"--num-chunks {num_chunks} on {num_edges} possible cuts needs a {table / 2**30:.1f} GiB table: "
+            f"--num-chunks {num_chunks} on {num_edges} candidate edges needs a {table / 2**30:.1f} GiB table: "
             "ask for fewer chunks, or leave out --num-chunks and set --target-tokens instead"
         )
 

@@ -67,9 +67,9 @@ def read_text(source: str, errors: str = "strict", max_bytes: int = DEFAULT_MAX_
                 text = _decode_stream(stream, name, errors, max_bytes)
         except OSError as error:
             raise RRFastError(f"cannot read {source}: {error.strerror or error}") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text.strip():
+    # a leading byte-order mark is kept: the chunker leaves it in the first chunk and out of the model, as the
+    # API does, so the chunks join back to the file's own text
+    if not text.lstrip("\ufeff").strip():
         raise RRFastError(f"{name} is empty or only whitespace: nothing to chunk")
     return text
 

@@ -24,6 +24,7 @@ import rr_fast.chunker
 import rr_fast.cli
 import rr_fast.engine
 import rr_fast.io
+from rr_fast.backends.torch import TorchBackend
 from rr_fast.cli import main
 
 TEXT = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6
@@ -120,7 +121,7 @@ def _raise_interrupt(*args, **kwargs):
     [
         ("reading", "rr_fast.io._decode_stream"),
         ("tokenizing", "rr_fast.chunker.tokenize"),
-        ("model", "rr_fast.engine.Engine.score"),
+        ("model", "rr_fast.engine.Engine.score_many"),
         ("dp", "rr_fast.chunker.segment"),
         ("writing", "rr_fast.cli.format_chunks"),
     ],
@@ -179,7 +180,7 @@ def test_num_chunks_beyond_the_text_is_a_usage_error_before_the_model(count, sam
 
 
 def test_num_chunks_beyond_the_candidate_edges_stops_before_the_model_pass(tiny, sample, monkeypatch, capsys):
-    monkeypatch.setattr(rr_fast.engine.Engine, "score", _raise_interrupt)  # would exit 130 if reached
+    monkeypatch.setattr(TorchBackend, "forward", _raise_interrupt)  # the model pass: would exit 130
     code, out, err = run([sample, *small(tiny), "--min-tokens", "1", "--num-chunks", "300"], capsys)
     assert code == 2 and out == "" and one_line(err) and "candidate edges" in err
 

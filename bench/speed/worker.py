@@ -119,14 +119,7 @@ def engine_job(job: Job) -> dict:
         chunker.engine.backend = TorchBackend.load(folder, job.dtype, "cpu", implementation="transformers")
     rss_loaded = rss_kib()
     captured: dict = {}
-    score = chunker.engine.score
-
-    def capturing_score(ids, edges, progress=None):
-        out = score(ids, edges, progress)
-        captured.update(n=len(ids), edges=np.asarray(edges), scores=out)
-        return out
-
-    chunker.engine.score = capturing_score  # instrumentation only: same call, results kept
+    chunker.engine.score_many = capturing(chunker.engine.score_many, captured)  # instrumentation only
     warm_started = time.perf_counter()
     chunker.chunk(warm)  # first-call costs: Numba cache load, kernel selection, allocator warm-up
     warm_s = time.perf_counter() - warm_started
@@ -463,16 +456,10 @@ def agreement_job(job: Job) -> dict:
         runs = []
         for chunker in (base, other):
             captured: dict = {}
-            score = chunker.engine.score
-
-            def capturing_score(ids, edges, progress=None, score=score, captured=captured):
-                captured["scores"] = score(ids, edges, progress)
-                captured["n"] = len(ids)
-                return captured["scores"]
-
-            chunker.engine.score = capturing_score
+            score_many = chunker.engine.score_many
+            chunker.engine.score_many = capturing(score_many, captured)
             cuts = [c.start for c in chunker.chunk(row["text"])]
-            chunker.engine.score = score
+            chunker.engine.score_many = score_many
             runs.append((cuts, captured))
         (cuts_a, a), (cuts_b, b) = runs
         for name, values in a["scores"].items():
@@ -513,3 +500,23 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def capturing(score_many, captured: dict):
+    """``Engine.score_many`` that also keeps the last document's length, edges and scores in ``captured``:
+    the same calls and results, for the FLOP count and the agreement rows."""
+
+    def run(documents, progress=None):
+        seen: list = []
+
+        def tap():
+            for ids, edges in documents:
+                seen.append((ids, edges))
+                yield ids, edges
+
+        for out in score_many(tap(), progress):
+            ids, edges = seen.pop(0)
+            captured.update(n=len(ids), edges=np.asarray(edges), scores=out)
+            yield out
+
+    return run
