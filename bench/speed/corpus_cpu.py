@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     chunker = Chunker(**({"model": args.model} if args.model else {}), backend="torch", device="cpu")
     docs = documents(data_dir(args.data_dir), chunker.tokenizer, args.docs, args.tokens)
-    source_tokens = sum(len(chunker._tokenize(text)) for text in docs)
+    source_tokens = sum(len(chunker.tokenize(text)) for text in docs)
     chunker.chunk(docs[0][:400])  # warm-up: numba, first forward
     started = time.perf_counter()
     loop = [chunker.chunk(text) for text in docs]
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     many_s = time.perf_counter() - started
     result = {
         "machine": f"cpu, torch {torch.__version__}, {torch.get_num_threads()} threads",
-        "model": chunker.model,
+        "model": chunker.config.model,
         "readout": chunker.config.readout,
         "window": chunker.config.window,
         "documents": len(docs),
