@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench.common import data_dir
+from tests.tiny_models import tiny_llama_folder  # the test suite's tiny Llama, same weights
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRATCH = Path("/tmp/rr_fast_memory")
@@ -51,31 +52,6 @@ def make_text(megabytes: int, data: Path) -> Path:
     text = path.read_bytes().decode("utf-8", errors="ignore")  # drop a character cut in half at the end
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def tiny_model(folder: Path) -> Path:
-    if (folder / "config.json").exists():
-        return folder
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from rr_fast.models import resolve
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m"))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def peak_mb() -> float:
@@ -146,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         child(args.child[0], args.child[1], args.model)
         return
-    model = None if args.no_model else tiny_model(SCRATCH / "tiny_llama")
+    model = None if args.no_model else tiny_llama_folder(SCRATCH / "tiny_llama")
     rows = []
     for size in [int(s) for s in args.sizes.split(",")]:
         path = make_text(size, data_dir(args.data_dir))
