@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from rr_fast.chunker import Chunk, Chunker, ChunkResult, Scores
-from rr_fast.config import ChunkerConfig
+from rr_fast.config import PRESETS, ChunkerConfig, chunker_config
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
@@ -20,6 +20,7 @@ from rr_fast.view import plot, render_html
 __all__ = [
     "BUNDLED",
     "DEFAULT_MODEL",
+    "PRESETS",
     "Chunk",
     "ChunkResult",
     "Chunker",
@@ -34,17 +35,18 @@ __all__ = [
 ]
 
 
-def chunk(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> ChunkResult:
+def chunk(text: str, *, config: ChunkerConfig | None = None, preset: str | None = None, **options: Any) -> ChunkResult:
     """Split ``text`` into verbatim chunks with Right Reset; options are ``ChunkerConfig``'s fields.
 
+    ``preset`` names a configuration (``PRESETS``: quality, balanced, fast) that ``options`` override.
     The result is a list of ``Chunk`` with ``.warnings`` (for example a text shorter than ``min_tokens``).
     """
-    return _chunker((config or ChunkerConfig()).replace(**options)).chunk(text)
+    return _chunker(chunker_config(preset, config, **options)).chunk(text)
 
 
-def score(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> Scores:
+def score(text: str, *, config: ChunkerConfig | None = None, preset: str | None = None, **options: Any) -> Scores:
     """Readout values of every candidate edge of ``text``; options are ``ChunkerConfig``'s fields."""
-    return _chunker((config or ChunkerConfig()).replace(**options)).score(text)
+    return _chunker(chunker_config(preset, config, **options)).score(text)
 
 
 @lru_cache(maxsize=4)

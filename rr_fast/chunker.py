@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rr_fast.config import ChunkerConfig
+from rr_fast.config import ChunkerConfig, chunker_config
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.lengths import MODEL, LengthUnit, edge_positions, load_unit, segment_in_unit
@@ -101,16 +101,19 @@ class _Document:
 
 
 class Chunker:
-    """Right Reset chunking with one loaded model: ``Chunker(config=None, **options)``.
+    """Right Reset chunking with one loaded model: ``Chunker(config=None, *, preset=None, **options)``.
 
-    ``config`` is a ``ChunkerConfig`` (a preset, say) and ``options`` override its fields by name. The
+    ``config`` is a ``ChunkerConfig``, ``preset`` names one (quality, balanced, fast: ``rr_fast.PRESETS``), and
+    ``options`` override its fields by name. The
     defaults come from the quality benchmark (bench/RESULTS.md): the bundled model, its readout, window and
     calibrated cut penalty. ``num_chunks`` switches from the open-count objective to a fixed count. Every
     option is checked before the model loads.
     """
 
-    def __init__(self, config: ChunkerConfig | None = None, **options: Any):
-        self.config = (config or ChunkerConfig()).replace(**options).resolved()
+    def __init__(self, config: ChunkerConfig | None = None, *, preset: str | None = None, **options: Any):
+        requested = chunker_config(preset, config, **options)
+        self.config = requested.resolved()
+        self.notes = requested.notes()  # e.g. an uncalibrated ρ: every result repeats them as warnings
         cfg = self.config
         self.limits, self.score_config = checked_parts(cfg)
         unit = None if cfg.length_unit == MODEL else load_unit(cfg.length_unit, None)  # fails before the model
@@ -285,7 +288,7 @@ class Chunker:
             result = segment_in_unit(self.unit, text, clean, self.limits, solve)
         except ValueError as error:  # a fixed count the limits cannot meet
             raise RRFastError(str(error)) from None
-        warnings = list(result.warnings)
+        warnings = [*self.notes, *result.warnings]
         chunks = _assemble(text, tokens, result, clean, document.scored.tokens, utilities)
         if document.plan is not None:
             cut_tiers = document.plan.tiers[np.searchsorted(document.plan.tokens, result.cuts)]
@@ -330,6 +333,8 @@ def checked_parts(config: ChunkerConfig) -> tuple[Limits, ScoreConfig]:
             context=config.context,
             batch_tokens=config.batch_tokens,
             reindex=config.reindex,
+            shortlist=config.shortlist,
+            shortlist_window=config.shortlist_window,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None

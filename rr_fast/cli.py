@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rr_fast.backends import check_backend
 from rr_fast.chunker import Chunk, Chunker, Scores, checked_parts
-from rr_fast.config import ChunkerConfig
+from rr_fast.config import PRESETS, ChunkerConfig, chunker_config
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
 from rr_fast.models import BUNDLED, resolve
@@ -66,7 +66,14 @@ def _finite(text: str) -> float:
     return value
 
 
-CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite}
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
+CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite, "fraction": _fraction}
 GROUP_TITLES = {"lengths": "chunk lengths (in --length-unit, model tokens by default)"}
 
 
@@ -107,25 +114,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One flag per ChunkerConfig field (``--name-with-dashes``), with its default, help, type and choices."""
+    """``--preset`` and one flag per ChunkerConfig field (``--name-with-dashes``), with its help, type and choices.
+
+    A flag left out stays None in the parsed arguments, so ``config_from_args`` can tell "not given" (the
+    preset's or the default value applies) from "given", even when given the default's value.
+    """
     groups: dict[str, argparse._ArgumentGroup] = {}
     for spec in fields(ChunkerConfig):
         meta = spec.metadata
         if meta["group"] not in groups:
             groups[meta["group"]] = parser.add_argument_group(GROUP_TITLES.get(meta["group"], meta["group"]))
+            if meta["group"] == "model":
+                groups["model"].add_argument(
+                    "--preset",
+                    choices=tuple(PRESETS),
+                    help="a named configuration (quality is the default; bench/RESULTS.md, 'Presets', gives each "
+                    "one's measured recovery and speed); options given explicitly override its values",
+                )
         shown = "" if spec.default is None else f" (default {spec.default})"
         if isinstance(spec.default, bool):
             groups[meta["group"]].add_argument(
-                "--" + spec.name.replace("_", "-"), action="store_true", help=meta["help"].replace("%", "%%")
+                "--" + spec.name.replace("_", "-"),
+                action="store_true",
+                default=None,
+                help=meta["help"].replace("%", "%%"),
             )
             continue
         groups[meta["group"]].add_argument(
             "--" + spec.name.replace("_", "-"),
             type=CHECK_TYPES.get(meta["check"], str),
             choices=meta["choices"],
-            default=spec.default,
+            default=None,
             help=(meta["help"] + shown).replace("%", "%%"),
         )
+
+
+def given_options(args: argparse.Namespace) -> dict:
+    """The ChunkerConfig fields set on the command line (not their defaults), plus ``preset`` when given."""
+    given = {spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}
+    given = {name: value for name, value in given.items() if value is not None}
+    return given | ({"preset": args.preset} if args.preset else {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +193,7 @@ def run(args: argparse.Namespace) -> None:
             result, scores = chunker.explain(text, progress=progress)
             title = "rr-fast: " + ("stdin" if args.input == "-" else Path(args.input).name)
             label = unit_label(config.length_unit)
-            pieces = [render_html(text, scores, result, chunker.limits, config.penalty, label, title)]
+            pieces = [render_html(text, scores, result, chunker.limits, chunker.config.penalty, label, title)]
         else:
             result = chunker.chunk(text, progress=progress)
             pieces = format_chunks(result, args.format, args.separator)
@@ -272,11 +300,11 @@ def format_scores(scores: Scores, fmt: str) -> Iterator[str]:
 def config_from_args(args: argparse.Namespace) -> ChunkerConfig:
     """The options as a checked ChunkerConfig: a bad value or combination is a usage error (exit 2)."""
     try:
-        config = ChunkerConfig(**{spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}).resolved()
-        checked_parts(config)
+        config = chunker_config(**given_options(args))
+        checked_parts(config.resolved())
     except RRFastError as error:
         raise UsageError(_flag_names(str(error))) from None
-    return config
+    return config  # unresolved, so the Chunker can say which defaults it filled in (config.notes)
 
 
 def unit_label(length_unit: str) -> str:

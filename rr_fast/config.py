@@ -33,6 +33,7 @@ CHECKS = {
     "positive": (lambda v: isinstance(v, Integral) and v >= 1, "must be a positive integer"),
     "non_negative": (lambda v: isinstance(v, Integral) and v >= 0, "must be an integer >= 0"),
     "finite": (lambda v: isinstance(v, Real) and math.isfinite(v), "must be a finite number"),
+    "fraction": (lambda v: isinstance(v, Real) and 0 < v <= 1, "must be a fraction in (0, 1]"),
 }
 
 
@@ -79,6 +80,14 @@ class ChunkerConfig:
     batch_tokens: int | None = option(
         None, "scoring", "window tokens per forward call (default: the backend's choice)", "positive"
     )
+    shortlist: float | None = option(
+        None,
+        "scoring",
+        "two-stage scoring: cheap RR (--shortlist-window) on every candidate, the readout only on this fraction of "
+        "them, ranked first (e.g. 0.25; default: every candidate gets the readout)",
+        "fraction",
+    )
+    shortlist_window: int = option(24, "scoring", "reset window of the cheap first stage of --shortlist", "positive")
     positions: str = option(
         "auto", "scoring", "window position ids; auto re-indexes RoPE models, where it is exact", choices=POSITIONS
     )
@@ -133,14 +142,13 @@ class ChunkerConfig:
         bundled = BUNDLED.get(self.model)
         readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
         _check(self, "readout", readout)
+        window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         config = replace(
             self,
             readout=readout,
             layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
-            window=self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW),
-            penalty=self.penalty
-            if self.penalty is not None
-            else (bundled.penalties[readout] if bundled else PAPER_PENALTY),
+            window=window,
+            penalty=self.penalty if self.penalty is not None else self._default_penalty(readout, window)[0],
         )
         for spec in fields(config):
             value = getattr(config, spec.name)
@@ -148,10 +156,49 @@ class ChunkerConfig:
                 _check(config, spec.name, value)
         return config
 
+    def notes(self) -> tuple[str, ...]:
+        """What a user should know about the defaults ``resolved()`` fills in: today, a cut penalty ρ that was
+        not calibrated for this readout, window and step (results carry these as warnings)."""
+        if self.penalty is not None:
+            return ()
+        bundled = BUNDLED.get(self.model)
+        readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
+        window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
+        note = self._default_penalty(readout, window)[1]
+        if note is None and self.shortlist is not None:
+            value = self._default_penalty(readout, window)[0]
+            note = f"cut penalty ρ {value} was calibrated without --shortlist (pass --penalty to choose ρ)"
+        return (note,) if note else ()
+
+    def _default_penalty(self, readout: str, window: int) -> tuple[float, str | None]:
+        bundled = BUNDLED.get(self.model)
+        if bundled is None:
+            return PAPER_PENALTY, None  # any other model: the paper's ρ, as the option's help says
+        return bundled.penalty(readout, window, self.step)
+
     @property
     def reindex(self) -> bool | None:
         """``positions`` as the engine's flag: None lets it re-index exactly when that is exact."""
         return {"auto": None, "original": False, "reindex": True}[self.positions]
+
+
+# Named configurations for a speed/quality trade-off, chosen by bench.quality.pareto (bench/RESULTS.md, "Presets"):
+# quality has the best recovery on the calibration streams, balanced and fast the best among options at least 3×
+# and 10× its speed on a laptop-class CPU. Each carries its own calibrated ρ.
+PRESETS: dict[str, ChunkerConfig] = {
+    "quality": ChunkerConfig(),
+}
+
+
+def chunker_config(preset: str | None = None, config: ChunkerConfig | None = None, **options: Any) -> ChunkerConfig:
+    """A preset, a given config or the defaults, with ``options`` overriding its values: what
+    ``Chunker(config, preset=..., **options)``, ``rr_fast.chunk`` and ``--preset`` build."""
+    if config is not None and preset is not None:
+        raise UsageError("pass a config or a preset, not both (a preset is a ChunkerConfig: rr_fast.PRESETS)")
+    if preset is not None and preset not in PRESETS:
+        raise UsageError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    base = config if config is not None else PRESETS[preset] if preset else ChunkerConfig()
+    return base.replace(**options)
 
 
 def _check(config: ChunkerConfig, name: str, value: Any) -> None:

@@ -26,12 +26,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rr_fast.cli import add_config_options
-from rr_fast.config import ChunkerConfig
+from rr_fast.cli import add_config_options, given_options
+from rr_fast.config import chunker_config
 from rr_fast.errors import RRFastError
 
 COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced")
@@ -443,12 +443,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def chunker_options(args: argparse.Namespace) -> dict:
-    """ChunkerConfig fields the command line sets away from their defaults (JSON-able: they go in the manifest)."""
-    chosen = {spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}
-    return {name: value for name, value in chosen.items() if value != ChunkerConfig.__dataclass_fields__[name].default}
-
-
 def resolve_devices(device: str, workers: int | None) -> tuple[int, list[str | None]]:
     """Workers and their devices: one process per visible GPU on CUDA, unless --workers says otherwise."""
     if device in ("auto", "cuda") or device.startswith("cuda"):
@@ -470,14 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.shard_docs < 1 or (args.workers is not None and args.workers < 1):
             raise RRFastError("--shard-docs and --workers must be positive")
-        options = chunker_options(args)
+        options = given_options(args)  # JSON-able: they go in the manifest
         config = RunConfig(tuple(args.inputs), args.output, args.id_field, args.text_field, args.shard_docs, options)
         if args.ray:
             from rr_fast.ray import run_on_ray
 
             manifest = run_on_ray(config, address=args.ray, resume=args.resume)
         else:
-            workers, devices = resolve_devices(args.device, args.workers)
+            workers, devices = resolve_devices(chunker_config(**options).device, args.workers)
             manifest = run(config, workers, devices, resume=args.resume, progress=not args.quiet)
     except RRFastError as error:
         sys.stderr.write(f"rr-fast corpus: error: {error}\n")

@@ -15,10 +15,11 @@ so memory does not grow with the length of the text.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,6 +39,9 @@ class ScoreConfig:
     context: int = ChunkerConfig.context  # guaranteed left context of the full pass, in tokens
     batch_tokens: int | None = None  # window tokens per forward call; None: the backend's preference
     reindex: bool | None = None  # None: re-index windows from 0 exactly when that cannot change states
+    # two-stage scoring: RR at ``shortlist_window`` on every edge, the readouts only on this fraction of edges
+    shortlist: float | None = None
+    shortlist_window: int = 24
 
     def __post_init__(self) -> None:
         # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
@@ -54,6 +58,16 @@ class ScoreConfig:
             raise ValueError(f"context must be at least the window ({self.window}), got {self.context}")
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
+        if self.shortlist is not None and not 0 < self.shortlist <= 1:
+            raise ValueError(f"shortlist must be a fraction in (0, 1], got {self.shortlist}")
+        if self.shortlist is not None and self.shortlist_window < self.skip + 2:
+            raise ValueError(
+                f"shortlist_window must be at least skip + 2 = {self.skip + 2}, got {self.shortlist_window}"
+            )
+
+    def first_stage(self) -> ScoreConfig:
+        """The cheap pass of two-stage scoring: RR (early exit, no LM head) with a short window, every edge."""
+        return replace(self, window=self.shortlist_window, readouts=("rr",), shortlist=None)
 
 
 def default_layer(depth: int) -> int:
@@ -125,6 +139,9 @@ class Engine:
         flight, so memory stays bounded however many documents the iterable holds. progress, when
         given, is called with the number of source tokens finished so far, over all documents.
         """
+        if self.config.shortlist is not None:
+            yield from self._two_stage(documents, progress)
+            return
         source = iter(documents)
         open_docs: deque[_Document] = deque()
         exhausted = False
@@ -155,6 +172,33 @@ class Engine:
                 self._window_batch(open_docs)
                 if progress is not None:
                     progress(finished_tokens + sum(d.tokens_done for d in open_docs))
+
+    def _two_stage(
+        self, documents: Iterable[tuple[np.ndarray, np.ndarray]], progress: Callable[[int], None] | None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Cheap RR on every edge, then the configured readouts on the best ``shortlist`` fraction of them.
+
+        The shortlisted edges go through an ordinary run of this engine's configuration, so each gets exactly
+        the windows (and, up to float rounding of differently shaped batches, the scores) a full run gives
+        it. The other edges stay candidates, ranked below every shortlisted edge in the order of their cheap
+        score, so the DP keeps every feasible cut and only prefers the shortlist.
+        """
+        on_device = self.ops is not HOST_READOUTS
+        first = Engine(self.backend, self.prefix.tolist(), self.config.first_stage(), on_device)
+        second = Engine(self.backend, self.prefix.tolist(), replace(self.config, shortlist=None), on_device)
+        first.timings = second.timings = self.timings  # one account of where the time went
+        ahead, behind = itertools.tee(documents)
+        picks: deque[tuple[np.ndarray, np.ndarray, int]] = deque()
+
+        def shortlisted():
+            for (ids, edges), cheap in zip(ahead, first.score_many(behind)):
+                chosen = shortlist(cheap["rr"], self.config.shortlist)
+                picks.append((chosen, cheap["rr"], len(edges)))
+                yield ids, np.asarray(edges)[chosen]
+
+        for values in second.score_many(shortlisted(), progress):
+            chosen, cheap, count = picks.popleft()
+            yield {name: below_shortlist(v, chosen, cheap, count) for name, v in values.items()}
 
     def _rows_per_batch(self, width: int) -> int:
         return max(1, self.batch_tokens // (width + len(self.prefix)))
@@ -259,6 +303,29 @@ class Engine:
         for doc, a, b in runs:
             doc.record(b - a, {name: v[a:b] for name, v in values.items()})
         self.timings["readouts"] += time.perf_counter() - now
+
+
+def shortlist(cheap: np.ndarray, fraction: float) -> np.ndarray:
+    """Sorted indices of the ``ceil(fraction × edges)`` best edges by the cheap score (NaN ranks last)."""
+    count = min(len(cheap), int(np.ceil(fraction * len(cheap))))
+    order = np.argsort(np.where(np.isfinite(cheap), -cheap, np.inf), kind="stable")
+    return np.sort(order[:count])
+
+
+def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, count: int) -> np.ndarray:
+    """Full-length scores: the shortlist's own values, every other edge below the lowest of them, in cheap order.
+
+    Utilities are within-document percentiles, so only this order matters to the DP.
+    """
+    out = np.full(count, np.nan)
+    out[chosen] = values
+    rest = np.setdiff1d(np.arange(count), chosen)
+    finite = np.isfinite(values)
+    if rest.size:
+        floor = (values[finite].min() if finite.any() else 0.0) - 1.0
+        ranks = np.argsort(np.argsort(np.nan_to_num(cheap[rest], nan=-np.inf), kind="stable"), kind="stable")
+        out[rest] = floor - (rest.size - ranks) / (rest.size + 1)
+    return out
 
 
 @dataclass(frozen=True)

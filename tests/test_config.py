@@ -11,7 +11,7 @@ from tiny_models import tiny_llama_folder
 import rr_fast
 from rr_fast import BUNDLED, DEFAULT_MODEL, ChunkerConfig, Limits, RRFastError
 from rr_fast.cli import build_parser, config_from_args
-from rr_fast.config import PAPER_PENALTY, PAPER_READOUT, PAPER_WINDOW
+from rr_fast.config import PAPER_PENALTY, PAPER_READOUT, PAPER_WINDOW, PRESETS
 from rr_fast.engine import ScoreConfig
 from rr_fast.segment import percentiles, rank_sum, utility
 
@@ -28,9 +28,12 @@ def test_limits_and_score_config_take_their_defaults_from_the_config():
 
 def test_cli_flags_are_the_config_fields_with_their_defaults():
     args = build_parser().parse_args(["in.txt"])
-    assert config_from_args(args) == ChunkerConfig().resolved()
+    assert config_from_args(args).resolved() == ChunkerConfig().resolved()
     args = build_parser().parse_args(["in.txt", "--max-tokens", "500", "--positions", "original", "--penalty", "0.5"])
-    assert config_from_args(args) == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5).resolved()
+    assert config_from_args(args) == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5)
+    # a preset under explicit options: a flag given with the default's value still overrides the preset
+    args = build_parser().parse_args(["in.txt", "--preset", "quality", "--step", "8", "--min-tokens", "40"])
+    assert config_from_args(args) == PRESETS["quality"].replace(step=8, min_tokens=40)
     flags = {a.dest for a in build_parser()._actions}
     assert {f.name for f in fields(ChunkerConfig)} <= flags
 
@@ -40,9 +43,22 @@ def test_resolved_fills_the_bundled_choices(name):
     config = ChunkerConfig(model=name).resolved()
     spec = BUNDLED[name]
     assert (config.readout, config.window, config.layer) == (spec.readout, spec.window, spec.layer)
-    assert config.penalty == spec.penalties[spec.readout]
-    assert ChunkerConfig(model=name, readout="rr").resolved().penalty == spec.penalties["rr"]
+    assert config.penalty == spec.penalties[spec.readout, spec.window, config.step]
+    rr = ChunkerConfig(model=name, readout="rr")
+    assert rr.resolved().penalty == spec.penalties["rr", spec.window, 8] and rr.notes() == ()
     assert ChunkerConfig(model=name, window=12, penalty=0.3).resolved().window == 12
+
+
+def test_penalty_follows_the_window_and_says_when_it_was_not_calibrated():
+    spec = BUNDLED["smollm2-135m"]
+    # RR's ρ at W = 24 is its own, not the one calibrated at the default W = 96 (which over-segments there)
+    at_24 = ChunkerConfig(readout="rr", window=24)
+    assert at_24.resolved().penalty == spec.penalties["rr", 24, 8] != spec.penalties["rr", 96, 8]
+    assert at_24.notes() == ()
+    between = ChunkerConfig(readout="rr", window=40)
+    assert between.resolved().penalty == spec.penalties["rr", 48, 8]
+    assert "calibrated for rr at window 48, step 8" in between.notes()[0]
+    assert ChunkerConfig(window=40, penalty=0.7).notes() == ()  # an explicit ρ needs no note
 
 
 def test_resolved_uses_the_paper_configuration_for_other_models():

@@ -127,10 +127,10 @@ def matmul_peak(shapes, device: str) -> dict[str, float]:
 
 
 def defaults() -> dict:
-    from rr_fast.models import BUNDLED
+    from rr_fast.config import ChunkerConfig
 
-    b = BUNDLED["smollm2-135m"]
-    return {"readout": b.readout, "window": b.window, "layer": b.layer, "penalty": b.penalties[b.readout]}
+    c = ChunkerConfig().resolved()
+    return {"readout": c.readout, "window": c.window, "layer": c.layer, "penalty": c.penalty}
 
 
 def engine_flops(chunker, texts: list[str], shape) -> float:

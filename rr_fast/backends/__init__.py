@@ -10,7 +10,7 @@ from rr_fast.backends.base import Backend, Forward
 from rr_fast.errors import UsageError
 
 BACKENDS = ("auto", "torch", "mlx")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", "int8")  # int8: dynamic int8 linear layers, torch on a CPU
 
 
 def pick_backend(name: str = "auto") -> str:

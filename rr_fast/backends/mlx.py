@@ -21,7 +21,7 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
 from rr_fast.backends.base import Forward
-from rr_fast.errors import RRFastError
+from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
@@ -78,6 +78,8 @@ class MLXBackend:
 
     @classmethod
     def load(cls, folder: str | Path, dtype: str = "float32") -> MLXBackend:
+        if dtype not in DTYPES:
+            raise UsageError(f"--dtype {dtype} is not available with --backend mlx: use {', '.join(DTYPES)}")
         path = Path(folder).expanduser()
         if not path.is_dir():  # a hub id, as models.resolve passes them on
             from huggingface_hub import snapshot_download

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from rr_fast.backends.base import Forward
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
 CPU_ROWS, CPU_VOCAB = 512, 2048  # a CPU logit tile: 4 MiB in fp32, cache-sized
 
@@ -112,6 +113,10 @@ class TorchBackend:
                 )
         else:
             raise ValueError(f"implementation must be auto, plain or transformers, got {implementation!r}")
+        if dtype == "int8":
+            if torch.device(device).type != "cpu":
+                raise UsageError("--dtype int8 runs on a CPU (dynamic int8 matmuls); on a GPU use bfloat16")
+            quantize_int8(model)
         return cls(model.to(device), device)
 
     def view(self, layer: int) -> nn.Module:
@@ -201,6 +206,29 @@ class TorchBackend:
     def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """The model's final logit soft-capping (Gemma 2), or the logits unchanged."""
         return torch.tanh(logits / self.softcap) * self.softcap if self.softcap else logits
+
+
+def quantize_int8(model: nn.Module) -> None:
+    """Dynamic int8 for the decoder's linear layers: int8 weights, activations quantized per call (PyTorch's
+    fbgemm/oneDNN kernels). The LM head stays float32: LR's log-normalizer reads its weights in cache-sized
+    tiles, and its logits are where int8 rounding would show most. bench/RESULTS.md ("Presets") gives the
+    speed and the score drift this buys on a CPU."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    head = model.get_output_embeddings()
+    linears = {
+        name: module for name, module in model.named_modules() if isinstance(module, nn.Linear) and module is not head
+    }
+    if not linears:  # GPT-2's Conv1D layers, say
+        raise UsageError(f"--dtype int8 needs nn.Linear layers; {type(model).__name__} has none: use float32")
+    for module in linears.values():
+        # quantize_dynamic converts exact nn.Linear only; plain's subclass differs only in skipping random init
+        module.__class__ = nn.Linear
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works here
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, dict.fromkeys(linears, default_dynamic_qconfig), inplace=True)
+    assert all(isinstance(module, DynamicLinear) for name, module in model.named_modules() if name in linears)
 
 
 def _require_safetensors(folder: Path, allow_pickle: bool) -> None:

@@ -1,0 +1,262 @@
+"""Speed presets and what they cost: clean-unit recovery against source tokens/s on this CPU, one table.
+
+Every LM row is rr-fast itself, end to end: ``Chunker(**options).explain(text)`` on each stream (the product's
+scoring, DP and fallbacks), never a simulation from stored scores. Steps, each cached under ``--out`` so a
+rerun only does what is missing:
+
+1. ``score --split cal``: each option's scores on the calibration streams (``Chunker.explain``; one file per
+   option and stream, with the readout values and the product's utility).
+2. ``calibrate``: ρ per option on those scores, by the quality benchmark's rule (bench.quality.calibration:
+   best mean clean-unit recovery on the calibration streams); then the preset rule: ``quality`` is the option
+   with the best calibration recovery, ``balanced`` and ``fast`` the best among options at least 3× and 10×
+   the default's speed (speed from step 4, measured in one run).
+3. ``chunk --split eval``: each option end to end on the evaluation streams with its calibrated ρ; the chunks
+   (character spans) are what the metrics score.
+4. ``speed``: source tokens/s of every option and of the peers on the same evaluation text, one process, one
+   warm-up call each, best of ``--repeats``; ratios against the default measured in the same run.
+5. ``report``: recovery [95% CI] on the evaluation streams, paired gaps against the default and the embedding
+   boundary, speed; written to the "Presets" section of bench/RESULTS.md.
+
+    python -m bench.quality.pareto score --split cal [--options a,b] && python -m bench.quality.pareto calibrate
+    python -m bench.quality.pareto chunk [--options a,b] && python -m bench.quality.pareto speed
+    python -m bench.quality.pareto report
+
+Run each under the CPU lock (``flock /tmp/rr_cpu.lock ...``): they are CPU-bound and timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import REPO_ROOT
+from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
+from bench.quality.metrics import stream_metrics
+from bench.quality.streams import Stream, read_streams
+
+OUT = REPO_ROOT / "bench" / "out" / "pareto"
+STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
+# the options tried: ChunkerConfig changes from the default (SmolLM2, lr, W 96, step 8, fp32)
+OPTIONS: dict[str, dict] = {
+    "default": {},
+    "rr+lr@w96": {"readout": "rr+lr"},
+    "lr@w64": {"window": 64},
+    "rr+lr@w64": {"readout": "rr+lr", "window": 64},
+    "lr@w48": {"window": 48},
+    "rr@w32": {"readout": "rr", "window": 32},
+    "rr+lr@w32": {"readout": "rr+lr", "window": 32},
+    "rr@w24": {"readout": "rr", "window": 24},
+    "rr@w24-step16": {"readout": "rr", "window": 24, "step": 16},
+    "rr@w16-step16": {"readout": "rr", "window": 16, "step": 16},
+    "lr@w96-step16": {"step": 16},
+    "lr@w64-step16": {"window": 64, "step": 16},
+}
+SPEED_FLOORS = {"balanced": 3.0, "fast": 10.0}  # × the default's source tokens/s (issue 14's targets)
+
+
+def option_config(name: str, penalty: float | None = None) -> dict:
+    options = {"device": "cpu", **OPTIONS[name]}
+    return options if penalty is None else {**options, "penalty": penalty}
+
+
+def score(streams: list[Stream], names: list[str], out: Path) -> None:
+    """Readout values and utilities of each option on each stream, from the product's own scoring."""
+    from rr_fast import Chunker
+
+    for name in names:
+        folder = out / "scores" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        todo = [s for s in streams if not (folder / f"{s.id}.npz").exists()]
+        if not todo:
+            continue
+        chunker = Chunker(**option_config(name))
+        started, tokens = time.perf_counter(), 0
+        for stream in todo:
+            scores = chunker.score(stream.text)
+            partial = folder / f"{stream.id}.partial.npz"
+            np.savez(
+                partial,
+                edge_tokens=scores.tokens,
+                edge_chars=scores.chars,
+                num_tokens=np.int64(scores.num_tokens),
+                utility=scores.utility,
+                **scores.readouts,
+            )
+            partial.rename(folder / f"{stream.id}.npz")
+            tokens += scores.num_tokens
+        _log(f"{name}: {len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
+
+
+def load_scores(name: str, streams: list[Stream], out: Path) -> dict[str, EdgeScores]:
+    scores = {}
+    for stream in streams:
+        with np.load(out / "scores" / name / f"{stream.id}.npz") as saved:
+            scores[stream.id] = EdgeScores(
+                int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], saved["utility"]
+            )
+    return scores
+
+
+def calibrated_penalties(calibration: list[Stream], names: list[str], out: Path) -> dict[str, dict]:
+    """ρ and calibration recovery of each option whose calibration scores are complete."""
+    result = {}
+    for name in names:
+        if not all((out / "scores" / name / f"{s.id}.npz").exists() for s in calibration):
+            continue
+        scores = load_scores(name, calibration, out)
+
+        def metrics(rho: float, scores=scores) -> list[dict]:
+            spans = [chunk_spans(len(s.text), scores[s.id], rho) for s in calibration]
+            return [stream_metrics(s.text, s.records, c, boundaries=False) for s, c in zip(calibration, spans)]
+
+        rho, grid = calibrate(metrics)
+        best = next(row for row in grid if row["penalty"] == rho)
+        result[name] = {"penalty": rho, "calibration_recovery": best["clean_unit_recovery"]}
+    return result
+
+
+def chunk(evaluation: list[Stream], names: list[str], penalties: dict[str, dict], out: Path) -> None:
+    """Each option end to end on the evaluation streams, with its calibrated ρ; spans cached per stream."""
+    from rr_fast import Chunker
+
+    for name in names:
+        folder = out / "chunks" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        todo = [s for s in evaluation if not (folder / f"{s.id}.json").exists()]
+        if not todo:
+            continue
+        chunker = Chunker(**option_config(name, penalties[name]["penalty"]))
+        started, tokens = time.perf_counter(), 0
+        for stream in todo:
+            result = chunker.chunk(stream.text)
+            spans = [(c.start, c.end) for c in result]
+            (folder / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.config.penalty}))
+            tokens += sum(c.token_count for c in result)
+        _log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
+
+
+def speed(text: str, names: list[str], repeats: int, out: Path) -> list[dict]:
+    """Source tokens/s of each option and peer on one text, in this process; ratio to the first row."""
+    from bench.quality.peers import PEERS
+    from rr_fast import Chunker
+
+    rows = []
+    count = None
+    for name in names:
+        chunker = Chunker(**option_config(name))
+        count = count or len(chunker.tokenize(text))  # one token count (the default model's) for every row
+        rows.append({"name": name, "kind": "rr-fast", **_timed(lambda c=chunker: c.chunk(text), repeats)})
+    for peer in PEERS:
+        if peer.name.startswith("nltk"):
+            continue
+        try:
+            split = peer.load()
+        except Exception as error:  # noqa: BLE001 - a peer that cannot load is reported, not fatal
+            rows.append({"name": peer.name, "kind": "peer", "error": f"{type(error).__name__}: {error}"})
+            continue
+        rows.append({"name": peer.name, "kind": "peer", **_timed(lambda s=split: s(text), repeats)})
+    rows.append({"name": "embedding-boundary", "kind": "ours", **_timed(_embedding_boundary_run(text), repeats)})
+    for row in rows:
+        if "seconds" in row:
+            row["tokens_per_second"] = count / row["seconds"]
+            row["tokens_per_cpu_second"] = count / row["cpu_seconds"]
+            row["ratio"] = row["tokens_per_cpu_second"] / rows[0]["tokens_per_cpu_second"]
+    (out / "speed.json").write_text(json.dumps({"tokens": count, "rows": rows}, indent=1))
+    return rows
+
+
+def _embedding_boundary_run(text: str):
+    """The embedding boundary's whole path on one text: tokens, edges, MiniLM scores, percentiles and DP."""
+    from bench.quality.baselines import default_tokenizer, embedding_boundary
+    from rr_fast.text import candidate_edges, tokenize
+
+    tokenizer = default_tokenizer()
+
+    def run():
+        tokens = tokenize(tokenizer, text)
+        edges = candidate_edges(text, tokens, 8)
+        values = embedding_boundary(text, tokens, edges)
+        return chunk_spans(len(text), EdgeScores(len(tokens), edges.tokens, edges.chars, values), 1.0)
+
+    return run
+
+
+def _timed(run, repeats: int) -> dict:
+    """Best wall and process CPU seconds of ``run`` over ``repeats`` calls, after one warm-up call.
+
+    CPU seconds (all threads) are what the ratios use: on this shared machine another job steals wall time
+    from a run but not CPU time, so they move far less between runs; on an idle machine wall ≈ CPU / threads.
+    """
+    run()  # warm-up: first-call allocations, JIT compilation and lazy loads are not the steady cost
+    wall = cpu = float("inf")
+    for _ in range(repeats):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        run()
+        wall = min(wall, time.perf_counter() - started)
+        cpu = min(cpu, time.process_time() - started_cpu)
+    return {"seconds": wall, "cpu_seconds": cpu}
+
+
+def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[str, str]:
+    """The calibration rule (best calibration recovery) with a speed floor per preset; exact ties go to the faster."""
+    base = speeds["default"]
+    picks = {}
+    for preset, floor in {"quality": 0.0, **SPEED_FLOORS}.items():
+        eligible = [n for n in penalties if n in speeds and speeds[n] >= floor * base]
+        if eligible:
+            picks[preset] = max(eligible, key=lambda n: (round(penalties[n]["calibration_recovery"], 12), speeds[n]))
+    return picks
+
+
+def _log(message: str) -> None:
+    print(f"[pareto] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.quality.pareto", description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "report"))
+    parser.add_argument("--options", default=",".join(OPTIONS), help="comma-separated option names")
+    parser.add_argument("--split", default="cal", choices=("cal", "eval"))
+    parser.add_argument("--streams", type=Path, default=STREAMS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    names = [n for n in args.options.split(",") if n]
+    unknown = set(names) - set(OPTIONS)
+    if unknown:
+        parser.error(f"unknown options {sorted(unknown)}; known: {', '.join(OPTIONS)}")
+    streams = read_streams(args.streams)
+    calibration = [s for s in streams if s.split == "cal"]
+    evaluation = [s for s in streams if s.split == "eval"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    penalty_file = args.out / "penalties.json"
+    if args.step == "score":
+        score(calibration if args.split == "cal" else evaluation, names, args.out)
+    elif args.step == "calibrate":
+        penalties = calibrated_penalties(calibration, names, args.out)
+        penalty_file.write_text(json.dumps(penalties, indent=1))
+        for name, row in penalties.items():
+            _log(f"{name}: ρ {row['penalty']}, calibration recovery {row['calibration_recovery']:.3f}")
+    elif args.step == "chunk":
+        chunk(evaluation, names, json.loads(penalty_file.read_text()), args.out)
+    elif args.step == "speed":
+        for row in speed(evaluation[0].text, names, args.repeats, args.out):
+            _log(json.dumps(row))
+    else:
+        from bench.quality.pareto_report import write
+
+        write(streams, args.out)
+
+
+if __name__ == "__main__":
+    main()

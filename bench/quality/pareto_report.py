@@ -1,0 +1,138 @@
+"""bench/out/pareto → the "Presets" section of bench/RESULTS.md: recovery against speed, the rule's picks.
+
+Recovery is each option's end-to-end chunks on the 60 evaluation streams (bench.quality.pareto ``chunk``);
+intervals are 95% domain-stratified paired stream-bootstrap intervals (10,000 resamples), the same resamples
+for every row, so the gaps against the default and against the embedding boundary are paired. The embedding
+boundary and the peers are scored exactly as in the Quality section (bench.quality's caches are reused).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import REPO_ROOT, write_section
+from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
+from bench.quality.pareto import OPTIONS, SPEED_FLOORS, pick_presets
+from bench.quality.streams import Stream
+
+RESAMPLES = 10_000
+FLOORS = tuple(SPEED_FLOORS.items())
+
+
+def _ci(triple: tuple[float, float, float]) -> str:
+    return f"{triple[0]:.3f} [{triple[1]:.3f}, {triple[2]:.3f}]"
+
+
+def lm_rows(evaluation: list[Stream], out: Path) -> dict[str, list[dict]]:
+    """Per-stream metrics of every option with end-to-end chunks on every evaluation stream."""
+    rows = {}
+    for name in OPTIONS:
+        folder = out / "chunks" / name
+        if not all((folder / f"{s.id}.json").exists() for s in evaluation):
+            continue
+        spans = [json.loads((folder / f"{s.id}.json").read_text())["spans"] for s in evaluation]
+        rows[name] = [
+            stream_metrics(s.text, s.records, [tuple(c) for c in chunks], False) for s, chunks in zip(evaluation, spans)
+        ]
+    return rows
+
+
+def baseline_rows(streams: list[Stream], calibration: list[Stream], evaluation: list[Stream]) -> dict[str, list[dict]]:
+    """The embedding boundary (ρ calibrated as ours) and the peers as shipped, from bench.quality's own code."""
+    from bench.quality.__main__ import _baseline_scores, _evaluate_peer, evaluate_scored
+    from bench.quality.peers import PEERS
+
+    out = REPO_ROOT / "bench" / "out"
+    scored = _baseline_scores(calibration + evaluation, out / "embedding")
+    embedding = evaluate_scored(scored["embedding-boundary"], calibration, {"original": evaluation}, False)
+    rows = {"embedding-boundary": embedding["conditions"]["original"]["per_stream"]}
+    for peer in PEERS:
+        if peer.name.startswith("nltk"):
+            continue
+        rows[peer.name] = _evaluate_peer(peer, {"original": evaluation}, out / "peers")["conditions"]["original"][
+            "per_stream"
+        ]
+    return rows
+
+
+def render(streams: list[Stream], out: Path, with_peers: bool = True) -> str:
+    calibration = [s for s in streams if s.split == "cal"]
+    evaluation = [s for s in streams if s.split == "eval"]
+    penalties = json.loads((out / "penalties.json").read_text())
+    speed = json.loads((out / "speed.json").read_text())
+    speeds = {row["name"]: row.get("tokens_per_cpu_second") for row in speed["rows"]}
+    walls = {row["name"]: row.get("tokens_per_second") for row in speed["rows"]}
+    lm = lm_rows(evaluation, out)
+    others = baseline_rows(streams, calibration, evaluation) if with_peers else {}
+    indices = bootstrap_indices([s.domain for s in evaluation], RESAMPLES, seed=0)
+
+    def values(rows: list[dict], key: str = "clean_unit_recovery") -> np.ndarray:
+        return np.array([r[key] for r in rows])
+
+    default = values(lm["default"]) if "default" in lm else None
+    embedding = values(others["embedding-boundary"]) if "embedding-boundary" in others else None
+    picks = pick_presets(penalties, {n: s for n, s in speeds.items() if s and n in OPTIONS})
+    base_speed = speeds.get("default")
+    lines = [
+        "## Presets: what speed costs in boundary quality",
+        "",
+        "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
+        "with its own ρ calibrated on the 15 calibration streams; speed is the whole `chunk` call on the first "
+        f"evaluation stream ({speed['tokens']:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
+        "(one warm-up call, best of 2); the ratio to the default, measured in the same run, is over process CPU "
+        "time, which other jobs on this shared machine disturb far less than wall time. Peers run as shipped "
+        "(bench/quality/peers.py) on the same text.",
+        "",
+        "| row | options | ρ | calibration recovery | clean-unit recovery (eval) | partition F1 | Δ vs default "
+        "| Δ vs embedding boundary | source tok/s (wall) | × default (CPU time) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    names = sorted(lm, key=lambda n: -(speeds.get(n) or 0))
+    for name in names + [n for n in others]:
+        rows = lm.get(name) or others[name]
+        recovery = values(rows)
+        option = OPTIONS.get(name)
+        setting = ", ".join(f"{k}={v}" for k, v in option.items()) if option is not None else "as shipped"
+        if option == {}:
+            setting = "(the default: lr, W 96, step 8, fp32)"
+        rho = penalties.get(name, {}).get("penalty")
+        cal = penalties.get(name, {}).get("calibration_recovery")
+        tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
+        tps, wall = speeds.get(name), walls.get(name)
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"{name} {tag}".strip(),
+                    setting,
+                    "" if rho is None else f"{rho:.2f}",
+                    "" if cal is None else f"{cal:.3f}",
+                    _ci(interval(recovery, indices)),
+                    _ci(interval(values(rows, "partition_f1"), indices)),
+                    "" if default is None or name == "default" else _ci(interval(recovery - default, indices)),
+                    ""
+                    if embedding is None or name == "embedding-boundary"
+                    else _ci(interval(recovery - embedding, indices)),
+                    "" if wall is None else f"{wall:,.1f}",
+                    "" if tps is None or not base_speed else f"{tps / base_speed:.2f}",
+                ]
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        "Preset rule (bench.quality.pareto.pick_presets): `quality` is the option with the best calibration "
+        "recovery; "
+        + "; ".join(f"`{p}` the best among options at least {f:g}× the default's speed" for p, f in FLOORS)
+        + ". Evaluation numbers are reported, never used to choose. Picks: "
+        + ", ".join(f"{p} = `{n}`" for p, n in picks.items())
+        + ".",
+    ]
+    return "\n".join(lines)
+
+
+def write(streams: list[Stream], out: Path, report: Path = REPO_ROOT / "bench" / "RESULTS.md") -> None:
+    write_section(report, "presets", render(streams, out))
