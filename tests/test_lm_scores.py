@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_models import tiny_llama_folder
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from bench.quality import lm_scores
@@ -100,12 +99,11 @@ def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, rese
     assert np.isfinite(out["rr"][:-1]).all() and np.isfinite(out["lr"][:-2]).all()
 
 
-def test_bench_scores_equal_chunker_score(tmp_path):
+def test_bench_scores_equal_chunker_score(tiny):
     """The benchmark scores what ``Chunker.score`` scores: same rr and lr at the chunker's own edges (the
     chunker runs rr-fast's plain modules, the benchmark transformers' eager-capable ones: 1e-5)."""
-    folder = str(tiny_llama_folder(tmp_path / "tiny"))
-    product = Chunker(model=folder, backend="torch", readout="rr+lr", window=24).score(TEXT)
-    scorer = LMScorer.load(folder, layers=[])
+    product = Chunker(model=tiny, backend="torch", readout="rr+lr", window=24).score(TEXT)
+    scorer = LMScorer.load(tiny, layers=[])
     out = scorer.score_ids(tokenize(scorer.tokenizer, TEXT).ids, product.tokens)
     for name in ("rr", "lr"):
         np.testing.assert_allclose(out[name], product.readouts[name], atol=1e-5, equal_nan=True)

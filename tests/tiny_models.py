@@ -32,3 +32,20 @@ def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m") -> Pa
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+SAMPLE_TEXT = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6  # the ``sample`` file
+
+
+def tiny_options(folder: str) -> list[str]:
+    """Command-line options that run the tiny model with lengths that suit SAMPLE_TEXT."""
+    return ["--model", folder, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    """The command line in-process: exit status, stdout and stderr."""
+    from rr_fast.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
