@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from tiny_models import tiny_llama_folder
+from transformers import AutoTokenizer
 
 from bench.quality import lm_scores
 from bench.quality.lm_scores import LMScorer, score_streams
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.chunker import Chunker
 from rr_fast.engine import Engine, ScoreConfig
-from rr_fast.models import resolve
 from rr_fast.reference import reference_scores
 from rr_fast.text import tokenize
 
@@ -32,22 +32,8 @@ TEXT = (
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny_lm")
-    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m"))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    """Two layers, so that every layer's RR is checked and the RR layer is the last one."""
+    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny_lm"), hidden=64, layers=2))
 
 
 @pytest.fixture(scope="module")

@@ -96,20 +96,12 @@ def tiny_configs() -> dict:
     """Small models of each RoPE family, for correctness on the device (Gemma 3 with sliding windows)."""
     from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
 
-    common = dict(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    common = {**TINY, "num_hidden_layers": 3}
     return {
         "llama": LlamaConfig(**common),
-        "qwen3": Qwen3Config(**common, head_dim=16),
+        "qwen3": Qwen3Config(**common),
         "gemma3": Gemma3TextConfig(
             **common,
-            head_dim=16,
             sliding_window=16,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         ),
