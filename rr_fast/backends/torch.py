@@ -201,7 +201,8 @@ class TorchBackend:
             raise ValueError(f"attention_layer must be in 1..{self.depth}, got {layer}")
         if not hasattr(self.model, "set_attn_implementation"):
             raise UsageError("attention weights need transformers' modules: load with implementation='transformers'")
-        attention = getattr(self.decoder, self.layers_attr)[layer - 1].self_attn
+        block = getattr(self.decoder, self.layers_attr)[layer - 1]
+        attention = block.self_attn if hasattr(block, "self_attn") else block.attn  # GPT-2 names it attn
         hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
         before = self.model.config._attn_implementation
         self.model.set_attn_implementation("eager")
