@@ -412,11 +412,27 @@ def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):
         raise
     except Exception as error:  # safetensors, torch and transformers raise many kinds for a bad folder
         raise RRFastError(f"cannot load model {folder}: {_first_line(error)}{_cache_advice(folder)}") from None
+    bos = bos_prefix(tokenizer, family)
+    score_config = replace(score_config, reset_prefix=reset_prefix_ids(config.reset_prefix, tokenizer, bos))
     try:
-        engine = Engine(loaded, bos_prefix(tokenizer, family), score_config)
+        engine = Engine(loaded, bos, score_config)
     except ValueError as error:
         raise UsageError(str(error)) from None
     return tokenizer, engine
+
+
+def reset_prefix_ids(name: str, tokenizer, bos: list[int]) -> tuple[int, ...]:
+    """The token ids ``--reset-prefix`` puts before every reset window (after the model's own BOS, if any)."""
+    if name == "none":
+        return ()
+    if name == "sep":
+        return tuple(int(i) for i in tokenize(tokenizer, "\n\n").ids)
+    bos_token = getattr(tokenizer, "bos_token_id", None)
+    if bos_token is None:
+        raise UsageError("--reset-prefix bos: this model's tokenizer has no BOS token (use sep or none)")
+    if bos:
+        raise UsageError("--reset-prefix bos: this model already starts every window with its BOS (use sep or none)")
+    return (int(bos_token),)
 
 
 def _first_line(error: BaseException) -> str:

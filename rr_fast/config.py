@@ -27,6 +27,7 @@ PAPER_READOUT = "rr"
 PAPER_WINDOW = 24
 PAPER_PENALTY = 1.0
 POSITIONS = ("auto", "original", "reindex")
+RESET_PREFIXES = ("none", "bos", "sep")
 
 # value checks an option may name; each is one predicate and the words of its error
 CHECKS = {
@@ -79,6 +80,13 @@ class ChunkerConfig:
     context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
     batch_tokens: int | None = option(
         None, "scoring", "window tokens per forward call (default: the backend's choice)", "positive"
+    )
+    reset_prefix: str = option(
+        "none",
+        "scoring",
+        "what each reset window starts with after the model's own BOS convention: none (the paper), bos (the "
+        "tokenizer's BOS token, for models whose convention has none) or sep (a blank line)",
+        choices=RESET_PREFIXES,
     )
     shortlist: float | None = option(
         None,
@@ -165,9 +173,14 @@ class ChunkerConfig:
         readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
         window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         note = self._default_penalty(readout, window)[1]
-        if note is None and self.shortlist is not None:
+        changed = [
+            flag
+            for flag, on in (("--shortlist", self.shortlist), ("--reset-prefix", self.reset_prefix != "none"))
+            if on
+        ]
+        if note is None and changed:
             value = self._default_penalty(readout, window)[0]
-            note = f"cut penalty ρ {value} was calibrated without --shortlist (pass --penalty to choose ρ)"
+            note = f"cut penalty ρ {value} was calibrated without {' and '.join(changed)} (pass --penalty to choose ρ)"
         return (note,) if note else ()
 
     def _default_penalty(self, readout: str, window: int) -> tuple[float, str | None]:

@@ -20,11 +20,13 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from rr_fast.backends.base import Backend
 from rr_fast.config import PAPER_READOUT, PAPER_WINDOW, ChunkerConfig
+from rr_fast.errors import UsageError
 from rr_fast.readouts import HOST_READOUTS, READOUTS
 
 
@@ -42,6 +44,12 @@ class ScoreConfig:
     # two-stage scoring: RR at ``shortlist_window`` on every edge, the readouts only on this fraction of edges
     shortlist: float | None = None
     shortlist_window: int = 24
+    # layer sweeps: RR at each of these layers too, as readouts named rr_layer_name(l), from the same windows
+    layers: tuple[int, ...] = ()
+    # reset-prefix controls (paper Appendix; RoPE models): fixed tokens after the BOS of every reset window,
+    # and the last ``local_prefix`` tokens before the edge kept in it; readouts still compare only the window
+    reset_prefix: tuple[int, ...] = ()
+    local_prefix: int = 0
 
     def __post_init__(self) -> None:
         # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
@@ -64,10 +72,31 @@ class ScoreConfig:
             raise ValueError(
                 f"shortlist_window must be at least skip + 2 = {self.skip + 2}, got {self.shortlist_window}"
             )
+        if self.local_prefix < 0:
+            raise ValueError(f"local_prefix must be >= 0, got {self.local_prefix}")
 
     def first_stage(self) -> ScoreConfig:
         """The cheap pass of two-stage scoring: RR (early exit, no LM head) with a short window, every edge."""
-        return replace(self, window=self.shortlist_window, readouts=("rr",), shortlist=None)
+        return replace(self, window=self.shortlist_window, readouts=("rr",), shortlist=None, layers=())
+
+
+def rr_layer_name(layer: int) -> str:
+    """The readout name of RR at one layer of a layer sweep (``ScoreConfig.layers``)."""
+    return f"rr_L{layer}"
+
+
+@dataclass(frozen=True)
+class WindowBatch:
+    """One forward call's reset windows, as ``Engine.score_many`` hands them to an ``on_windows`` observer.
+
+    For scores the engine does not compute itself from the same windows (the benchmark's output KL):
+    ``final`` holds what the LM head reads, so an observer needs no forward call of its own.
+    """
+
+    documents: np.ndarray  # [B] position of each row's document in the score_many input
+    edge_index: np.ndarray  # [B] index of each row's edge among its document's edges
+    layout: WindowLayout  # window positions of each row, and which enter the readouts
+    final: Any  # [B, W, d] final normed states at the window positions (device tensors with device readouts)
 
 
 def default_layer(depth: int) -> int:
@@ -101,6 +130,14 @@ class Engine:
         self.reindex = backend.uses_rope if config.reindex is None else config.reindex
         if self.reindex and not backend.uses_rope:
             raise ValueError("this model has absolute position embeddings: windows must keep their positions")
+        if (config.reset_prefix or config.local_prefix) and not self.reindex:
+            raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
+        if any(not 1 <= layer <= backend.depth for layer in config.layers):
+            raise ValueError(f"layers must be in 1..{backend.depth} for this model, got {config.layers}")
+        # a layer sweep stacks the states of these layers ([..., L, d]); None: the RR layer's states alone
+        self.state_layers = tuple(sorted({self.layer, *config.layers})) if config.layers else None
+        self.names = (*config.readouts, *(rr_layer_name(layer) for layer in config.layers))
+        self.window_prefix = len(self.prefix) + len(config.reset_prefix) + config.local_prefix
         context = config.context
         if backend.max_positions is not None:
             context = min(context, (backend.max_positions - len(self.prefix)) // 2)
@@ -121,25 +158,30 @@ class Engine:
         ids: np.ndarray,
         edges: np.ndarray,
         progress: Callable[[int], None] | None = None,
+        on_windows: Callable[[WindowBatch], None] | None = None,
     ) -> dict[str, np.ndarray]:
         """Scores for each edge, per readout (NaN where the window is too short for the readout).
 
         progress, when given, is called with the number of source tokens finished so far.
         """
-        return next(self.score_many([(ids, edges)], progress))
+        return next(self.score_many([(ids, edges)], progress, on_windows))
 
     def score_many(
         self,
         documents: Iterable[tuple[np.ndarray, np.ndarray]],
         progress: Callable[[int], None] | None = None,
+        on_windows: Callable[[WindowBatch], None] | None = None,
     ) -> Iterator[dict[str, np.ndarray]]:
         """``score`` of each (ids, edges) pair, yielded in input order as documents finish.
 
         Documents are read lazily: only enough are open at a time to keep a few window batches in
         flight, so memory stays bounded however many documents the iterable holds. progress, when
         given, is called with the number of source tokens finished so far, over all documents.
+        on_windows, when given, sees every reset-window batch with its final states (``WindowBatch``).
         """
         if self.config.shortlist is not None:
+            if on_windows is not None:
+                raise ValueError("on_windows observes one pass over every edge: not with a shortlist")
             yield from self._two_stage(documents, progress)
             return
         source = iter(documents)
@@ -147,6 +189,7 @@ class Engine:
         exhausted = False
         in_flight = 4 * self._rows_per_batch(self.config.window)
         finished_tokens = 0
+        opened = 0
         while True:
             while not exhausted and sum(d.unscored for d in open_docs) < in_flight and len(open_docs) < in_flight:
                 try:
@@ -154,7 +197,8 @@ class Engine:
                 except StopIteration:
                     exhausted = True
                     break
-                open_docs.append(_Document(ids, edges, self.config.readouts, self.config.window, self.context))
+                open_docs.append(_Document(ids, edges, self.names, self.config.window, self.context, opened))
+                opened += 1
             while open_docs and open_docs[0].finished:
                 done = open_docs.popleft()
                 finished_tokens += len(done.ids)
@@ -169,7 +213,7 @@ class Engine:
             if needing:
                 self._full_passes(needing)
             if any(d.ready > d.next_edge for d in open_docs):
-                self._window_batch(open_docs)
+                self._window_batch(open_docs, on_windows)
                 if progress is not None:
                     progress(finished_tokens + sum(d.tokens_done for d in open_docs))
 
@@ -201,7 +245,35 @@ class Engine:
             yield {name: below_shortlist(v, chosen, cheap, count) for name, v in values.items()}
 
     def _rows_per_batch(self, width: int) -> int:
-        return max(1, self.batch_tokens // (width + len(self.prefix)))
+        return max(1, self.batch_tokens // (width + self.window_prefix))
+
+    def _forward(self, ids, positions, need_states: bool, targets, final: bool = False):
+        """One backend call: the RR layer's states ([B, T, d]), or with a layer sweep those of
+        ``state_layers`` stacked ([B, T, L, d]); final states only for an ``on_windows`` observer."""
+        if self.state_layers is None and not final:
+            return self.backend.forward(
+                ids, positions, self.layer if need_states else None, targets, **self._forward_options
+            )
+        forward_layers = getattr(self.backend, "forward_layers", None)
+        if forward_layers is None:
+            raise UsageError(f"the {self.backend.name} backend has no layer sweeps or final states (use the torch one)")
+        layers = self.state_layers or ((self.layer,) if need_states else ())
+        out = forward_layers(ids, positions, layers, targets, final=final, **self._forward_options)
+        if self.state_layers is None and out.hidden is not None:
+            out = replace(out, hidden=out.hidden[:, :, 0])
+        return out
+
+    def _rr_readouts(self, full, reset, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """RR at the RR layer, and at every swept layer, from aligned full and reset states."""
+        if self.state_layers is None:
+            return {"rr": self.ops.rr_cosine(full, reset, mask)}
+        by_layer = {
+            layer: self.ops.rr_cosine(full[:, :, i], reset[:, :, i], mask) for i, layer in enumerate(self.state_layers)
+        }
+        values = {rr_layer_name(layer): by_layer[layer] for layer in self.config.layers}
+        if "rr" in self.config.readouts:
+            values["rr"] = by_layer[self.layer]
+        return values
 
     def _full_passes(self, documents: list[_Document]) -> None:
         """The next full-pass block of each document, as rows packed up to the batch's token budget."""
@@ -219,7 +291,7 @@ class Engine:
     def _full_pass_rows(self, jobs) -> None:
         started = time.perf_counter()
         p = len(self.prefix)
-        need_states = "rr" in self.config.readouts
+        need_states = "rr" in self.config.readouts or self.state_layers is not None
         need_logprobs = "lr" in self.config.readouts
         width = max(p + out_end - in_start for _, (in_start, _, out_end) in jobs)
         rows = np.zeros((len(jobs), width), dtype=np.int64)
@@ -230,9 +302,7 @@ class Engine:
             targets = np.full(rows.shape, -1, dtype=np.int64)
             for i, (_, (in_start, _, out_end)) in enumerate(jobs):
                 targets[i, : p + out_end - in_start - 1] = rows[i, 1 : p + out_end - in_start]
-        full = self.backend.forward(
-            rows, np.arange(width)[None], self.layer if need_states else None, targets, **self._forward_options
-        )
+        full = self._forward(rows, np.arange(width)[None], need_states, targets)
         for i, (doc, (in_start, out_start, out_end)) in enumerate(jobs):
             first = p + out_start - in_start  # row index of the first output token
             count = out_end - out_start
@@ -250,13 +320,13 @@ class Engine:
             doc.block_done(out_end)
         self.timings["full pass"] += time.perf_counter() - started
 
-    def _window_batch(self, open_docs) -> None:
+    def _window_batch(self, open_docs, on_windows: Callable[[WindowBatch], None] | None = None) -> None:
         """One forward call over the longest ready windows of the open documents, then their readouts.
 
         Within a document window lengths never grow with the edge, so longest-first takes each
         document's windows in edge order and its state buffer can be trimmed behind them.
         """
-        cfg, p = self.config, len(self.prefix)
+        cfg, p = self.config, self.window_prefix
         pool = [(doc, k) for doc in open_docs for k in range(doc.next_edge, doc.ready)]
         pool.sort(key=lambda item: -item[0].lengths[item[1]])  # stable: documents and edges keep their order
         width = int(pool[0][0].lengths[pool[0][1]])
@@ -269,7 +339,10 @@ class Engine:
         real, token_index = layout.real, layout.token_index
         next_index = np.minimum(token_index + 1, counts[:, None] - 1)
         window_ids = np.where(real, _gather(docs, token_index, lambda d: d.ids), 0)
-        row_ids = np.concatenate([np.broadcast_to(self.prefix, (len(picked), p)), window_ids], axis=1)
+        fixed = np.concatenate([self.prefix, cfg.reset_prefix]).astype(np.int64)
+        # an edge closer to the start than local_prefix repeats token 0
+        local = _gather(docs, np.maximum(edges[:, None] + np.arange(-cfg.local_prefix, 0), 0), lambda d: d.ids)
+        row_ids = np.concatenate([np.broadcast_to(fixed, (len(picked), len(fixed))), local, window_ids], axis=1)
         if self.reindex:
             positions = np.arange(p + width)[None]
         else:
@@ -283,23 +356,25 @@ class Engine:
         if "lr" in cfg.readouts:
             targets = np.full(row_ids.shape, -1, dtype=np.int64)
             targets[:, p:] = np.where(lr_mask, _gather(docs, next_index, lambda d: d.ids), -1)
-        need_states = "rr" in cfg.readouts
-        reset = self.backend.forward(
-            row_ids, positions, self.layer if need_states else None, targets, **self._forward_options
-        )
+        need_states = "rr" in cfg.readouts or self.state_layers is not None
+        reset = self._forward(row_ids, positions, need_states, targets, final=on_windows is not None)
         now = time.perf_counter()
         self.timings["reset windows"] += now - started
         values = {}
         runs = _runs(docs)
         if need_states:
             full = self.ops.concat([doc.buffer.states_at(token_index[a:b]) for doc, a, b in runs])
-            values["rr"] = self.ops.rr_cosine(full, reset.hidden[:, p:], layout.compared)
+            values.update(self._rr_readouts(full, reset.hidden[:, p:], layout.compared))
         if targets is not None:
             # the last window position has no next token; clip its (masked) lookup into the buffer
             full_lp = self.ops.concat(
                 [doc.buffer.logprobs_at(np.minimum(next_index[a:b], doc.buffer.end - 1)) for doc, a, b in runs]
             )
             values["lr"] = self.ops.lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
+        if on_windows is not None:
+            documents = np.array([doc.index for doc in docs], dtype=np.int64)
+            edge_index = np.array([k for _, k in picked], dtype=np.int64)
+            on_windows(WindowBatch(documents, edge_index, layout, reset.final[:, p:]))
         for doc, a, b in runs:
             doc.record(b - a, {name: v[a:b] for name, v in values.items()})
         self.timings["readouts"] += time.perf_counter() - now
@@ -357,7 +432,8 @@ def window_layout(count: int | np.ndarray, edges: np.ndarray, width: int, skip: 
 class _Document:
     """One document in flight: its edges, the scores so far, and where its full pass stands."""
 
-    def __init__(self, ids, edges, readouts: tuple[str, ...], window: int, context: int):
+    def __init__(self, ids, edges, readouts: tuple[str, ...], window: int, context: int, index: int = 0):
+        self.index = index  # position in the score_many input
         self.ids = np.asarray(ids, dtype=np.int64)
         self.edges = np.asarray(edges, dtype=np.int64)
         self.scores = {name: np.full(self.edges.shape[0], np.nan) for name in readouts}

@@ -125,3 +125,21 @@ def stock_model() -> Callable[[Path], object]:
 def tiny_model_dir(request, tiny_model_factory) -> Path:
     """One tiny model folder per family; the folder is named after the kind (``tiny_model_dir.name``)."""
     return tiny_model_factory(request.param)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    """A tiny random Llama behind the real SmolLM2 tokenizer (tests/tiny_models.py), one folder per test module."""
+    from tiny_models import tiny_llama_folder
+
+    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture()
+def sample(tmp_path) -> Path:
+    """A short prose file for the command line (tiny_models.SAMPLE_TEXT)."""
+    from tiny_models import SAMPLE_TEXT
+
+    path = tmp_path / "in.txt"
+    path.write_text(SAMPLE_TEXT, encoding="utf-8")
+    return path

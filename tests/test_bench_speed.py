@@ -229,3 +229,15 @@ def test_agreement_table_tells_not_requested_from_all_skipped():
 
     assert "pass --agreement N" in agreement_table({})
     assert "requested, but no configuration" in agreement_table({"agreement": {}})
+
+
+def test_gpu_benchmark_smoke(tmp_path):
+    """``python -m bench.speed.gpu --smoke`` (tiny sizes on the CPU) runs every section and writes its file;
+    the engine agrees with the per-edge reference in the correctness section."""
+    from bench.speed import gpu
+
+    result = gpu.main(["--smoke", "--tokens", "100", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "speed_gpu.json").read_text()) == json.loads(json.dumps(result))
+    assert [row["model"] for row in result["correctness_max_abs_diff"]] == ["llama", "qwen3", "gemma3"]
+    assert all(row["rr"] < 1e-4 and row["lr"] < 1e-4 for row in result["correctness_max_abs_diff"])
+    assert {"engine_rr_8192", "engine_lr_32768", "per_edge_loop", "matmul_tflops"} <= set(result)

@@ -8,16 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import tiny_llama_folder
 
 import rr_fast
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text import clean_edges, tokenize
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(scope="module")

@@ -7,40 +7,14 @@ import subprocess
 import sys
 
 import pytest
-from tiny_models import tiny_llama_folder
-
-from rr_fast.cli import main
-
-TEXT = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
-
-
-@pytest.fixture()
-def sample(tmp_path):
-    path = tmp_path / "in.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
-
-
-def run(argv, capsys):
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def small(tiny):
-    return ["--model", tiny, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
+from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
 
 def test_jsonl_chunks(tiny, sample, capsys):
-    code, out, err = run([sample, *small(tiny)], capsys)
+    code, out, err = run_cli([sample, *tiny_options(tiny)], capsys)
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
-    assert "".join(r["text"] for r in rows) == TEXT
+    assert "".join(r["text"] for r in rows) == SAMPLE_TEXT
     assert set(rows[0]) == {
         "index",
         "start",
@@ -54,28 +28,28 @@ def test_jsonl_chunks(tiny, sample, capsys):
         "context_before",
         "context_after",
     }
-    assert all(TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
+    assert all(SAMPLE_TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
 
 
 def test_json_text_and_scores(tiny, sample, capsys):
-    code, out, _ = run([sample, *small(tiny), "--format", "json"], capsys)
-    assert code == 0 and "".join(r["text"] for r in json.loads(out)) == TEXT
-    code, out, _ = run([sample, *small(tiny), "--format", "text", "--separator", "=== cut ==="], capsys)
+    code, out, _ = run_cli([sample, *tiny_options(tiny), "--format", "json"], capsys)
+    assert code == 0 and "".join(r["text"] for r in json.loads(out)) == SAMPLE_TEXT
+    code, out, _ = run_cli([sample, *tiny_options(tiny), "--format", "text", "--separator", "=== cut ==="], capsys)
     assert code == 0 and "=== cut ===\n" in out
-    code, out, _ = run([sample, *small(tiny), "--emit", "scores", "--readout", "rr+lr"], capsys)
+    code, out, _ = run_cli([sample, *tiny_options(tiny), "--emit", "scores", "--readout", "rr+lr"], capsys)
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and {"char", "token", "rr", "lr"} <= set(rows[0])
 
 
 def test_output_file_and_stdin(tiny, sample, tmp_path, capsys, monkeypatch):
     target = tmp_path / "out.jsonl"
-    code, out, _ = run([sample, *small(tiny), "--output", target], capsys)
+    code, out, _ = run_cli([sample, *tiny_options(tiny), "--output", target], capsys)
     assert code == 0 and out == ""
-    assert "".join(json.loads(line)["text"] for line in target.read_text().splitlines()) == TEXT
+    assert "".join(json.loads(line)["text"] for line in target.read_text().splitlines()) == SAMPLE_TEXT
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
-    monkeypatch.setattr(sys, "stdin", type("In", (), {"buffer": __import__("io").BytesIO(TEXT.encode())})())
-    code, out, _ = run(["-", *small(tiny)], capsys)
-    assert code == 0 and "".join(json.loads(line)["text"] for line in out.splitlines()) == TEXT
+    monkeypatch.setattr(sys, "stdin", type("In", (), {"buffer": __import__("io").BytesIO(SAMPLE_TEXT.encode())})())
+    code, out, _ = run_cli(["-", *tiny_options(tiny)], capsys)
+    assert code == 0 and "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
 
 
 @pytest.mark.parametrize(
@@ -107,10 +81,10 @@ def test_bad_input_is_one_line_and_writes_nothing(case, extra, message, tiny, tm
     elif case == "latin1":
         source.write_bytes("caf\xe9 au lait. ".encode("latin-1") * 20)
     elif case == "ok":
-        source.write_text(TEXT)
+        source.write_text(SAMPLE_TEXT)
     target = tmp_path / "out.jsonl"
-    argv = [source, *small(tiny), "--output", target, *extra]
-    code, out, err = run(argv, capsys)
+    argv = [source, *tiny_options(tiny), "--output", target, *extra]
+    code, out, err = run_cli(argv, capsys)
     assert code != 0 and out == ""
     assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err
     assert not target.exists()
@@ -119,7 +93,7 @@ def test_bad_input_is_one_line_and_writes_nothing(case, extra, message, tiny, tm
 def test_errors_replace_proceeds(tiny, tmp_path, capsys):
     source = tmp_path / "latin.txt"
     source.write_bytes("caf\xe9 au lait. ".encode("latin-1") * 20)
-    code, out, _ = run([source, *small(tiny), "--errors", "replace"], capsys)
+    code, out, _ = run_cli([source, *tiny_options(tiny), "--errors", "replace"], capsys)
     assert code == 0 and "\ufffd" in out
 
 
@@ -146,13 +120,13 @@ def test_package_runs_as_the_command(tmp_path):
 
 def test_length_unit_and_overlap_flags(tiny, sample, capsys):
     argv = [sample, "--model", tiny, "--backend", "torch", "--length-unit", "chars"]
-    code, out, err = run(
+    code, out, err = run_cli(
         [*argv, "--min-tokens", "30", "--max-tokens", "90", "--target-tokens", "60", "--overlap", "20"], capsys
     )
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
-    assert "".join(r["text"] for r in rows) == TEXT and len(rows) > 2
+    assert "".join(r["text"] for r in rows) == SAMPLE_TEXT and len(rows) > 2
     assert all(r["length"] == len(r["text"]) <= 90 for r in rows)
     assert rows[1]["context_before"] and rows[0]["text"].endswith(rows[1]["context_before"])
-    code, _, err = run([sample, "--model", tiny, "--backend", "torch", "--length-unit", "/nope.json"], capsys)
+    code, _, err = run_cli([sample, "--model", tiny, "--backend", "torch", "--length-unit", "/nope.json"], capsys)
     assert code == 1 and err.count("\n") == 1 and "length unit" in err

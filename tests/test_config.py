@@ -6,7 +6,6 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-from tiny_models import tiny_llama_folder
 
 import rr_fast
 from rr_fast import BUNDLED, DEFAULT_MODEL, ChunkerConfig, Limits, RRFastError
@@ -100,11 +99,6 @@ def test_combination_is_the_percentile_of_the_rank_sum():
     combined = utility({"rr": rr, "lr": lr}, "rr+lr")
     np.testing.assert_allclose(combined[:3], percentiles(summed[:3]))
     np.testing.assert_allclose(utility({"rr": rr}, "rr")[:3], percentiles(rr[:3]))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 def test_chunker_from_a_config_and_warnings_on_the_result(tiny):

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_models import tiny_llama_folder
 
 pa = pytest.importorskip("pyarrow")  # the [test] extra installs it; importorskip only names the need
 import pyarrow.parquet as pq  # noqa: E402
@@ -31,11 +30,6 @@ def make_texts(count: int) -> list[str]:
         ]
         texts.append(" ".join(sentences))
     return texts
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 def options(tiny: str) -> list[str]:

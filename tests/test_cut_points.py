@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from tiny_models import tiny_llama_folder
 
 from rr_fast import Chunker, Limits
 from rr_fast.cli import main
@@ -15,11 +14,6 @@ from rr_fast.text import candidate_edges, clean_edges, grapheme_boundaries, toke
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # man ZWJ woman ZWJ girl: one cluster, five code points
 FLAGS = "\U0001f1eb\U0001f1f7\U0001f1e9\U0001f1ea"  # two flags, four regional indicators
 ACCENTED = "e\u0301a\u0300o\u0302"  # letters with combining marks
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.engine import Engine, ScoreConfig, blocks, default_layer
-from rr_fast.errors import RRFastError
+from rr_fast.errors import RRFastError, UsageError
 from rr_fast.reference import reference_scores
 
 TOL = 1e-4
@@ -163,3 +163,41 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
         assert np.array_equal(finite, np.isfinite(got[name]))
         assert 0 < np.abs(want[name][finite] - got[name][finite]).max()  # it did change the arithmetic
         assert spearmanr(want[name][finite], got[name][finite])[0] > 0.8
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "gpt2"])
+def test_layer_sweep_equals_one_engine_per_layer(tiny_model_factory, kind):
+    """ScoreConfig.layers: each rr_L{l} from the one window pass equals an engine run at layer l alone, and
+    rr and lr are unchanged (rr-fast's plain modules for Gemma 3, transformers' GPT-2 with absolute positions)."""
+    backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
+    ids, edges = random_text(70)
+    every = tuple(range(1, backend.depth + 1))
+    sweep = Engine(backend, [1], ScoreConfig(readouts=("rr", "lr"), layers=every)).score(ids, edges)
+    assert set(sweep) == {"rr", "lr", *(f"rr_L{layer}" for layer in every)}
+    plain = Engine(backend, [1], ScoreConfig(readouts=("rr", "lr"))).score(ids, edges)
+    for name in ("rr", "lr"):
+        np.testing.assert_allclose(sweep[name], plain[name], atol=1e-5, equal_nan=True)
+    for layer in every:
+        single = Engine(backend, [1], ScoreConfig(layer=layer)).score(ids, edges)["rr"]
+        np.testing.assert_allclose(sweep[f"rr_L{layer}"], single, atol=1e-5, equal_nan=True)
+
+
+def test_reset_prefix_controls_are_checked(tiny_model_factory):
+    """Reset-prefix controls need re-indexed windows (RoPE); layer sweeps need a backend with forward_layers."""
+    gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
+    for config in (ScoreConfig(reset_prefix=(5,)), ScoreConfig(local_prefix=2)):
+        with pytest.raises(ValueError, match="RoPE"):
+            Engine(gpt2, [1], config)
+    with pytest.raises(ValueError, match="local_prefix"):
+        ScoreConfig(local_prefix=-1)
+    with pytest.raises(ValueError, match="layers"):
+        Engine(gpt2, [1], ScoreConfig(layers=(gpt2.depth + 1,)))
+
+    class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
+        name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
+        max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
+
+    ids, edges = random_text(40)
+    assert np.isfinite(Engine(ForwardOnly(), [1]).score(ids, edges)["rr"][:-1]).all()
+    with pytest.raises(UsageError, match="layer sweeps"):
+        Engine(ForwardOnly(), [1], ScoreConfig(layers=(1,))).score(ids, edges)

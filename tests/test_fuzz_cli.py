@@ -19,17 +19,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import tiny_llama_folder
 
 from rr_fast.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ["The", "tide", "went", "out.", "Gulls", "circled,", "😀", "👨‍👩‍👧", "\r\n", "\n\n", "  ", "字。", "é", "\t"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 prose = st.lists(st.sampled_from(WORDS), min_size=1, max_size=120).map(lambda words: " ".join(words).encode())

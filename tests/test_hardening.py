@@ -18,39 +18,15 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_models import tiny_llama_folder
+from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
 import rr_fast.chunker
 import rr_fast.cli
 import rr_fast.engine
 import rr_fast.io
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.cli import main
 
-TEXT = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
-
-
-@pytest.fixture()
-def sample(tmp_path):
-    path = tmp_path / "in.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
-
-
-def small(tiny):
-    return ["--model", tiny, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
-
-
-def run(argv, capsys):
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def one_line(err: str) -> bool:
@@ -83,7 +59,7 @@ def cli(*args, stdin=None, env=None, timeout=120):
 def test_endless_input_ends_at_max_input(tmp_path, monkeypatch, capsys):
     """/dev/zero used to grow by 400 MB/s forever; now the read stops at --max-input with one line."""
     no_model(monkeypatch)
-    code, out, err = run(["/dev/zero", "--max-input", "2M"], capsys)
+    code, out, err = run_cli(["/dev/zero", "--max-input", "2M"], capsys)
     assert code == 1 and out == "" and one_line(err) and "larger than --max-input 2M" in err
     with open("/dev/zero", "rb") as zeros:  # an endless stdin, through the real entry point
         result = cli("-", "--max-input", "1M", stdin=zeros)
@@ -139,7 +115,7 @@ def test_ctrl_c_at_every_stage_exits_130_and_writes_nothing(stage, target, tiny,
     else:
         monkeypatch.setattr(target, _raise_interrupt)
     for output in (existing, new):
-        code, out, err = run([sample, *small(tiny), "-o", output], capsys)
+        code, out, err = run_cli([sample, *tiny_options(tiny), "-o", output], capsys)
         assert code == 130 and out == "" and err == "rr-fast: interrupted (nothing written)\n"
     assert existing.read_text() == "old\n" and not new.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.jsonl", "in.txt"]  # no temporary left
@@ -175,19 +151,19 @@ def test_real_signal_while_reading_stdin(signum, status, tmp_path):
 def test_num_chunks_beyond_the_text_is_a_usage_error_before_the_model(count, sample, monkeypatch, capsys):
     """These took 3 GB or ended in a MemoryError traceback after the whole model pass."""
     no_model(monkeypatch)
-    code, out, err = run([sample, "--num-chunks", count], capsys)
+    code, out, err = run_cli([sample, "--num-chunks", count], capsys)
     assert code == 2 and out == "" and one_line(err) and "--num-chunks" in err
 
 
 def test_num_chunks_beyond_the_candidate_edges_stops_before_the_model_pass(tiny, sample, monkeypatch, capsys):
     monkeypatch.setattr(TorchBackend, "forward", _raise_interrupt)  # the model pass: would exit 130
-    code, out, err = run([sample, *small(tiny), "--min-tokens", "1", "--num-chunks", "300"], capsys)
+    code, out, err = run_cli([sample, *tiny_options(tiny), "--min-tokens", "1", "--num-chunks", "300"], capsys)
     assert code == 2 and out == "" and one_line(err) and "candidate edges" in err
 
 
 def test_num_chunks_dp_table_budget(tiny, sample, monkeypatch, capsys):
     monkeypatch.setattr(rr_fast.chunker, "FIXED_COUNT_TABLE_BYTES", 1000)
-    code, _, err = run([sample, *small(tiny), "--num-chunks", "10"], capsys)
+    code, _, err = run_cli([sample, *tiny_options(tiny), "--num-chunks", "10"], capsys)
     assert code == 2 and one_line(err) and "GiB table" in err
 
 
@@ -206,7 +182,7 @@ def test_usage_errors_exit_2_before_the_model(extra, message, sample, tmp_path, 
     if "cuda" in extra and __import__("torch").cuda.is_available():
         extra, message = ["--device", "cuda:99"], "CUDA device(s) here"  # a GPU machine: ask for one it lacks
     no_model(monkeypatch)
-    code, out, err = run([sample, "-o", tmp_path / "out.jsonl", *extra], capsys)
+    code, out, err = run_cli([sample, "-o", tmp_path / "out.jsonl", *extra], capsys)
     assert code == 2 and out == "" and one_line(err) and message in err
     assert not (tmp_path / "out.jsonl").exists()
 
@@ -214,16 +190,16 @@ def test_usage_errors_exit_2_before_the_model(extra, message, sample, tmp_path, 
 def test_backend_mlx_without_mlx(sample, monkeypatch, capsys):
     no_model(monkeypatch)
     monkeypatch.setitem(sys.modules, "mlx_lm", None)  # as if not installed
-    code, _, err = run([sample, "--backend", "mlx"], capsys)
+    code, _, err = run_cli([sample, "--backend", "mlx"], capsys)
     assert code == 2 and one_line(err) and "--backend mlx needs mlx_lm" in err
 
 
 def test_window_2_with_skip_0_works(tiny, sample, capsys):
     """The documented minimum: W >= s + 2, so W = 2 with s = 0 (and W = 3 with the default s = 1)."""
     for extra in (["--window", "2", "--skip", "0"], ["--window", "3"]):
-        code, out, err = run([sample, *small(tiny), *extra], capsys)
+        code, out, err = run_cli([sample, *tiny_options(tiny), *extra], capsys)
         assert code == 0, err
-        assert "".join(json.loads(line)["text"] for line in out.splitlines()) == TEXT
+        assert "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
 
 
 # --- output file semantics ------------------------------------------------------------------------------------
@@ -236,7 +212,7 @@ def test_existing_output_keeps_its_mode_new_one_gets_the_umask(tiny, sample, tmp
     old_umask = os.umask(0o027)
     try:
         for output in (existing, new):
-            assert run([sample, *small(tiny), "-o", output], capsys)[0] == 0
+            assert run_cli([sample, *tiny_options(tiny), "-o", output], capsys)[0] == 0
     finally:
         os.umask(old_umask)
     assert stat.S_IMODE(existing.stat().st_mode) == 0o644  # was 0600 before
@@ -249,13 +225,13 @@ def test_symlink_output_is_followed(tiny, sample, tmp_path, capsys):
     real.write_text("old\n")
     link = tmp_path / "link.jsonl"
     link.symlink_to(real)
-    assert run([sample, *small(tiny), "-o", link], capsys)[0] == 0
+    assert run_cli([sample, *tiny_options(tiny), "-o", link], capsys)[0] == 0
     assert link.is_symlink() and json.loads(real.read_text().splitlines()[0])["index"] == 0
     assert sorted(p.name for p in real.parent.iterdir()) == ["out.jsonl"]
 
 
 def test_output_to_dev_null(tiny, sample, capsys):
-    assert run([sample, *small(tiny), "-o", "/dev/null"], capsys)[0] == 0
+    assert run_cli([sample, *tiny_options(tiny), "-o", "/dev/null"], capsys)[0] == 0
     assert Path("/dev/null").is_char_device()
 
 
@@ -264,15 +240,15 @@ def test_output_equal_to_input_is_refused(sample, tmp_path, monkeypatch, capsys)
     link = tmp_path / "alias.txt"
     link.symlink_to(sample)
     for output in (sample, link, tmp_path / "." / "in.txt"):
-        code, _, err = run([sample, "-o", output], capsys)
+        code, _, err = run_cli([sample, "-o", output], capsys)
         assert code == 2 and one_line(err) and "is the input file" in err
-    assert sample.read_text() == TEXT
+    assert sample.read_text() == SAMPLE_TEXT
 
 
 def test_missing_or_unwritable_output_folder_before_the_model(sample, tmp_path, monkeypatch, capsys):
     no_model(monkeypatch)
     missing = tmp_path / "nowhere" / "out.jsonl"
-    code, _, err = run([sample, "-o", missing], capsys)
+    code, _, err = run_cli([sample, "-o", missing], capsys)
     assert code == 1 and one_line(err) and f"--output {missing}" in err and "does not exist" in err
     assert ".part" not in err
 
@@ -280,7 +256,7 @@ def test_missing_or_unwritable_output_folder_before_the_model(sample, tmp_path, 
         raise PermissionError(13, "Permission denied", str(tmp_path / ".out.jsonl.x.part"))
 
     monkeypatch.setattr(rr_fast.io.tempfile, "mkstemp", read_only)  # tests run as root: chmod would not stop it
-    code, _, err = run([sample, "-o", tmp_path / "out.jsonl"], capsys)
+    code, _, err = run_cli([sample, "-o", tmp_path / "out.jsonl"], capsys)
     assert code == 1 and one_line(err) and "is not writable" in err and ".part" not in err
 
 
@@ -310,12 +286,12 @@ def test_truncated_weights_garbage_tokenizer_and_pickle_are_one_line(tiny, sampl
         (garbage, "cannot load the tokenizer"),
         (pickled, "--allow-pickle"),
     ):
-        argv = [sample, *small(tiny), "--model", folder]
-        code, out, err = run(argv, capsys)
+        argv = [sample, *tiny_options(tiny), "--model", folder]
+        code, out, err = run_cli(argv, capsys)
         assert code == 1 and out == "" and one_line(err) and message in err, err
-    code, out, err = run([sample, *small(tiny), "--model", pickled, "--allow-pickle"], capsys)
+    code, out, err = run_cli([sample, *tiny_options(tiny), "--model", pickled, "--allow-pickle"], capsys)
     assert code == 0, err  # opted in: transformers loads the pickle
-    assert "".join(json.loads(line)["text"] for line in out.splitlines()) == TEXT
+    assert "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
 
 
 def test_non_finite_scores_are_an_error_naming_the_weights(tiny, sample, tmp_path, capsys):
@@ -328,7 +304,7 @@ def test_non_finite_scores_are_an_error_naming_the_weights(tiny, sample, tmp_pat
     weights[name][0, 0] = float("nan")
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     for readout in ("rr", "lr"):
-        code, out, err = run([sample, *small(tiny), "--model", folder, "--readout", readout], capsys)
+        code, out, err = run_cli([sample, *tiny_options(tiny), "--model", folder, "--readout", readout], capsys)
         assert code == 1 and out == "" and one_line(err) and f"non-finite {readout} scores" in err
         assert "damaged" in err
 
@@ -349,34 +325,34 @@ def test_any_exception_is_one_line_and_debug_shows_the_traceback(
         raise error
 
     monkeypatch.setattr(rr_fast.chunker.Chunker, "chunk", fail)
-    code, out, err = run([sample, *small(tiny)], capsys)
+    code, out, err = run_cli([sample, *tiny_options(tiny)], capsys)
     assert code == status and out == ""
     if message is not None:
         assert one_line(err) and message in err
-    code, _, err = run([sample, *small(tiny), "--debug"], capsys)
+    code, _, err = run_cli([sample, *tiny_options(tiny), "--debug"], capsys)
     assert code == status and "Traceback" in err
     monkeypatch.setenv("RR_FAST_DEBUG", "1")
-    code, _, err = run([sample, *small(tiny)], capsys)
+    code, _, err = run_cli([sample, *tiny_options(tiny)], capsys)
     assert code == status and "Traceback" in err
 
 
 def test_hub_id_fails_fast_offline(sample, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, _, err = run([sample, "--model", "nobody/not-a-model"], capsys)
+    code, _, err = run_cli([sample, "--model", "nobody/not-a-model"], capsys)
     assert code == 1 and one_line(err) and "HF_HUB_OFFLINE" in err and "smollm2-135m" in err
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(rr_fast.models, "_reachable", lambda host, port, timeout=3.0: False)
-    code, _, err = run([sample, "--model", "nobody/not-a-model"], capsys)
+    code, _, err = run_cli([sample, "--model", "nobody/not-a-model"], capsys)
     assert code == 1 and one_line(err) and "cannot reach huggingface.co" in err
 
 
 def test_quiet_is_silent_on_stderr(tiny, tmp_path, capsys):
     short = tmp_path / "short.txt"
     short.write_text("Only a few words here.")
-    code, _, err = run([short, "--model", tiny, "--backend", "torch"], capsys)
+    code, _, err = run_cli([short, "--model", tiny, "--backend", "torch"], capsys)
     assert code == 0 and "warning" in err  # fewer tokens than min_tokens
-    code, _, err = run([short, "--model", tiny, "--backend", "torch", "--quiet"], capsys)
+    code, _, err = run_cli([short, "--model", tiny, "--backend", "torch", "--quiet"], capsys)
     assert code == 0 and err == ""
 
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from tiny_models import tiny_llama_folder
 
 from rr_fast.models import DEFAULT_MODEL
 
@@ -26,11 +25,6 @@ OTHER = "Repeated words repeated words repeated words. " * 12
 SMALL = {"min_tokens": 8, "max_tokens": 40, "target_tokens": 24, "backend": "torch"}
 # The bundled model with short texts: a few hundred tokens, so CI stays fast.
 BUNDLED = {"min_tokens": 16, "max_tokens": 64, "target_tokens": 40, "backend": "torch"}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 def exact(text: str, start: int, end: int, content: str) -> bool:

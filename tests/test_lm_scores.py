@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from tiny_models import tiny_llama_folder
+from transformers import AutoTokenizer
 
 from bench.quality import lm_scores
 from bench.quality.lm_scores import LMScorer, score_streams
 from rr_fast.backends.torch import TorchBackend
+from rr_fast.chunker import Chunker
 from rr_fast.engine import Engine, ScoreConfig
-from rr_fast.models import resolve
 from rr_fast.reference import reference_scores
+from rr_fast.text import tokenize
 
 TEXT = (
     'The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: "Lower the boats." '
@@ -30,22 +32,8 @@ TEXT = (
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny_lm")
-    tokenizer = AutoTokenizer.from_pretrained(resolve("smollm2-135m"))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    """Two layers, so that every layer's RR is checked and the RR layer is the last one."""
+    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny_lm"), hidden=64, layers=2))
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +61,39 @@ def test_rr_and_lr_match_reference(backend, tokenizer, bos):
     assert np.isfinite(out["rr"][:-1]).all()
 
 
-@pytest.mark.parametrize("window", [8, 24])
-def test_bench_scores_equal_the_products_engine(backend, tokenizer, window):
-    """One scoring core: the benchmark's RR (every layer) and LR are the product Engine's for the same
-    configuration (window, layer, skip, BOS), up to float32 summation order."""
+@pytest.mark.parametrize("window, reset_prefix, local_prefix", [(8, (), 0), (24, (), 0), (24, (5, 6), 3)])
+def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, reset_prefix, local_prefix):
+    """One scoring core: the benchmark's rr, lr and rr_L{l} (with or without reset-prefix controls) are the
+    product Engine's for the same ScoreConfig, exactly; and each layer's RR and the LR equal a plain
+    one-layer Engine's up to float32 summation order (the layer sweep stacks states, 1e-5)."""
     bos = [1]
-    out = LMScorer(backend, tokenizer, bos, window=window, batch_tokens=200).score_text(TEXT)
+    scorer = LMScorer(
+        backend, tokenizer, bos, window=window, batch_tokens=200, reset_prefix=reset_prefix, local_prefix=local_prefix
+    )
+    out = scorer.score_text(TEXT)
     ids = np.asarray(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    edges = out["edge_tokens"]
+    controls = {"window": window, "batch_tokens": 200, "reset_prefix": reset_prefix, "local_prefix": local_prefix}
+    product = Engine(backend, bos, ScoreConfig(readouts=("rr", "lr"), layers=(1, 2), **controls)).score(ids, edges)
+    assert set(product) == {"rr", "lr", "rr_L1", "rr_L2"}
+    for name in product:
+        np.testing.assert_array_equal(out[name], product[name])
     for layer in (1, 2):
-        config = ScoreConfig(window=window, layer=layer, readouts=("rr", "lr"), batch_tokens=200)
-        product = Engine(backend, bos, config).score(ids, out["edge_tokens"])
-        np.testing.assert_allclose(out[f"rr_L{layer}"], product["rr"], atol=1e-5, equal_nan=True)
-        np.testing.assert_allclose(out["lr"], product["lr"], atol=1e-5, equal_nan=True)
+        single = Engine(backend, bos, ScoreConfig(layer=layer, readouts=("rr", "lr"), **controls)).score(ids, edges)
+        np.testing.assert_allclose(out[f"rr_L{layer}"], single["rr"], atol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(out["lr"], single["lr"], atol=1e-5, equal_nan=True)
+    assert np.isfinite(out["rr"][:-1]).all() and np.isfinite(out["lr"][:-2]).all()
+
+
+def test_bench_scores_equal_chunker_score(tiny):
+    """The benchmark scores what ``Chunker.score`` scores: same rr and lr at the chunker's own edges (the
+    chunker runs rr-fast's plain modules, the benchmark transformers' eager-capable ones: 1e-5)."""
+    product = Chunker(model=tiny, backend="torch", readout="rr+lr", window=24).score(TEXT)
+    scorer = LMScorer.load(tiny, layers=[])
+    out = scorer.score_ids(tokenize(scorer.tokenizer, TEXT).ids, product.tokens)
+    for name in ("rr", "lr"):
+        np.testing.assert_allclose(out[name], product.readouts[name], atol=1e-5, equal_nan=True)
+    assert np.isfinite(out["rr"]).sum() >= 5
 
 
 @torch.inference_mode()

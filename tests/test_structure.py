@@ -6,7 +6,6 @@ import textwrap
 
 import numpy as np
 import pytest
-from tiny_models import tiny_llama_folder
 
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.cli import main
@@ -45,11 +44,6 @@ FLAT = (
     "The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: Lower the boats. "
     "Meanwhile, in the valley, farmers were bringing in the harvest; rain had come late that year. "
 ) * 4
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 def level_of(text: str, structure, before: str) -> Level:

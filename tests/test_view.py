@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from tiny_models import tiny_llama_folder
 
 import rr_fast
 from rr_fast import Chunker, Limits
@@ -21,11 +20,6 @@ TEXT = (
     "Nobody answered it; the keeper had gone home early that day, as he often did in winter. "
 )
 LIMITS = Limits(6, 40, 20)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,16 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from rr_fast.models import resolve
 
 
-def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m") -> Path:
+def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m", hidden: int = 32, layers: int = 4) -> Path:
     if (folder / "config.json").exists():
         return folder
     tokenizer = AutoTokenizer.from_pretrained(resolve(tokenizer_model))
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=8192,
@@ -32,3 +32,20 @@ def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m") -> Pa
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+SAMPLE_TEXT = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6  # the ``sample`` file
+
+
+def tiny_options(folder: str) -> list[str]:
+    """Command-line options that run the tiny model with lengths that suit SAMPLE_TEXT."""
+    return ["--model", folder, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    """The command line in-process: exit status, stdout and stderr."""
+    from rr_fast.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -10,12 +10,12 @@ float64 array per method over those edges, oriented so that larger means "better
   ``boundary_surprisal``, ``window_surprisal``, ``residual_jump``, ``local_hidden_distance``,
   ``attention_isolation``.
 
-Why one scorer computes all of them: the expensive part is the reset windows. Running each window batch
-once at full depth with every hidden state and the final states yields RR for all layers, LR and KL from
-the same forward call; the uninterrupted text needs one pass (in eager attention, so the RR layer's
-attention weights come with it) for every full-context quantity. The layout follows rr_fast.engine: windows
-are right-padded ``[B, W]`` rows (causal attention keeps padding away from real positions), re-indexed from
-position 0 for RoPE models, and the full pass runs over the engine's bounded blocks.
+Where each score comes from: RR (every layer), LR and the reset-prefix controls are rr-fast's own
+``Engine`` (``ScoreConfig.layers``, ``reset_prefix``, ``local_prefix``): the benchmark measures the product,
+not a copy of it. What is benchmark-only stays here, on public functions: KL reads the final states of the
+engine's reset windows through its ``on_windows`` observer (no second reset pass), and the uninterrupted
+text gets one more pass (``TorchBackend.forward_layers``, in eager attention so that the RR layer's
+attention weights come with it) for the full-context distributions and the passive comparators.
 
 KL needs the whole next-token distribution at aligned full and reset positions, and Gemma's vocabulary has
 262k entries. Logits are therefore formed in ``TILES`` (rows × vocabulary entries) that stay in the CPU cache
@@ -23,10 +23,6 @@ KL needs the whole next-token distribution at aligned full and reset positions, 
 itself here), with log-normalisers accumulated across vocabulary tiles; the full-context normaliser of each
 token is computed once in the full pass. Nothing of size ``[B, W, V]`` or ``[rows, V]`` ever exists. On a
 GPU (``LMScorer.load(..., device="cuda")``, as bench/paper/gpu_scores.py runs it) the tiles are large instead.
-
-Reset-prefix controls (paper Appendix): ``reset_prefix`` puts fixed tokens (a separator, a BOS) after the
-model's own BOS in every reset window, ``local_prefix`` keeps the k tokens before the edge; either way RR,
-LR and KL still compare only the window's own positions with the uninterrupted pass.
 
 Usage: ``python -m bench.quality.lm_scores --models smollm2-135m,gemma3-270m [--streams F]
 [--quick | --per-group N] [--splits cal,eval]``.
@@ -40,7 +36,6 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +45,9 @@ from transformers import AutoConfig, AutoTokenizer
 
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.config import PAPER_WINDOW, ChunkerConfig
-from rr_fast.engine import blocks, default_layer, window_layout
+from rr_fast.engine import Engine, ScoreConfig, WindowBatch, blocks, default_layer, rr_layer_name, window_layout
 from rr_fast.models import bos_prefix, resolve
-from rr_fast.readouts import lr_utility, masked_mean, rr_cosine
+from rr_fast.readouts import masked_mean
 from rr_fast.text import candidate_edges, tokenize
 
 PASSIVE = (
@@ -72,10 +67,10 @@ DEFAULT_OUT = Path("bench/out/lm_scores")
 class FullPass:
     """What the uninterrupted text gives every edge; token j is the j-th text token (BOS excluded)."""
 
-    states: dict[int, np.ndarray]  # layer -> [n, d] states after that many decoder layers
+    states: np.ndarray  # [n, d] states after the RR layer
     final: torch.Tensor  # [n, d] post-norm last states: row j gives the full-context p(x_{j+1} | x_<=j)
     log_normalizer: torch.Tensor  # [n] logsumexp of the full-context logits at token j
-    token_logprobs: np.ndarray  # [n] log p(x_j | x_<j); NaN for j = 0, which no edge needs
+    token_logprobs: np.ndarray  # [n] log p(x_j | x_<j); NaN for j = 0 without a BOS, which no edge needs
     prefix_mass: np.ndarray  # [n, W]: [j, q] = RR-layer attention of query j on text keys before j - q
 
 
@@ -85,11 +80,12 @@ def chosen_layers(depth: int, layers: Iterable[int] | None) -> list[int]:
 
 
 def method_names(layers: list[int]) -> list[str]:
-    return [f"rr_L{layer}" for layer in layers] + ["rr", "lr", "kl_neg", *PASSIVE]
+    return [rr_layer_name(layer) for layer in layers] + ["rr", "lr", "kl_neg", *PASSIVE]
 
 
 class LMScorer:
-    """Scores the candidate edges of texts with one loaded model (all methods, one reset pass per batch)."""
+    """Scores the candidate edges of texts with one loaded model: the product engine's RR (every layer) and
+    LR, and the benchmark's KL and passive comparators from the same reset windows."""
 
     def __init__(
         self,
@@ -98,7 +94,7 @@ class LMScorer:
         bos: list[int],
         layers: Iterable[int] | None = None,
         window: int = PAPER_WINDOW,
-        skip: int = 1,
+        skip: int = ChunkerConfig.skip,
         step: int = 8,
         context: int = ChunkerConfig.context,
         batch_tokens: int = 4096,
@@ -110,21 +106,21 @@ class LMScorer:
         self.prefix = np.asarray(bos, dtype=np.int64)
         self.layer = default_layer(backend.depth)
         self.layers = chosen_layers(backend.depth, layers)
-        if not 1 <= self.layers[0] <= self.layers[-1] <= backend.depth:
-            raise ValueError(f"layers must be in 1..{backend.depth}, got {self.layers}")
-        if not 0 <= skip < window - 1:
-            raise ValueError(f"skip must be in 0..{window - 2}, got {skip}")
         self.window, self.skip, self.step = window, skip, step
-        # reset-prefix controls (paper Appendix, "configuration"): fixed tokens after BOS in every reset window
-        # (a neutral separator) and/or the last ``local_prefix`` tokens before the edge kept in the window
-        self.reset_prefix = np.asarray(list(reset_prefix), dtype=np.int64)
-        self.local_prefix = local_prefix
-        if (len(self.reset_prefix) or local_prefix) and not backend.uses_rope:
-            raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
+        # reset-prefix controls (paper Appendix, "configuration"): see ScoreConfig.reset_prefix / local_prefix
+        self.config = ScoreConfig(
+            window=window,
+            skip=skip,
+            readouts=("rr", "lr"),
+            context=context,
+            batch_tokens=batch_tokens,
+            layers=tuple(self.layers),
+            reset_prefix=tuple(int(t) for t in reset_prefix),
+            local_prefix=local_prefix,
+        )
+        self.engine = Engine(backend, [int(t) for t in self.prefix], self.config)
         self.device = torch.device(backend.device)
         self.row_tile, self.vocab_tile = TILES["cpu" if self.device.type == "cpu" else "gpu"]
-        self.context = context  # full-pass blocks hold at most 2 * context tokens (eager attention is n^2)
-        self.per_batch = max(1, batch_tokens // (window + len(self.prefix)))
         head = backend.model.get_output_embeddings()
         self.head_weight, self.head_bias = head.weight, head.bias
 
@@ -153,113 +149,64 @@ class LMScorer:
         """Every method's score for the given token edges (a cut before token e, 0 < e < len(ids))."""
         ids = np.asarray(ids, dtype=np.int64)
         edges = np.asarray(edges, dtype=np.int64)
-        scores = {name: np.full(len(edges), np.nan) for name in self.method_names()}
         if len(edges) == 0:
-            return scores
+            return {name: np.full(0, np.nan) for name in self.method_names()}
         full = self._full_pass(ids)
-        for start in range(0, len(edges), self.per_batch):
-            batch = slice(start, start + self.per_batch)
-            for name, values in self._reset_windows(ids, edges[batch], full).items():
-                scores[name][batch] = values
-        scores.update(self._passive(ids, edges, full))
-        scores["rr"] = scores[f"rr_L{self.layer}"].copy()
-        return scores
+        kl_neg = np.full(len(edges), np.nan)
 
-    @contextmanager
-    def _eager_attention(self) -> Iterator[None]:
-        """Eager attention returns its weights; switched on for the full pass only, restored after."""
-        model = self.backend.model
-        before = model.config._attn_implementation
-        model.set_attn_implementation("eager")
-        try:
-            yield
-        finally:
-            model.set_attn_implementation(before)
+        def output_kl(batch: WindowBatch) -> None:
+            kl_neg[batch.edge_index] = -self._output_kl(batch, full)
+
+        scores = self.engine.score(ids, edges, on_windows=output_kl)
+        return {**scores, "kl_neg": kl_neg, **self._passive(ids, edges, full)}
 
     @torch.inference_mode()
     def _full_pass(self, ids: np.ndarray) -> FullPass:
+        """The uninterrupted text over the engine's bounded blocks: RR-layer states, final states, the
+        observed tokens' log-probabilities and RR-layer attention weights, from one call per block."""
         n, p, width = len(ids), len(self.prefix), self.window
-        states = {layer: np.empty((n, self.backend.hidden_size), np.float32) for layer in self.layers}
+        states = np.empty((n, self.backend.hidden_size), np.float32)
         final = torch.empty((n, self.backend.hidden_size), device=self.device)
-        prefix_mass = np.full((n, width), np.nan)
-        captured: dict[str, torch.Tensor] = {}
-        attention = getattr(self.backend.decoder, self.backend.layers_attr)[self.layer - 1].self_attn
-        hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
-        try:
-            with self._eager_attention():
-                for in_start, out_start, out_end in blocks(n, self.context):
-                    row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
-                    out = self.backend.decoder(
-                        input_ids=torch.from_numpy(row).to(self.device),
-                        position_ids=torch.arange(row.shape[1], device=self.device)[None],
-                        use_cache=False,
-                        output_hidden_states=True,
-                    )
-                    rows = slice(p + out_start - in_start, p + out_end - in_start)  # token j: row p + j - in_start
-                    for layer in self.layers:
-                        states[layer][out_start:out_end] = out.hidden_states[layer][0, rows].float().cpu().numpy()
-                    final[out_start:out_end] = out.last_hidden_state[0, rows].float()
-                    weights = captured.pop("weights", None)
-                    if weights is not None:  # a transformers version that returns no weights: NaN isolation
-                        prefix_mass[out_start:out_end] = _prefix_mass(weights[0], rows, p, in_start, out_start, width)
-        finally:
-            hook.remove()
-        log_normalizer = self.backend.log_normalizer(final, self.head_weight, self.head_bias)
         token_logprobs = np.full(n, np.nan)
-        targets = torch.from_numpy(ids[1:]).to(self.device)
-        token_logprobs[1:] = (self._target_logits(final[:-1], targets) - log_normalizer[:-1]).double().cpu().numpy()
+        prefix_mass = np.full((n, width), np.nan)
+        for in_start, out_start, out_end in blocks(n, self.engine.context):
+            row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
+            targets = np.full(row.shape, -1, dtype=np.int64)
+            targets[0, :-1] = row[0, 1:]  # row index r predicts row token r + 1
+            out = self.backend.forward_layers(
+                row,
+                np.arange(row.shape[1])[None],
+                (self.layer,),
+                targets,
+                final=True,
+                attention_layer=self.layer,
+                on_device=True,
+            )
+            rows = slice(p + out_start - in_start, p + out_end - in_start)  # token j: row p + j - in_start
+            states[out_start:out_end] = out.hidden[0, rows, 0].float().cpu().numpy()
+            final[out_start:out_end] = out.final[0, rows].float()
+            predicted_by = np.arange(rows.start, rows.stop) - 1  # the row that predicts each output token
+            has_prediction = predicted_by >= 0
+            logprobs = out.logprobs[0].double().cpu().numpy()
+            token_logprobs[out_start:out_end][has_prediction] = logprobs[predicted_by[has_prediction]]
+            if out.attention is not None:  # a transformers version that returns no weights: NaN isolation
+                prefix_mass[out_start:out_end] = _prefix_mass(out.attention[0], rows, p, in_start, out_start, width)
+        log_normalizer = self.backend.log_normalizer(final, self.head_weight, self.head_bias)
         return FullPass(states, final, log_normalizer, token_logprobs, prefix_mass)
 
     @torch.inference_mode()
-    def _reset_windows(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
-        """RR at every layer, LR and KL for one batch of edges, from one full-depth reset forward call."""
-        n, width, rows = len(ids), self.window, len(edges)
-        layout = window_layout(n, edges, width, self.skip)
-        token_index = layout.token_index
-        window_ids = np.where(layout.real, ids[token_index], 0)
-        # an edge closer to the start than local_prefix repeats token 0 (no candidate edge is that close here)
-        local = ids[np.maximum(edges[:, None] + np.arange(-self.local_prefix, 0), 0)]
-        fixed = np.concatenate([self.prefix, self.reset_prefix])
-        row_ids = np.concatenate([np.broadcast_to(fixed, (rows, len(fixed))), local, window_ids], axis=1)
-        p = row_ids.shape[1] - width  # reset-row index of window position 0
-        if self.backend.uses_rope:
-            positions = np.arange(p + width)[None]  # relative positions only: same states, one rotary table
-        else:
-            positions = edges[:, None] + np.arange(p + width)[None]  # token e keeps its full-pass position
-        out = self.backend.decoder(
-            input_ids=torch.from_numpy(row_ids).to(self.device),
-            position_ids=torch.from_numpy(np.ascontiguousarray(positions)).to(self.device),
-            use_cache=False,
-            output_hidden_states=True,
-        )
-        scores = {}
-        for layer in self.layers:
-            reset = out.hidden_states[layer][:, p:].float().cpu().numpy()
-            scores[f"rr_L{layer}"] = rr_cosine(full.states[layer][token_index], reset, layout.compared)
-        # window position q predicts token b + q + 1, which must lie inside the window (Eqs. 2 and 3)
-        eval_mask = layout.predicted
-        tokens = token_index[eval_mask]
-        reset_logprobs = np.full(eval_mask.shape, np.nan)
-        kl = np.full(eval_mask.shape, np.nan)
-        reset_final = out.last_hidden_state[:, p:][torch.from_numpy(eval_mask).to(self.device)].float()
-        reset_logprobs[eval_mask], kl[eval_mask] = self._compare_outputs(reset_final, tokens, ids[tokens + 1], full)
-        full_logprobs = full.token_logprobs[np.minimum(token_index + 1, n - 1)]
-        scores["lr"] = lr_utility(full_logprobs, reset_logprobs, eval_mask)
-        scores["kl_neg"] = -masked_mean(kl, eval_mask)
-        return scores
-
-    def _compare_outputs(
-        self, reset_final: torch.Tensor, tokens: np.ndarray, targets: np.ndarray, full: FullPass
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per reset row r (aligned with full token tokens[r]): log p_reset(target) and KL(p_full || p_reset).
+    def _output_kl(self, batch: WindowBatch, full: FullPass) -> np.ndarray:
+        """Per reset window: mean KL(p_full || p_reset) over the positions whose next token is inside it (Eq. 3).
 
         KL = sum_v p_full (z_full - z_reset) - (A_full - A_reset) with logits z and log-normalisers A, summed
         over cache-sized tiles. Rows arrive in window order, so one row tile's full-context rows form a
         short contiguous span whose logits are computed once and shared by the overlapping windows.
         """
-        reset_logprobs = np.empty(len(tokens))
-        kl = np.empty(len(tokens))
+        mask = batch.layout.predicted
         device = self.device
+        reset_final = torch.as_tensor(batch.final, device=device)[torch.from_numpy(mask).to(device)].float()
+        tokens = batch.layout.token_index[mask]  # the full-context token aligned with each reset position
+        kl = np.empty(len(tokens))
         for start in range(0, len(tokens), self.row_tile):
             rows = slice(start, start + self.row_tile)
             reset, aligned = reset_final[rows], tokens[rows]
@@ -278,9 +225,9 @@ class LMScorer:
                 reset_normalizer = torch.logaddexp(reset_normalizer, _logsumexp(reset_logits))
             full_normalizer = full.log_normalizer[index + low]
             kl[rows] = (expected_gap - (full_normalizer - reset_normalizer).double()).cpu().numpy()
-            observed = self._target_logits(reset, torch.from_numpy(targets[rows]).to(device))
-            reset_logprobs[rows] = (observed - reset_normalizer).double().cpu().numpy()
-        return reset_logprobs, kl
+        per_position = np.full(mask.shape, np.nan)
+        per_position[mask] = kl
+        return masked_mean(per_position, mask)
 
     def _vocab_tiles(self) -> Iterator[slice]:
         for start in range(0, self.head_weight.shape[0], self.vocab_tile):
@@ -290,20 +237,13 @@ class LMScorer:
         bias = None if self.head_bias is None else self.head_bias[vocab]
         return self.backend.cap_logits(torch.nn.functional.linear(final, self.head_weight[vocab], bias).float())
 
-    def _target_logits(self, final: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Logit of one chosen entry per row, without forming the row's whole vocabulary."""
-        logits = (final * self.head_weight[targets]).sum(dim=1)
-        if self.head_bias is not None:
-            logits = logits + self.head_bias[targets]
-        return self.backend.cap_logits(logits.float())
-
     def _passive(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
         """The non-counterfactual comparators, all from the uninterrupted pass at the RR layer."""
         n, width = len(ids), self.window
         layout = window_layout(n, edges, width, self.skip)
         token_index, rr_mask, eval_mask = layout.token_index, layout.compared, layout.predicted
         nll = -full.token_logprobs
-        states = full.states[self.layer]
+        states = full.states
         # local windows are symmetric: equal width on both sides, shrunk near the ends of the text
         half = np.minimum(width, np.minimum(edges, n - edges))
         cumulative = np.concatenate([np.zeros((1, states.shape[1])), np.cumsum(states, axis=0, dtype=np.float64)])
@@ -322,10 +262,11 @@ class LMScorer:
 def _prefix_mass(weights: torch.Tensor, rows: slice, p: int, in_start: int, out_start: int, width: int) -> np.ndarray:
     """[j, q]: head-averaged attention of output query j on the text keys in [in_start, j - q).
 
-    For edge b and window position q (query j = b + q) that is the mass on the prefix x_<b that the block
-    holds; the BOS key is left out because a reset window keeps it too.
+    weights: [query row, key row] of one block. For edge b and window position q (query j = b + q) that is
+    the mass on the prefix x_<b that the block holds; the BOS key is left out because a reset window keeps
+    it too.
     """
-    cumulative = torch.cumsum(weights.float().mean(dim=0)[rows, p:], dim=1).cpu()  # [i, k]: keys in_start..in_start+k
+    cumulative = torch.cumsum(weights.float()[rows, p:], dim=1).cpu()  # [i, k]: keys in_start..in_start+k
     queries = np.arange(out_start, out_start + cumulative.shape[0])[:, None]
     last_key = queries - np.arange(width)[None] - in_start - 1  # column of key b - 1
     values = cumulative.gather(1, torch.from_numpy(np.maximum(last_key, 0))).double().numpy()

@@ -1,23 +1,29 @@
-"""A GPU check of the cost model: Qwen3-4B-shaped scoring on one CUDA GPU, bf16.
+"""The GPU benchmark: correctness of the torch backend on CUDA, and Qwen3-4B-shaped scoring throughput in bf16.
 
-    python -m bench.speed.gpu [--out DIR]
+    python -m bench.speed.gpu                                # the paper's workload: 12 streams of 847 tokens
+    python -m bench.speed.gpu --tokens 4096 [--loop-edges 48] # one document of N tokens
+    python -m bench.speed.gpu --smoke                        # anywhere: tiny sizes on the CPU, checks the script
 
 The model has Qwen3-4B's exact shapes with random weights (no download: timing depends on shapes, not
-values), so the scores themselves mean nothing; only the time does. The workload mimics the paper's:
-streams of 847 tokens with one candidate edge per 6.6 tokens (7,701 / 50,818), W = 24, layer 27.
+values), so the scores themselves mean nothing; only the time does. The workload mimics the paper's: one
+candidate edge per 6.6 tokens (7,701 / 50,818), W = 24, layer 27.
 
-Measured:
+Measured, all in the same run:
+    correctness  fp32 tiny random Llama / Qwen3 / Gemma 3 with BOS: the engine against the per-edge reference
+                 on the same device (max |Δ| per readout)
     matmul       bf16 GEMM throughput at the engine's shapes (the roof)
-    per-edge     rr_fast.reference.reference_scores: one full-depth stock forward per edge (the paper's loop)
-    engine       rr_fast.engine.Engine as it is (states and readouts come back to numpy on the CPU)
-    device-rr    the same windows with the RR cosine computed on the GPU; only one float per edge comes
-                 back (a proposed engine change)
+    per-edge     rr_fast.reference.reference_scores: one full-depth stock forward per edge (the paper's loop),
+                 the first document's full pass plus ``--loop-edges`` edges, extrapolated per edge
+    engine       rr_fast.engine.Engine, RR and LR at two window batch sizes, as a ratio to the per-edge loop
+
+Writes ``speed_gpu.json`` into ``--out`` (default: $OUT where the device runner sets it, else bench/out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -29,7 +35,7 @@ from rr_fast.config import PAPER_WINDOW
 
 STREAM = round(PAPER_TOKENS / PAPER_STREAMS)
 LAYER, WINDOW, SKIP = 27, PAPER_WINDOW, 1
-
+BATCHES = (8192, 32768)  # window tokens per forward call
 
 DEVICE = "cuda"
 TINY = dict(
@@ -40,7 +46,7 @@ TINY = dict(
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=16,
-)  # --tiny: a CPU dry run of this script's code paths
+)  # --smoke: a CPU dry run of this script's code paths
 
 
 def sync() -> None:
@@ -71,15 +77,56 @@ def qwen3_4b_random(tiny: bool = False):
     return model.eval()
 
 
+def paper_edges(count: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted distinct edges in 1..count-1 at the paper's candidate density."""
+    return np.sort(rng.choice(np.arange(1, count), round(count * PAPER_EDGES / PAPER_TOKENS), replace=False))
+
+
 def streams(count: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    per = PAPER_EDGES / PAPER_TOKENS
-    out = []
-    for _ in range(count):
-        ids = rng.integers(100, 400, STREAM)
-        edges = np.sort(rng.choice(np.arange(1, STREAM), round(per * STREAM), replace=False))
-        out.append((ids, edges))
-    return out
+    return [(rng.integers(100, 400, STREAM), paper_edges(STREAM, rng)) for _ in range(count)]
+
+
+def one_document(tokens: int, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(100, 400, tokens), paper_edges(tokens, rng))]
+
+
+def tiny_configs() -> dict:
+    """Small models of each RoPE family, for correctness on the device (Gemma 3 with sliding windows)."""
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
+
+    common = {**TINY, "num_hidden_layers": 3}
+    return {
+        "llama": LlamaConfig(**common),
+        "qwen3": Qwen3Config(**common),
+        "gemma3": Gemma3TextConfig(
+            **common,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        ),
+    }
+
+
+def correctness() -> list[dict]:
+    """Max |engine − per-edge reference| per readout, fp32, on this script's device."""
+    from transformers import AutoModelForCausalLM
+
+    from rr_fast.backends.torch import TorchBackend
+    from rr_fast.engine import Engine, ScoreConfig
+    from rr_fast.reference import reference_scores
+
+    rows = []
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 512, size=80)
+    edges = np.arange(1, 80, 3)
+    for name, config in tiny_configs().items():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(DEVICE).eval()
+        expected = reference_scores(model, ids, edges, [1], 2)
+        got = Engine(TorchBackend(model, DEVICE), [1], ScoreConfig(layer=2, readouts=("rr", "lr"))).score(ids, edges)
+        rows.append({"model": name, **{k: float(np.nanmax(np.abs(got[k] - expected[k]))) for k in got}})
+    return rows
 
 
 def matmul_peak(tiny: bool = False) -> dict[str, float]:
@@ -101,6 +148,32 @@ def matmul_peak(tiny: bool = False) -> dict[str, float]:
     return out
 
 
+def per_edge_loop(model, data, loop_edges: int) -> dict:
+    """The paper's loop on the first document: its full pass plus ``loop_edges`` edges, extrapolated to every
+    edge of the workload (the forward pre-hook stamps where the full pass ends)."""
+    from rr_fast.reference import reference_scores
+
+    ids, edges = data[0]
+    reference_scores(model, ids[:64], edges[edges < 40][:2], [], LAYER, readouts=("rr",))  # warm-up
+    starts: list[float] = []
+
+    def stamp(module, args) -> None:
+        sync()
+        starts.append(time.perf_counter())
+
+    hook = model.register_forward_pre_hook(stamp)
+    sync()
+    t0 = time.perf_counter()
+    reference_scores(model, ids, edges[:loop_edges], [], LAYER, readouts=("rr",))
+    sync()
+    t1 = time.perf_counter()
+    hook.remove()
+    full_s, per_edge = starts[1] - t0, (t1 - starts[1]) / loop_edges
+    wall = sum(full_s * len(i) / len(ids) + per_edge * len(e) for i, e in data)
+    tokens = sum(len(i) for i, _ in data)
+    return {"full_pass_s": full_s, "per_edge_s": per_edge, "wall_s": wall, "tokens_per_s": tokens / wall}
+
+
 def time_engine(engine, data) -> dict:
     engine.timings.clear()
     sync()
@@ -113,116 +186,55 @@ def time_engine(engine, data) -> dict:
     return {"wall_s": wall, "tokens_per_s": tokens / wall, "split": dict(engine.timings)}
 
 
-@torch.inference_mode()
-def device_rr(backend, ids: np.ndarray, edges: np.ndarray, batch_tokens: int) -> np.ndarray:
-    """RR with states, windows and cosines on the GPU (re-indexed windows, no BOS: Qwen3)."""
-    view = backend.view(LAYER)
-    row = torch.from_numpy(ids)[None].to(DEVICE)
-    full = view(input_ids=row, position_ids=torch.arange(len(ids), device=DEVICE)[None], use_cache=False)
-    full = full.last_hidden_state[0].float()
-    offsets = np.arange(WINDOW)
-    per_batch = max(1, batch_tokens // WINDOW)
-    out = torch.empty(len(edges), device=DEVICE)
-    ids_t = torch.from_numpy(ids).to(DEVICE)
-    for start in range(0, len(edges), per_batch):
-        b = edges[start : start + per_batch]
-        lengths = np.minimum(WINDOW, len(ids) - b)
-        index = torch.from_numpy(np.minimum(b[:, None] + offsets, len(ids) - 1)).to(DEVICE)
-        real = torch.from_numpy((offsets[None] < lengths[:, None]) & (offsets[None] >= SKIP)).to(DEVICE)
-        states = view(
-            input_ids=ids_t[index], position_ids=torch.arange(WINDOW, device=DEVICE)[None], use_cache=False
-        ).last_hidden_state.float()
-        cos = torch.nn.functional.cosine_similarity(full[index], states, dim=-1)
-        out[start : start + len(b)] = (cos * real).sum(1) / real.sum(1).clamp(min=1)
-    return out.cpu().numpy()
-
-
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="bench/out")
-    parser.add_argument("--streams", type=int, default=12)
-    parser.add_argument("--sample-edges", type=int, default=32)
-    parser.add_argument("--tiny", action="store_true", help="a small model on the CPU: checks the code paths")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT") or "bench/out")
+    parser.add_argument("--streams", type=int, default=12, help="paper-sized streams of 847 tokens")
+    parser.add_argument("--tokens", type=int, help="instead: one document of this many tokens")
+    parser.add_argument(
+        "--loop-edges", "--sample-edges", type=int, default=48, help="edges the per-edge loop is timed on"
+    )
+    parser.add_argument(
+        "--smoke", "--tiny", action="store_true", help="a small model on the CPU: checks the code paths"
+    )
     args = parser.parse_args(argv)
     global DEVICE
-    if args.tiny:
-        DEVICE = "cpu"
+    DEVICE = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     from rr_fast.backends.torch import TorchBackend
     from rr_fast.engine import Engine, ScoreConfig
-    from rr_fast.reference import reference_scores
 
-    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (tiny dry run)"
-    result: dict = {"device": name, "torch": torch.__version__}
-    started = time.perf_counter()
-    model = qwen3_4b_random(args.tiny)
-    result["init_s"] = time.perf_counter() - started
-    result["matmul_tflops"] = matmul_peak(args.tiny)
+    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    result: dict = {"device": name, "torch": torch.__version__, "smoke": args.smoke}
+    result["correctness_max_abs_diff"] = correctness()
     print(json.dumps(result), flush=True)
-    data = streams(args.streams)
+    started = time.perf_counter()
+    model = qwen3_4b_random(args.smoke)
+    result["init_s"] = time.perf_counter() - started
+    result["matmul_tflops"] = matmul_peak(args.smoke)
+    if args.tokens:
+        data = one_document(min(args.tokens, 300) if args.smoke else args.tokens)
+    else:
+        data = streams(1 if args.smoke else args.streams)
     tokens = sum(len(i) for i, _ in data)
-    edges = sum(len(e) for _, e in data)
-    result["workload"] = {"streams": len(data), "tokens": tokens, "edges": edges}
-
-    # the paper's loop: one stream, its full pass plus the first sample_edges edges, extrapolated per edge
-    ids, e = data[0]
-    reference_scores(model, ids[:64], e[e < 40][:2], [], LAYER, readouts=("rr",))
-    starts: list[float] = []
-
-    def stamp(module, args) -> None:
-        sync()
-        starts.append(time.perf_counter())
-
-    hook = model.register_forward_pre_hook(stamp)
-    sync()
-    t0 = time.perf_counter()
-    reference_scores(model, ids, e[: args.sample_edges], [], LAYER, readouts=("rr",))
-    sync()
-    t1 = time.perf_counter()
-    hook.remove()
-    full_s, per_edge = starts[1] - t0, (t1 - starts[1]) / args.sample_edges
-    per_stream = full_s + per_edge * len(e)
-    result["per_edge_loop"] = {
-        "full_pass_s": full_s,
-        "per_edge_s": per_edge,
-        "tokens_per_s": STREAM / per_stream,
-        "paper_workload_s": per_stream * PAPER_STREAMS,
-    }
+    result["workload"] = {"documents": len(data), "tokens": tokens, "edges": sum(len(e) for _, e in data)}
+    loop_edges = 4 if args.smoke else args.loop_edges
+    loop = per_edge_loop(model, data, loop_edges)
+    result["per_edge_loop"] = loop
     print(json.dumps(result["per_edge_loop"]), flush=True)
 
     backend = TorchBackend(model, DEVICE)
+    rows = [(f"per-edge loop (extrapolated from {loop_edges} edges + full pass)", loop["wall_s"])]
     for readout in ("rr", "lr"):
-        for batch in (4096, 16384):
+        for batch in BATCHES:
             engine = Engine(backend, [], ScoreConfig(layer=LAYER, readouts=(readout,), batch_tokens=batch))
-            time_engine(engine, data[:1])  # warm-up
-            r = time_engine(engine, data)
-            result[f"engine_{readout}_{batch}"] = r
-            print(readout, batch, json.dumps(r), flush=True)
-
-    # one long document: bigger window batches than a 847-token stream can fill
-    rng = np.random.default_rng(1)
-    long_ids = rng.integers(100, 400, 16384)
-    long_edges = np.sort(rng.choice(np.arange(1, 16384), round(16384 * PAPER_EDGES / PAPER_TOKENS), replace=False))
-    engine = Engine(backend, [], ScoreConfig(layer=LAYER, batch_tokens=16384))
-    result["engine_rr_long16k"] = time_engine(engine, [(long_ids, long_edges)])
-    print("long", json.dumps(result["engine_rr_long16k"]), flush=True)
-
-    for batch in (4096, 16384):
-        device_rr(backend, *data[0], batch)
-        sync()
-        t = time.perf_counter()
-        for ids, e in data:
-            device_rr(backend, ids, e, batch)
-        sync()
-        result[f"device_rr_{batch}"] = {"tokens_per_s": tokens / (time.perf_counter() - t)}
-        t = time.perf_counter()
-        device_rr(backend, long_ids, long_edges, batch)
-        sync()
-        result[f"device_rr_long16k_{batch}"] = {"tokens_per_s": len(long_ids) / (time.perf_counter() - t)}
-    # agreement of the device readout with the engine's numpy readout (bf16 model: loose)
-    a = Engine(backend, [], ScoreConfig(layer=LAYER, batch_tokens=4096)).score(*data[0])["rr"]
-    b = device_rr(backend, *data[0], 4096)
-    result["device_rr_max_abs_diff_vs_engine"] = float(np.nanmax(np.abs(a - b)))
-    print(json.dumps(result), flush=True)
+            time_engine(engine, [(ids[:256], edges[edges < 200]) for ids, edges in data[:1]])  # warm-up
+            timed = time_engine(engine, data)
+            result[f"engine_{readout}_{batch}"] = {**timed, "ratio": loop["wall_s"] / timed["wall_s"]}
+            rows.append((f"engine {readout.upper()}, batch {batch:,} window tokens", timed["wall_s"]))
+    print("| method | seconds | source tok/s | × per-edge loop |\n| --- | --- | --- | --- |")
+    for method, seconds in rows:
+        print(f"| {method} | {seconds:.2f} | {tokens / seconds:.0f} | {loop['wall_s'] / seconds:.1f} |")
+    print(json.dumps(result, indent=1), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "speed_gpu.json").write_text(json.dumps(result, indent=1))
     return result
