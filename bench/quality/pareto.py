@@ -44,17 +44,17 @@ STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
 # the options tried: ChunkerConfig changes from the default (SmolLM2, lr, W 96, step 8, fp32)
 OPTIONS: dict[str, dict] = {
     "default": {},
-    "rr+lr@w96": {"readout": "rr+lr"},
-    "lr@w64": {"window": 64},
-    "rr+lr@w64": {"readout": "rr+lr", "window": 64},
-    "lr@w48": {"window": 48},
-    "rr@w32": {"readout": "rr", "window": 32},
     "rr+lr@w32": {"readout": "rr+lr", "window": 32},
+    "rr+lr@w24+bos": {"readout": "rr+lr", "window": 24, "reset_prefix": "bos"},
+    "rr@w48+bos": {"readout": "rr", "window": 48, "reset_prefix": "bos"},
+    "rr@w32+bos": {"readout": "rr", "window": 32, "reset_prefix": "bos"},
+    "rr@w24+bos": {"readout": "rr", "window": 24, "reset_prefix": "bos"},
     "rr@w24": {"readout": "rr", "window": 24},
-    "rr@w24-step16": {"readout": "rr", "window": 24, "step": 16},
-    "rr@w16-step16": {"readout": "rr", "window": 16, "step": 16},
-    "lr@w96-step16": {"step": 16},
-    "lr@w64-step16": {"window": 64, "step": 16},
+    "rr@w24+bos-step16": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16},
+    "rr@w24+bos-step16-int8": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16, "dtype": "int8"},
+    "rr@w16+bos-step16": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16},
+    "lr@w96-int8": {"dtype": "int8"},
+    "lr@w96-shortlist0.25": {"shortlist": 0.25, "shortlist_window": 12},
 }
 SPEED_FLOORS = {"balanced": 3.0, "fast": 10.0}  # × the default's source tokens/s (issue 14's targets)
 
