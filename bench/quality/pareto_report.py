@@ -82,7 +82,8 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True) -> str:
         "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
         "with its own ρ calibrated on the 15 calibration streams; speed is the whole `chunk` call on the first "
         f"evaluation stream ({speed['tokens']:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
-        "(one warm-up call, best of 2); the ratio to the default, measured in the same run, is over process CPU "
+        "(a warm-up call on its first 2,000 characters, then one timed call); the ratio to the default, "
+        "measured in the same run, is over process CPU "
         "time, which other jobs on this shared machine disturb far less than wall time. Peers run as shipped "
         "(bench/quality/peers.py) on the same text.",
         "",
