@@ -121,14 +121,22 @@ def without_repeated_ids(documents: Iterable[Document], repeated: set[str]) -> I
             yield document
 
 
+def folder_files(folder: Path) -> list[Path]:
+    """The documents of a folder, in the order they are read: every .txt/.md file below it, sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+
+
+def file_document(doc_id: str, data: bytes) -> Document:
+    """One file's bytes as a document (UTF-8, else an error with the offending byte)."""
+    try:
+        return Document(doc_id, data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return Document(doc_id, None, f"invalid UTF-8 at byte {error.start}")
+
+
 def _read_folder(folder: Path) -> Iterator[Document]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
-    for path in files:
-        doc_id = path.relative_to(folder).as_posix()
-        try:
-            yield Document(doc_id, path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as error:
-            yield Document(doc_id, None, f"invalid UTF-8 at byte {error.start}")
+    for path in folder_files(folder):
+        yield file_document(path.relative_to(folder).as_posix(), path.read_bytes())
 
 
 def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
@@ -142,7 +150,7 @@ def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 yield Document(where, None, f"not a JSON line: {error}")
                 continue
-            yield _record_document(record, where, id_field, text_field)
+            yield record_document(record, where, id_field, text_field)
 
 
 def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
@@ -155,10 +163,11 @@ def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Docume
     for batch in file.iter_batches(columns=[id_field, text_field], batch_size=1024):
         for record in batch.to_pylist():
             row += 1
-            yield _record_document(record, f"{path.name}:{row}", id_field, text_field)
+            yield record_document(record, f"{path.name}:{row}", id_field, text_field)
 
 
-def _record_document(record: Any, where: str, id_field: str, text_field: str) -> Document:
+def record_document(record: Any, where: str, id_field: str, text_field: str) -> Document:
+    """One JSONL or Parquet record as a document; ``where`` (file:line) names it when it has no id."""
     if not isinstance(record, dict):
         return Document(where, None, "not a JSON object")
     doc_id = record.get(id_field)
