@@ -308,9 +308,10 @@ def _split_rows(staging: Path, chunks: Path, errors: Path) -> dict:
             totals["errors"] += bad.num_rows
             totals["documents"] += bad.num_rows + (pc.sum(pc.equal(good.column("chunk_index"), 0)).as_py() or 0)
             part.unlink()
-    for folder in staging.iterdir():
-        folder.rmdir()
-    staging.rmdir()
+    if staging.exists():  # absent when the inputs held no document
+        for folder in staging.iterdir():
+            folder.rmdir()
+        staging.rmdir()
     return totals
 
 
