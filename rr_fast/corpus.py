@@ -13,6 +13,10 @@ last: a shard exists exactly when all its documents are done. So ``--resume`` af
 ``kill -9``, skips the finished shards and redoes only the rest, and the output equals an uninterrupted
 run's, whatever the number of workers (shard boundaries do not depend on them).
 
+An id must name one document. Documents that share an id (two records with the same id, one file name in
+two input folders) all go to the errors file: no chunk id could say which of them it came from, and keeping
+only the first would make the output depend on the order of the inputs (and, on Ray, of the readers).
+
 ``--workers N`` runs N processes, shards dealt round-robin: on CPUs the threads are split between them;
 with CUDA one process per GPU (every visible GPU by default).
 """
@@ -37,6 +41,7 @@ from rr_fast.errors import RRFastError
 COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced")
 TEXT_SUFFIXES = (".txt", ".md")
 EXIT_DOCUMENT_ERRORS = 3  # the run finished, but some documents went to errors.jsonl
+DUPLICATE_ID = "duplicate doc_id: another document has the same id (ids must be unique)"
 MANIFEST_VERSION = 1
 
 
@@ -94,14 +99,44 @@ def read_documents(inputs: list[str], id_field: str = "id", text_field: str = "t
             raise RRFastError(f"unknown input type {name!r}: give .jsonl, .parquet or a folder of .txt/.md files")
 
 
+def repeated_ids(documents: Iterable[Document]) -> set[str]:
+    """Ids that more than one readable document carries (an unreadable one is reported for its own reason).
+
+    Memory grows with the number of distinct ids (not with the text), which a corpus run can afford.
+    """
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for document in documents:
+        if document.error is None:
+            (repeated if document.doc_id in seen else seen).add(document.doc_id)
+    return repeated
+
+
+def without_repeated_ids(documents: Iterable[Document], repeated: set[str]) -> Iterator[Document]:
+    """Each document whose id is shared becomes an error, so no two documents write the same chunk ids."""
+    for document in documents:
+        if document.error is None and document.doc_id in repeated:
+            yield Document(document.doc_id, None, DUPLICATE_ID)
+        else:
+            yield document
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """The documents of a folder, in the order they are read: every .txt/.md file below it, sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+
+
+def file_document(doc_id: str, data: bytes) -> Document:
+    """One file's bytes as a document (UTF-8, else an error with the offending byte)."""
+    try:
+        return Document(doc_id, data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return Document(doc_id, None, f"invalid UTF-8 at byte {error.start}")
+
+
 def _read_folder(folder: Path) -> Iterator[Document]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
-    for path in files:
-        doc_id = path.relative_to(folder).as_posix()
-        try:
-            yield Document(doc_id, path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as error:
-            yield Document(doc_id, None, f"invalid UTF-8 at byte {error.start}")
+    for path in folder_files(folder):
+        yield file_document(path.relative_to(folder).as_posix(), path.read_bytes())
 
 
 def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
@@ -115,7 +150,7 @@ def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 yield Document(where, None, f"not a JSON line: {error}")
                 continue
-            yield _record_document(record, where, id_field, text_field)
+            yield record_document(record, where, id_field, text_field)
 
 
 def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
@@ -128,10 +163,11 @@ def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Docume
     for batch in file.iter_batches(columns=[id_field, text_field], batch_size=1024):
         for record in batch.to_pylist():
             row += 1
-            yield _record_document(record, f"{path.name}:{row}", id_field, text_field)
+            yield record_document(record, f"{path.name}:{row}", id_field, text_field)
 
 
-def _record_document(record: Any, where: str, id_field: str, text_field: str) -> Document:
+def record_document(record: Any, where: str, id_field: str, text_field: str) -> Document:
+    """One JSONL or Parquet record as a document; ``where`` (file:line) names it when it has no id."""
     if not isinstance(record, dict):
         return Document(where, None, "not a JSON object")
     doc_id = record.get(id_field)
@@ -215,10 +251,18 @@ def done_shards(output: Path) -> set[int]:
     return {int(p.name[5:10]) for p in output.glob("part-*.parquet")}
 
 
-def run_worker(config: RunConfig, worker: int, workers: int, device: str | None, report) -> int:
+def run_worker(
+    config: RunConfig,
+    worker: int,
+    workers: int,
+    device: str | None,
+    report,
+    repeated: set[str] | frozenset = frozenset(),
+) -> int:
     """Chunk this worker's unfinished shards; returns the number of documents in the input.
 
-    report(documents, tokens) is called after each finished document.
+    report(documents, tokens) is called after each finished document; ``repeated``: the ids that several
+    documents share (``repeated_ids``), reported as errors.
     """
     from rr_fast.chunker import Chunker
 
@@ -234,7 +278,8 @@ def run_worker(config: RunConfig, worker: int, workers: int, device: str | None,
 
     def mine():
         nonlocal count
-        for number, document in enumerate(read_documents(list(config.inputs), config.id_field, config.text_field)):
+        documents = read_documents(list(config.inputs), config.id_field, config.text_field)
+        for number, document in enumerate(without_repeated_ids(documents, repeated)):
             count = number + 1
             shard = number // config.shard_docs
             if shard % workers == worker and shard not in skip:
@@ -308,6 +353,8 @@ def run(
         previous = json.loads(manifest_path.read_text())
         if previous.get("run") != config.manifest_key():
             raise RRFastError(f"{output} was written with other inputs or options: cannot resume it with these")
+    # a first pass over the input: whether an id is shared is known only once every document has been seen
+    repeated = repeated_ids(read_documents(list(config.inputs), config.id_field, config.text_field))
     output.mkdir(parents=True, exist_ok=True)
     for leftover in output.glob(".*.tmp"):
         leftover.unlink()
@@ -316,21 +363,23 @@ def run(
     devices = devices or [None] * workers
     bar = _Progress(progress, already * config.shard_docs)
     if workers == 1:
-        total = run_worker(config, 0, 1, devices[0], bar.update)
+        total = run_worker(config, 0, 1, devices[0], bar.update, repeated)
     else:
-        total = _run_processes(config, workers, devices, bar)
+        total = _run_processes(config, workers, devices, bar, repeated)
     bar.close()
     return _finish(output, config, total)
 
 
-def _run_processes(config: RunConfig, workers: int, devices: list, bar) -> int:
+def _run_processes(config: RunConfig, workers: int, devices: list, bar, repeated: set[str]) -> int:
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // workers)
     processes = [
-        context.Process(target=_process_main, args=(config, w, workers, devices[w], threads, queue), daemon=True)
+        context.Process(
+            target=_process_main, args=(config, w, workers, devices[w], threads, queue, repeated), daemon=True
+        )
         for w in range(workers)
     ]
     for process in processes:
@@ -353,13 +402,13 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar) -> int:
     return total
 
 
-def _process_main(config, worker, workers, device, threads, queue) -> None:
+def _process_main(config, worker, workers, device, threads, queue, repeated) -> None:
     if device is None or device == "cpu":
         import torch
 
         torch.set_num_threads(threads)
     try:
-        total = run_worker(config, worker, workers, device, lambda d, t: queue.put(("progress", d, t)))
+        total = run_worker(config, worker, workers, device, lambda d, t: queue.put(("progress", d, t)), repeated)
         queue.put(("done", total))
     except Exception as error:  # reported as the run's one-line error by the parent
         queue.put(("failed", f"worker {worker}: {error}"))

@@ -1,23 +1,43 @@
-"""Corpus chunking on a Ray cluster (``pip install "rr-fast[ray]"``): a Ray Data pipeline.
+"""Corpus chunking on a Ray cluster (``pip install "rr-fast[ray]"``): a Ray Data pipeline that streams.
 
-    read_parquet / read_json  →  map_batches(ChunkActor, ActorPoolStrategy, num_gpus per actor)  →  write_parquet
+    read_parquet / read_json / read_binary_files  →  map_batches(to documents)
+        →  map_batches(ChunkActor, ActorPoolStrategy, num_gpus per actor)  →  write_parquet
 
 ``chunk_dataset`` takes and returns a ``ray.data.Dataset``; ``python -m rr_fast.corpus INPUT... --output DIR
---ray auto|ADDRESS`` runs the whole pipeline on an existing cluster. Each actor loads the model once and
-chunks its batches with ``Chunker.chunk_many``, so the rows equal the single-machine run's. Ray is imported
-only when this module is used.
+--ray auto|ADDRESS`` runs the whole pipeline on an existing cluster. No input is gathered on the driver or
+materialized in the object store: Ray tasks read, each actor loads the model once and chunks its batches
+with ``Chunker.chunk_many``, and the writers take the chunks as they come, so the rows and their order equal
+the single-machine run's. The driver sees the document ids once before chunking (as in ``rr_fast.corpus``,
+documents that share an id all go to the errors file), and at the end splits Ray's files, one at a time,
+into the chunk files and the errors file. Ray is imported only when this module is used.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rr_fast.corpus import COLUMNS, Document, RunConfig, chunk_documents, chunk_rows, error_reason, read_documents
+from rr_fast.corpus import (
+    COLUMNS,
+    Document,
+    RunConfig,
+    chunk_documents,
+    chunk_rows,
+    error_reason,
+    file_document,
+    folder_files,
+    record_document,
+    repeated_ids,
+    without_repeated_ids,
+)
 from rr_fast.errors import RRFastError
 
 RAY_HINT = 'rr_fast.ray needs Ray Data: pip install "rr-fast[ray]"'
+DOCUMENT_COLUMNS = ("doc_id", "text", "error")  # the documents stage; error: the reader's reason, else null
 
 
 def _ray():
@@ -29,42 +49,10 @@ def _ray():
     return ray
 
 
-class ChunkActor:
-    """A Ray Data actor: loads the model once, then chunks each batch of documents into chunk rows.
+def document_schema():
+    import pyarrow as pa
 
-    Documents that cannot be chunked become one row with ``error`` set and the chunk columns null.
-    """
-
-    def __init__(self, chunker: dict, id_field: str = "id", text_field: str = "text", threads: int | None = None):
-        from rr_fast.chunker import Chunker
-
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-        self.chunker = Chunker(**chunker)
-        self.id_field, self.text_field = id_field, text_field
-
-    def __call__(self, batch):
-        import pyarrow as pa
-
-        ids = batch.column(self.id_field).to_pylist()
-        texts = batch.column(self.text_field).to_pylist()
-        documents = []
-        for doc_id, text in zip(ids, texts):
-            if doc_id is None:
-                documents.append(Document("", None, f"no {self.id_field!r} field"))
-            elif not isinstance(text, str):
-                documents.append(Document(str(doc_id), None, f"field {self.text_field!r} is missing or not a string"))
-            else:
-                documents.append(Document(str(doc_id), text))
-        rows = []
-        for document, result in chunk_documents(self.chunker, documents):
-            if isinstance(result, RRFastError):
-                rows.append({"doc_id": document.doc_id, "error": error_reason(document, result)})
-            else:
-                rows.extend(dict(row, error=None) for row in chunk_rows(document.doc_id, result))
-        return pa.Table.from_pylist(rows, schema=output_schema())
+    return pa.schema([(name, pa.string()) for name in DOCUMENT_COLUMNS])
 
 
 def output_schema():
@@ -73,6 +61,87 @@ def output_schema():
     from rr_fast.corpus import schema
 
     return schema().append(pa.field("error", pa.string()))
+
+
+def _document_table(documents: list[Document]):
+    import pyarrow as pa
+
+    columns = {
+        "doc_id": [d.doc_id for d in documents],
+        "text": [d.text for d in documents],
+        "error": [d.error for d in documents],
+    }
+    return pa.Table.from_pydict(columns, schema=document_schema())
+
+
+class RecordDocuments:
+    """Records with ``id_field`` and ``text_field`` columns → documents, as ``rr_fast.corpus`` reads them."""
+
+    def __init__(self, id_field: str, text_field: str):
+        self.id_field, self.text_field = id_field, text_field
+
+    def __call__(self, batch):
+        def column(name: str) -> list:
+            return batch.column(name).to_pylist() if name in batch.column_names else [None] * batch.num_rows
+
+        records = (
+            {self.id_field: i, self.text_field: t} for i, t in zip(column(self.id_field), column(self.text_field))
+        )
+        return _document_table([record_document(r, "", self.id_field, self.text_field) for r in records])
+
+
+class FileDocuments:
+    """``read_binary_files`` rows (path, bytes) → documents whose id is the path inside ``folder``."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+
+    def __call__(self, batch):
+        paths, contents = batch.column("path").to_pylist(), batch.column("bytes").to_pylist()
+        ids = [Path(os.sep, path).relative_to(self.folder).as_posix() for path in paths]
+        return _document_table([file_document(i, data) for i, data in zip(ids, contents)])
+
+
+class ChunkActor:
+    """A Ray Data actor: loads the model once, then chunks each batch of documents into chunk rows.
+
+    Batches have ``DOCUMENT_COLUMNS``. Documents that cannot be chunked (the reader's error, a shared id in
+    ``repeated``, or the chunker's) become one row with ``error`` set and the chunk columns null.
+    """
+
+    def __init__(self, chunker: dict, repeated: frozenset[str] = frozenset(), threads: int | None = None):
+        from rr_fast.chunker import Chunker
+
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        self.chunker = Chunker(**chunker)
+        self.repeated = repeated
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        read = [Document(*row) for row in zip(*(batch.column(name).to_pylist() for name in DOCUMENT_COLUMNS))]
+        rows = []
+        for document, result in chunk_documents(self.chunker, without_repeated_ids(read, self.repeated)):
+            if isinstance(result, RRFastError):
+                rows.append({"doc_id": document.doc_id, "error": error_reason(document, result)})
+            else:
+                rows.extend(dict(row, error=None) for row in chunk_rows(document.doc_id, result))
+        return pa.Table.from_pylist(rows, schema=output_schema())
+
+
+def shared_ids(*datasets: Any) -> frozenset[str]:
+    """The ids several readable documents carry; only the id and error columns travel to the driver."""
+
+    def ids() -> Iterator[Document]:
+        for documents in datasets:
+            for batch in documents.select_columns(["doc_id", "error"]).iter_batches(batch_format="pyarrow"):
+                for doc_id, error in zip(batch.column("doc_id").to_pylist(), batch.column("error").to_pylist()):
+                    yield Document(doc_id, None, error)
+
+    return frozenset(repeated_ids(ids()))
 
 
 def chunk_dataset(
@@ -90,26 +159,44 @@ def chunk_dataset(
     chunk rows (rr_fast.corpus.COLUMNS plus ``error``, set on one row per document that failed).
 
     chunker: Chunker keyword arguments (ChunkerConfig fields; ``limits`` may be a dict). actors: the actor
-    pool's size (default: the cluster's GPUs when num_gpus > 0, else its CPUs divided by cpus_per_actor). A
-    pool that holds every CPU leaves none for reading: materialize ``dataset`` first, or size the pool below
-    the cluster.
+    pool's size (default: the cluster's GPUs when num_gpus > 0, else its CPUs but one, left for reading and
+    writing, divided by cpus_per_actor). The ids are read once before this returns (documents that share an
+    id are errors); the chunking itself runs when the result is consumed.
     """
+    documents = dataset.select_columns([id_field, text_field]).map_batches(
+        RecordDocuments(id_field, text_field), batch_format="pyarrow"
+    )
+    return chunk_documents_dataset(
+        documents, chunker, actors=actors, num_gpus=num_gpus, cpus_per_actor=cpus_per_actor, batch_size=batch_size
+    )
+
+
+def chunk_documents_dataset(
+    documents: Any,
+    chunker: dict | None = None,
+    *,
+    repeated: frozenset[str] | None = None,
+    actors: int | None = None,
+    num_gpus: float = 0,
+    cpus_per_actor: float = 1,
+    batch_size: int = 64,
+) -> Any:
+    """``chunk_dataset`` for a Dataset that already has ``DOCUMENT_COLUMNS`` (``read_datasets``'s); ``repeated``:
+    the shared ids when the caller knows them (``shared_ids``), else they are read from ``documents`` first."""
     ray = _ray()
     from ray.data import ActorPoolStrategy
 
-    options = dict(chunker or {})
     if actors is None:
         resources = ray.cluster_resources()
-        actors = (
-            int(resources.get("GPU", 0) // num_gpus) if num_gpus else int(resources.get("CPU", 1) // cpus_per_actor)
-        )
-    dataset = dataset.select_columns([id_field, text_field])
-    return dataset.map_batches(
+        if num_gpus:
+            actors = int(resources.get("GPU", 0) // num_gpus)
+        else:  # an actor pool holding every CPU would starve the read and write tasks
+            actors = int((resources.get("CPU", 1) - 1) // cpus_per_actor)
+    return documents.map_batches(
         ChunkActor,
         fn_constructor_kwargs={
-            "chunker": options,
-            "id_field": id_field,
-            "text_field": text_field,
+            "chunker": dict(chunker or {}),
+            "repeated": shared_ids(documents) if repeated is None else repeated,
             "threads": max(1, int(cpus_per_actor)),
         },
         batch_format="pyarrow",
@@ -120,24 +207,47 @@ def chunk_dataset(
     )
 
 
-def read_dataset(inputs: list[str], id_field: str, text_field: str) -> Any:
-    """JSONL and Parquet through Ray's readers (parallel, on the cluster); folders are read here."""
+def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any]:
+    """The inputs as lazy Datasets of documents (``DOCUMENT_COLUMNS``), read by Ray tasks: one Dataset per run
+    of consecutive inputs of one kind, whose rows keep the input order.
+
+    JSONL and Parquet through Ray's readers (URLs such as s3:// go to Ray as they are); folders' files through
+    ``read_binary_files`` (the driver lists their paths, as ``rr_fast.corpus`` does, but reads none of them).
+    Not one Dataset for all: ``Dataset.union`` interleaves its inputs' rows even when told to preserve order.
+    """
     ray = _ray()
-    parts = []
+    runs: list[tuple[str, list[str]]] = []
     for name in inputs:
         path = Path(name)
-        where = name if "://" in name else str(path.resolve())  # URLs (s3://, gs://) go to Ray as they are
+        where = name if "://" in name else str(path.resolve())
         if path.suffix == ".parquet":
-            parts.append(ray.data.read_parquet(where))
+            kind, paths = "parquet", [where]
         elif path.suffix in (".jsonl", ".json", ".ndjson"):
-            parts.append(ray.data.read_json(where, lines=True))
+            kind, paths = "jsonl", [where]
         elif path.is_dir():
-            rows = [{id_field: d.doc_id, text_field: d.text} for d in read_documents([name]) if d.error is None]
-            parts.append(ray.data.from_items(rows))
+            kind, paths = "folder", [str(p.resolve()) for p in folder_files(path)]
+            if not paths:
+                continue
+            kind = f"folder:{path.resolve()}"  # a folder's ids are relative to it: never mixed with another's
         else:
             raise RRFastError(f"input not found or not .jsonl, .parquet or a folder: {name}")
-    dataset = parts[0]
-    return dataset.union(*parts[1:]) if len(parts) > 1 else dataset
+        if runs and runs[-1][0] == kind and not kind.startswith("folder:"):
+            runs[-1][1].extend(paths)
+        else:
+            runs.append((kind, paths))
+    to_documents = RecordDocuments(id_field, text_field)
+    datasets = []
+    for kind, paths in runs:
+        if kind == "parquet":
+            records = ray.data.read_parquet(paths, columns=[id_field, text_field])
+            datasets.append(records.map_batches(to_documents, batch_format="pyarrow"))
+        elif kind == "jsonl":
+            records = ray.data.read_json(paths, lines=True, file_extensions=None)
+            datasets.append(records.map_batches(to_documents, batch_format="pyarrow"))
+        else:
+            contents = ray.data.read_binary_files(paths, include_paths=True)
+            datasets.append(contents.map_batches(FileDocuments(kind[len("folder:") :]), batch_format="pyarrow"))
+    return datasets
 
 
 def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, num_gpus: float | None = None) -> dict:
@@ -153,27 +263,60 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     if num_gpus is None:
         num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.chunker.get("device") != "cpu" else 0
-    # read first: an actor pool holding every CPU would otherwise starve the read tasks (a deadlock on small clusters)
-    dataset = read_dataset(list(config.inputs), config.id_field, config.text_field).materialize()
-    chunked = chunk_dataset(
-        dataset, config.chunker, id_field=config.id_field, text_field=config.text_field, num_gpus=num_gpus
-    ).materialize()
-    chunks = chunked.filter(lambda row: row["error"] is None).select_columns(list(COLUMNS))
-    errors = chunked.filter(lambda row: row["error"] is not None).take_all()
-    output.mkdir(parents=True, exist_ok=True)
-    chunks.write_parquet(str((output / "chunks").resolve()))
-    (output / "errors.jsonl").write_text(
-        "".join(json.dumps({"doc_id": e["doc_id"], "reason": e["error"]}, ensure_ascii=False) + "\n" for e in errors)
-    )
-    documents = chunked.unique("doc_id")
+    datasets = read_datasets(list(config.inputs), config.id_field, config.text_field)
+    repeated = shared_ids(*datasets)
+    staging = output / ".rows"
+    for number, documents in enumerate(datasets):
+        chunked = chunk_documents_dataset(documents, config.chunker, repeated=repeated, num_gpus=num_gpus)
+        chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
+    counts = _split_rows(staging, output / "chunks", output / "errors.jsonl")
     manifest = {
         "status": "complete",
         "run": config.manifest_key() | {"ray": address},
-        "documents": len(documents),
-        "chunks": chunks.count(),
-        "errors": len(errors),
+        **counts,
         "columns": list(COLUMNS),
         "chunks_folder": "chunks",
     }
     (output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def _split_rows(staging: Path, chunks: Path, errors: Path) -> dict:
+    """Ray's output files, one at a time and in order, into chunk files (``COLUMNS``) and the errors file.
+
+    One streaming write cannot feed two sinks, so the rows go through the driver once here; only one file's
+    rows are in memory at a time.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    chunks.mkdir(parents=True, exist_ok=True)
+    totals = {"documents": 0, "chunks": 0, "errors": 0}
+    written = 0
+    with errors.open("w", encoding="utf-8") as lines:
+        for part in sorted(staging.glob("*/*.parquet"), key=_write_order):
+            table = pq.read_table(part)
+            failed = pc.is_valid(table.column("error"))
+            good = table.filter(pc.invert(failed)).select(list(COLUMNS))
+            bad = table.filter(failed)
+            if good.num_rows:
+                pq.write_table(good, chunks / f"part-{written:05d}.parquet")
+                written += 1
+            for doc_id, reason in zip(bad.column("doc_id").to_pylist(), bad.column("error").to_pylist()):
+                lines.write(json.dumps({"doc_id": doc_id, "reason": reason}, ensure_ascii=False) + "\n")
+            totals["chunks"] += good.num_rows
+            totals["errors"] += bad.num_rows
+            totals["documents"] += bad.num_rows + (pc.sum(pc.equal(good.column("chunk_index"), 0)).as_py() or 0)
+            part.unlink()
+    if staging.exists():  # absent when the inputs held no document
+        for folder in staging.iterdir():
+            folder.rmdir()
+        staging.rmdir()
+    return totals
+
+
+def _write_order(part: Path) -> tuple:
+    """Where a file of ``write_parquet`` falls in the Dataset's order: one folder per Dataset, numbered in input
+    order; Ray names a write task's files ``..._TASK-I.parquet`` (task index, then file within the task)."""
+    numbers = re.search(r"_(\d+)-(\d+)\.parquet$", part.name)
+    return (part.parent.name, *(int(n) for n in numbers.groups())) if numbers else (part.parent.name, part.name)

@@ -5,6 +5,7 @@ over the text with every candidate, the chosen cuts, forced cuts (plain token ed
 fit the limits) dashed in red, the cut penalty ρ, and a strip of chunk lengths against the min/max band; below
 it the text itself, one background per chunk, each with a tooltip. ``plot`` draws the same curve with
 matplotlib (the ``[plot]`` extra). Both take the text, the ``Scores`` and the chunks of ``Chunker.explain``.
+``draw_curve`` draws the curve onto a given matplotlib ``Axes``, for figures of one's own (bench/quality's).
 """
 
 from __future__ import annotations
@@ -100,6 +101,59 @@ def plot(
     unit: str = "model tokens",
 ) -> None:
     """Save the score curve with candidates, cuts, forced cuts and the length band as a PNG (matplotlib)."""
+    plt = _pyplot()
+    figure, (curve, strip) = plt.subplots(
+        2, 1, figsize=(10, 3.6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}, constrained_layout=True
+    )
+    cuts = cuts_of(chunks)
+    draw_curve(curve, scores, cuts, len(text), penalty)
+    _draw_lengths(strip, chunks, limits, unit)
+    draw_cut_lines(strip, cuts)
+    if penalty is not None:
+        curve.legend(loc="upper right", fontsize=8)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def draw_curve(axes, scores: Scores, cuts: Sequence[Cut], length: int, penalty: float | None = None) -> None:
+    """The score curve of one text on a matplotlib ``Axes``: one pale band per chunk, the utility (else the
+    first readout) at every candidate, the cut penalty ρ, and the cuts (forced ones dashed red).
+
+    ``plot`` and the quality benchmark's figure both draw with it; a caller may add to the Axes (the
+    benchmark marks the true record boundaries).
+    """
+    edges = [0, *(cut.char for cut in cuts), length]
+    for i, (start, end) in enumerate(zip(edges, edges[1:])):
+        axes.axvspan(start, end, color=PALETTE[i % len(PALETTE)], lw=0)
+    values = curve_values(scores) if len(scores.chars) else np.zeros(0)
+    finite = np.isfinite(values)
+    axes.plot(scores.chars[finite], values[finite], color="#1f2937", lw=1)
+    axes.scatter(scores.chars[finite], values[finite], s=6, color="#1f2937", zorder=3)
+    if penalty is not None:
+        axes.axhline(penalty, color="#6b7280", ls=":", lw=1, label=f"ρ = {penalty:.2f}")
+    draw_cut_lines(axes, cuts)
+    axes.set_ylabel("utility" if scores.utility is not None else "readout")
+    axes.set_xlim(0, max(length, 1))
+
+
+def draw_cut_lines(axes, cuts: Sequence[Cut]) -> None:
+    """Every cut as a vertical line: chosen cuts solid blue, forced cuts dashed red (as in the HTML view)."""
+    for cut in cuts:
+        style = {"color": "#dc2626", "ls": "--"} if cut.forced else {"color": "#2563eb", "ls": "-"}
+        axes.axvline(cut.char, lw=1.2, **style)
+
+
+def _draw_lengths(axes, chunks: Sequence[Chunk], limits: Limits | None, unit: str) -> None:
+    lengths = [c.length if c.length is not None else c.token_count for c in chunks]
+    axes.bar([c.start for c in chunks], lengths, width=[c.end - c.start for c in chunks], align="edge", color="#9ca3af")
+    if limits is not None:
+        axes.axhspan(limits.min_tokens, limits.max_tokens, color="#86efac", alpha=0.4, lw=0)
+        axes.axhline(limits.target_tokens, color="#15803d", ls=":", lw=1)
+    axes.set_ylabel(unit.split()[-1] if unit else "length")
+    axes.set_xlabel("character offset")
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -107,36 +161,7 @@ def plot(
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("rr_fast.plot needs matplotlib: pip install 'rr-fast[plot]'") from None
-    values = curve_values(scores)
-    finite = np.isfinite(values)
-    figure, (curve, strip) = plt.subplots(
-        2, 1, figsize=(10, 3.6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}, constrained_layout=True
-    )
-    for i, chunk in enumerate(chunks):
-        curve.axvspan(chunk.start, chunk.end, color=PALETTE[i % len(PALETTE)], lw=0)
-    curve.plot(scores.chars[finite], values[finite], color="#1f2937", lw=1)
-    curve.scatter(scores.chars[finite], values[finite], s=6, color="#1f2937", zorder=3)
-    if penalty is not None:
-        curve.axhline(penalty, color="#6b7280", ls=":", lw=1, label=f"ρ = {penalty:.2f}")
-    for cut in cuts_of(chunks):
-        style = {"color": "#dc2626", "ls": "--"} if cut.forced else {"color": "#2563eb", "ls": "-"}
-        for axis in (curve, strip):
-            axis.axvline(cut.char, lw=1.2, **style)
-    curve.set_ylabel("utility" if scores.utility is not None else "readout")
-    curve.set_xlim(0, max(len(text), 1))
-    lengths = [c.length if c.length is not None else c.token_count for c in chunks]
-    strip.bar(
-        [c.start for c in chunks], lengths, width=[c.end - c.start for c in chunks], align="edge", color="#9ca3af"
-    )
-    if limits is not None:
-        strip.axhspan(limits.min_tokens, limits.max_tokens, color="#86efac", alpha=0.4, lw=0)
-        strip.axhline(limits.target_tokens, color="#15803d", ls=":", lw=1)
-    strip.set_ylabel(unit.split()[-1] if unit else "length")
-    strip.set_xlabel("character offset")
-    if penalty is not None:
-        curve.legend(loc="upper right", fontsize=8)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    return plt
 
 
 def _x_scale(length: int):

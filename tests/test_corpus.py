@@ -146,3 +146,32 @@ def test_two_worker_processes_write_the_same_output(tiny, tmp_path):
     assert main([str(data), "-o", str(one), "--shard-docs", "2", "-q", *options(tiny)]) == 0
     assert main([str(data), "-o", str(two), "--shard-docs", "2", "-q", "--workers", "2", *options(tiny)]) == 0
     assert output_files(one) == output_files(two)
+
+
+def test_documents_that_share_an_id_go_to_the_errors_file(tiny, tmp_path):
+    texts = make_texts(6)
+    records = [{"id": "d0", "text": texts[0]}, {"id": "twice", "text": texts[1]}, {"id": "d2", "text": texts[2]}]
+    records += [{"id": "twice", "text": texts[3]}, {"id": "d4", "text": texts[4]}]
+    data = write_jsonl(tmp_path / "a.jsonl", records)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, text in ((first, texts[0]), (second, texts[5])):  # one file name in two input folders
+        folder.mkdir()
+        (folder / "same.txt").write_text(text)
+    (second / "other.txt").write_text(texts[5])
+    out = tmp_path / "out"
+    code = main([str(data), str(first), str(second), "-o", str(out), "--shard-docs", "2", "-q", *options(tiny)])
+    assert code == EXIT_DOCUMENT_ERRORS
+    rows = read_output(out)
+    assert len({r["chunk_id"] for r in rows}) == len(rows)
+    assert list(dict.fromkeys(r["doc_id"] for r in rows)) == ["d0", "d2", "d4", "other.txt"]
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    assert [e["doc_id"] for e in errors] == ["twice", "twice", "same.txt", "same.txt"]
+    assert all("duplicate doc_id" in e["reason"] for e in errors)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["documents"] == 8 and manifest["errors"] == 4
+    # --resume after the shard holding the first "twice" is gone redoes it the same way, not as "finished"
+    (out / "part-00000.parquet").unlink()
+    assert main([str(data), str(first), str(second), "-o", str(out), "--shard-docs", "2", "-q", "--resume",
+                 *options(tiny)]) == EXIT_DOCUMENT_ERRORS  # fmt: skip
+    assert read_output(out) == rows
+    assert [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()] == errors

@@ -62,3 +62,32 @@ def test_chunk_dataset_takes_and_returns_a_dataset(local_ray, tmp_path):
     rows = chunked.take_all()
     for i, text in enumerate(texts):
         assert "".join(r["text"] for r in rows if r["doc_id"] == str(i)) == text
+
+
+def test_ray_reads_folders_and_rejects_shared_ids_like_the_single_machine_run(local_ray, tmp_path):
+    tiny = str(tiny_llama_folder(tmp_path / "tiny"))
+    texts = make_texts(6)
+    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts[:3])]
+    records += [{"id": "d1", "text": texts[3]}, {"id": "d4", "text": texts[4]}]
+    data = write_jsonl(tmp_path / "a.jsonl", records)
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "sub").mkdir(parents=True)
+    second.mkdir()
+    (first / "same.txt").write_text(texts[5])
+    (first / "sub" / "deep.md").write_text(texts[0])
+    (first / "bad.txt").write_bytes(b"caf\xe9 au lait")
+    (second / "same.txt").write_text(texts[2])
+    inputs = [str(data), str(first), str(second)]
+    single = tmp_path / "single"
+    assert main([*inputs, "-o", str(single), "-q", *options(tiny)]) == 3
+    ray_out = tmp_path / "ray"
+    assert main([*inputs, "-o", str(ray_out), "-q", "--ray", "auto", *options(tiny)]) == 3
+    rows, expected = pq.read_table(ray_out / "chunks").to_pylist(), read_output(single)
+    assert [dict(r, score=None) for r in rows] == [dict(r, score=None) for r in expected]
+    assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in expected], abs=1e-9, nan_ok=True)
+    assert list(dict.fromkeys(r["doc_id"] for r in rows)) == ["d0", "d2", "d4", "sub/deep.md"]
+    errors = [json.loads(x) for x in (ray_out / "errors.jsonl").read_text().splitlines()]
+    assert errors == [json.loads(x) for x in (single / "errors.jsonl").read_text().splitlines()]
+    assert [e["doc_id"] for e in errors] == ["d1", "d1", "bad.txt", "same.txt", "same.txt"]
+    manifest = json.loads((ray_out / "manifest.json").read_text())
+    assert (manifest["documents"], manifest["errors"]) == (9, 5)

@@ -32,7 +32,7 @@ import numpy as np
 from bench.common import REPO_ROOT, data_dir
 from bench.quality import report
 from bench.quality.baselines import default_tokenizer, embedding_boundary, fixed_grid, sentence_cuts
-from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans
+from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans, utility
 from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
@@ -157,6 +157,9 @@ def main(argv: list[str] | None = None) -> None:
         "methods": methods,
         "timings": timings,
     }
+    shown = report.example_method(results)
+    if shown in scored:  # the example figure draws this method's score curve
+        results["curves"] = {"method": shown, "original": [utility_curve(scored[shown][s.id]) for s in evaluation]}
     target = out / "quality" / "results.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(results), encoding="utf-8")
@@ -284,6 +287,17 @@ def combine(scored: dict[str, dict[str, EdgeScores]], parts: tuple[str, ...]) ->
             values.append(np.array([by_char.get(c, np.nan) for c in first.edge_chars.tolist()]))
         out[stream_id] = EdgeScores(first.num_tokens, first.edge_tokens, first.edge_chars, rank_sum(*values))
     return out
+
+
+def utility_curve(edges: EdgeScores) -> dict:
+    """One stream's utility curve as the DP weighs it (usable candidates and their percentiles), for the figure."""
+    usable, values = utility(edges)
+    return {
+        "tokens": edges.edge_tokens[usable].tolist(),
+        "chars": edges.edge_chars[usable].tolist(),
+        "utility": np.round(values, 4).tolist(),
+        "num_tokens": int(edges.num_tokens),
+    }
 
 
 def _main_table(key: str) -> bool:

@@ -33,11 +33,16 @@ class EdgeScores:
     scores: np.ndarray
 
 
+def utility(edges: EdgeScores) -> tuple[np.ndarray, np.ndarray]:
+    """What the DP weighs: which edges are usable (a finite score) and their within-stream percentiles."""
+    usable = np.isfinite(edges.scores)
+    return usable, percentiles(edges.scores[usable])
+
+
 def chunk_spans(text_length: int, edges: EdgeScores, penalty: float, limits: Limits = LIMITS) -> list[tuple[int, int]]:
     """The DP's partition of the text as character spans."""
-    usable = np.isfinite(edges.scores)
-    utility = percentiles(edges.scores[usable])
-    result = segment(edges.num_tokens, edges.edge_tokens[usable], utility, limits, penalty=penalty)
+    usable, values = utility(edges)
+    result = segment(edges.num_tokens, edges.edge_tokens[usable], values, limits, penalty=penalty)
     char_of = dict(zip(edges.edge_tokens.tolist(), edges.edge_chars.tolist()))
     return partition([char_of[int(cut)] for cut in result.cuts], text_length)
 

@@ -61,7 +61,7 @@ def write(results: dict, report_path: str | Path, figure_dir: str | Path) -> str
     report_path, figure_dir = Path(report_path), Path(figure_dir)
     figure_dir.mkdir(parents=True, exist_ok=True)
     figure = figure_dir / "quality_examples.png"
-    reference = _reference(results)
+    reference = reference_method(results)
     figure_note = draw_examples(results, reference, figure)
     section = render(results, reference, os.path.relpath(figure, report_path.parent), figure_note)
     old = report_path.read_text(encoding="utf-8") if report_path.exists() else "# Benchmark results\n"
@@ -75,7 +75,7 @@ def write(results: dict, report_path: str | Path, figure_dir: str | Path) -> str
     return summary_text(results, reference)
 
 
-def _reference(results: dict) -> str | None:
+def reference_method(results: dict) -> str | None:
     """The requested reference if it was evaluated, else the first LM RR readout, else none."""
     methods = results["methods"]
     if results["reference"] in methods:
@@ -98,7 +98,7 @@ def bundled_method(model: str) -> str:
 def _ordered(results: dict) -> list[str]:
     """Main-table order: reference, each model's LM methods, ours, peers; per-layer RR goes elsewhere."""
     methods = results["methods"]
-    reference = _reference(results)
+    reference = reference_method(results)
     defaults = {bundled_method(model) for model in BUNDLED} | set(ALSO_IN_MAIN_TABLE)
     lm = [
         n
@@ -488,16 +488,25 @@ def render(results: dict, reference: str | None, figure: str, figure_note: str) 
     return "\n".join(out)
 
 
+def example_method(results: dict) -> str | None:
+    """The method the example figure shows: the reference, else the first scored method."""
+    methods = results["methods"]
+    return reference_method(results) or next((n for n in methods if methods[n]["penalty"] is not None), None)
+
+
 def draw_examples(results: dict, reference: str | None, path: Path) -> str:
-    """Figure like the paper's Figure 2: records as coloured bars, predicted chunks as pale bars, for the
-    reference method's best and worst evaluation stream (original text); returns the caption."""
+    """Figure like the paper's Figure 2, for the shown method's best and worst evaluation stream (original
+    text): its score curve and cuts drawn by rr-fast's own ``rr_fast.view.draw_curve`` with the true record
+    boundaries marked, and below it the records and a comparison method's chunks as bars; returns the caption."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from rr_fast.view import Cut, draw_curve
+
     methods = results["methods"]
-    shown = reference or next((n for n in methods if methods[n]["penalty"] is not None), None)
+    shown = example_method(results)
     if shown is None:
         return "No scored method to draw."
     rows = methods[shown]["conditions"]["original"]["per_stream"]
@@ -507,36 +516,94 @@ def draw_examples(results: dict, reference: str | None, path: Path) -> str:
     picks = [("success", order[-1]), ("failure", order[0])]
     compare = [n for n in ("embedding-boundary",) if n in methods and n != shown]
     streams = results["streams"]["original"]
-    fig, axes = plt.subplots(len(picks), 1, figsize=(11, 1.2 + 1.1 * (2 + len(compare)) * len(picks)))
-    colors = plt.get_cmap("tab10").colors
-    for ax, (label, index) in zip(np.atleast_1d(axes), picks):
+    saved = results.get("curves", {})
+    curves = saved.get("original") if saved.get("method") == shown else None
+    fig, axes = plt.subplots(
+        2 * len(picks),
+        1,
+        figsize=(11, 2.9 * len(picks) + 0.45 * (1 + len(compare)) * len(picks)),
+        gridspec_kw={"height_ratios": [4, 0.7 * (1 + len(compare))] * len(picks)},
+        constrained_layout=True,
+    )
+    for k, (label, index) in enumerate(picks):
+        curve, lanes = axes[2 * k], axes[2 * k + 1]
         stream = streams[index]
-        lanes = [("records", [(s, e) for _, s, e in stream["records"]])]
-        lanes += [(name, methods[name]["conditions"]["original"]["spans"][index]) for name in [shown, *compare]]
-        for lane, (_name, spans) in enumerate(lanes):
-            y = len(lanes) - 1 - lane
-            for k, (start, end) in enumerate(spans):
-                color = colors[k % len(colors)] if lane == 0 else ("#c9d6e8" if k % 2 == 0 else "#e8dcc9")
-                ax.barh(
-                    y, end - start, left=start, height=0.7, color=color, edgecolor="white" if lane == 0 else "#777777"
-                )
-        ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)])
-        ax.set_xlim(0, stream["length"])
+        scores = stream_scores(curves[index] if curves else None, shown)
+        value_at = dict(zip(scores.chars.tolist(), scores.utility.tolist()))
+        spans = methods[shown]["conditions"]["original"]["spans"][index]
+        cuts = [Cut(end, value_at.get(end), forced=False) for _, end in spans[:-1]]  # only candidates are cut
+        draw_curve(curve, scores, cuts, stream["length"], methods[shown]["penalty"])
+        boundaries = [start for _, start, _ in stream["records"][1:]]
+        curve.plot(
+            boundaries,
+            [1.0] * len(boundaries),
+            transform=curve.get_xaxis_transform(),
+            ls="",
+            marker="v",
+            ms=9,
+            color="#111827",
+            clip_on=False,
+            label="true record boundary",
+        )
+        curve.legend(loc="lower right", fontsize=8, framealpha=0.9)
+        curve.tick_params(labelbottom=False)
         recovered = rows[index]["clean_unit_recovery"] * rows[index]["records"]
-        ax.set_title(
+        curve.set_title(
             f"{label}: {stream['id']} ({stream['domain']}), {shown} recovers {recovered:.0f} of "
             f"{rows[index]['records']} records (partition F1 {rows[index]['partition_f1']:.3f})",
             fontsize=9,
+            pad=12,  # above the boundary markers
         )
-        ax.set_xlabel("character offset in the stream", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        _draw_lanes(lanes, stream, [(n, methods[n]["conditions"]["original"]["spans"][index]) for n in compare])
+        lanes.sharex(curve)
+        lanes.set_xlabel("character offset in the stream", fontsize=8)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    return (
-        f"Two held-out streams: top, the one where `{shown}` does best; bottom, where it does worst. Coloured bars "
-        "are the hidden records; pale bars are predicted chunks"
-        + (f" of `{shown}` and, for comparison, `{compare[0]}`." if compare else f" of `{shown}`.")
+    curve_note = (
+        f"the curve is `{shown}`'s utility (within-stream percentile) at every candidate edge, the dotted line its "
+        "calibrated cut penalty ρ"
+        if curves
+        else f"(this results file has no score curves: only `{shown}`'s cuts are drawn)"
     )
+    return (
+        f"Two held-out streams: top, the one where `{shown}` does best; bottom, where it does worst. In each upper "
+        f"panel (drawn by `rr_fast.view.draw_curve`, as `rr_fast.plot` draws it), pale bands are `{shown}`'s "
+        f"chunks, blue lines its cuts, black triangles the true record boundaries; {curve_note}. Below, coloured "
+        "bars are the hidden records"
+        + (f", pale bars the chunks of `{compare[0]}` for comparison." if compare else ".")
+    )
+
+
+def stream_scores(curve: dict | None, method: str):
+    """A results file's stored curve of one stream as ``rr_fast.Scores`` (empty when none was stored)."""
+    from rr_fast.chunker import Scores
+
+    curve = curve or {"tokens": [], "chars": [], "utility": [], "num_tokens": 0}
+    utility = np.asarray(curve["utility"], dtype=np.float64)
+    return Scores(
+        tokens=np.asarray(curve["tokens"], dtype=np.int64),
+        chars=np.asarray(curve["chars"], dtype=np.int64),
+        readouts={method: utility},
+        num_tokens=curve["num_tokens"],
+        utility=utility,
+    )
+
+
+def _draw_lanes(axes, stream: dict, others: list[tuple[str, list]]) -> None:
+    """The hidden records as coloured bars, then each other method's chunks as pale bars, one lane each."""
+    import matplotlib.pyplot as plt
+
+    colors = plt.get_cmap("tab10").colors
+    lanes = [("records", [(s, e) for _, s, e in stream["records"]]), *others]
+    for lane, (_name, spans) in enumerate(lanes):
+        y = len(lanes) - 1 - lane
+        for k, (start, end) in enumerate(spans):
+            color = colors[k % len(colors)] if lane == 0 else ("#c9d6e8" if k % 2 == 0 else "#e8dcc9")
+            axes.barh(
+                y, end - start, left=start, height=0.7, color=color, edgecolor="white" if lane == 0 else "#777777"
+            )
+    axes.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)], fontsize=8)
+    axes.set_xlim(0, stream["length"])
 
 
 def summary_text(results: dict, reference: str | None) -> str:
