@@ -53,6 +53,12 @@ OPTIONS: dict[str, dict] = {
     "rr@w24+bos-step16": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16},
     "rr@w24+bos-step16-int8": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16, "dtype": "int8"},
     "rr@w16+bos-step16": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16},
+    "rr@w16+bos-step16-L12": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "layer": 12},
+    "rr@w16+bos-step16-L15": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "layer": 15},
+    "rr@w16+bos-step16-L20": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "layer": 20},
+    "rr@w24+bos-step16-L12": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16, "layer": 12},
+    "rr@w24+bos-step16-L15": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16, "layer": 15},
+    "rr@w24+bos-step16-L20": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16, "layer": 20},
     "lr@w96-int8": {"dtype": "int8"},
     "lr@w96-shortlist0.25": {"shortlist": 0.25, "shortlist_window": 12},
 }
@@ -244,7 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.step == "score":
         score(calibration if args.split == "cal" else evaluation, names, args.out)
     elif args.step == "calibrate":
-        penalties = calibrated_penalties(calibration, names, args.out)
+        # options without calibration scores here keep an entry already there (the default's, from bench.quality)
+        penalties = json.loads(penalty_file.read_text()) if penalty_file.exists() else {}
+        penalties.update(calibrated_penalties(calibration, names, args.out))
         penalty_file.write_text(json.dumps(penalties, indent=1))
         for name, row in penalties.items():
             _log(f"{name}: ρ {row['penalty']}, calibration recovery {row['calibration_recovery']:.3f}")

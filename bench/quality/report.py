@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT
+from bench.common import REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval
 from rr_fast.config import PAPER_WINDOW
 from rr_fast.models import BUNDLED
 
-BEGIN, END = "<!-- quality:begin -->", "<!-- quality:end -->"
 PASSIVE = ("boundary_surprisal", "window_surprisal", "residual_jump", "local_hidden_distance", "attention_isolation")
 CONDITION_TITLES = {"original": "Flattened original text", "ocr": "180-DPI rendering, Tesseract OCR"}
 
@@ -64,14 +63,8 @@ def write(results: dict, report_path: str | Path, figure_dir: str | Path) -> str
     reference = reference_method(results)
     figure_note = draw_examples(results, reference, figure)
     section = render(results, reference, os.path.relpath(figure, report_path.parent), figure_note)
-    old = report_path.read_text(encoding="utf-8") if report_path.exists() else "# Benchmark results\n"
-    block = f"{BEGIN}\n{section}\n{END}"
-    if BEGIN in old and END in old:
-        new = old[: old.index(BEGIN)] + block + old[old.index(END) + len(END) :]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(new, encoding="utf-8")
+    write_section(report_path, "quality", section)
     return summary_text(results, reference)
 
 
