@@ -78,7 +78,7 @@ def child(mode: str, path: str, model: str | None) -> None:
         print(json.dumps(out), flush=True)
         return
     from rr_fast.io import read_text
-    from rr_fast.text import _encode, candidate_edges, clean_edges, tokenize
+    from rr_fast.text import candidate_edges, clean_edges, tokenize
 
     tokenizer = load_tokenizer(resolve("smollm2-135m"))
     out["before input MB"] = peak_mb()
@@ -86,8 +86,9 @@ def child(mode: str, path: str, model: str | None) -> None:
     out["read MB"] = peak_mb()
     started = time.perf_counter()
     if mode == "whole":
-        ids, _ = _encode(tokenizer, text)  # one call over the whole text, as before pieces
-        out["tokens"] = int(ids.shape[0])
+        # one call over the whole text, as before pieces
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
+        out["tokens"] = len(encoded["input_ids"])
         out["tokenize MB"] = peak_mb()
     else:
         tokens = tokenize(tokenizer, text)
