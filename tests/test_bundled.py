@@ -55,3 +55,21 @@ def test_cli_default_model_on_the_sample(tmp_path):
     assert "".join(row["text"] for row in rows) == SAMPLE
     assert len(rows) >= 2 and all(48 <= row["token_count"] <= 384 for row in rows)
     assert DEFAULT_MODEL in BUNDLED
+
+
+@pytest.mark.parametrize("preset", ["balanced", "fast"])
+def test_presets_chunk_the_sample_on_the_default_model(preset, tmp_path):
+    """Each speed preset runs end to end from the CLI, with no note about ρ (each carries its own calibrated one)."""
+    out = tmp_path / "chunks.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "rr_fast.chunk", str(ROOT / "examples" / "flattened_records.txt"), "--preset", preset]
+        + ["-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "".join(row["text"] for row in rows) == SAMPLE
+    assert all(row["token_count"] <= 384 for row in rows)

@@ -31,8 +31,8 @@ def test_cli_flags_are_the_config_fields_with_their_defaults():
     args = build_parser().parse_args(["in.txt", "--max-tokens", "500", "--positions", "original", "--penalty", "0.5"])
     assert config_from_args(args) == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5)
     # a preset under explicit options: a flag given with the default's value still overrides the preset
-    args = build_parser().parse_args(["in.txt", "--preset", "quality", "--step", "8", "--min-tokens", "40"])
-    assert config_from_args(args) == PRESETS["quality"].replace(step=8, min_tokens=40)
+    args = build_parser().parse_args(["in.txt", "--preset", "fast", "--step", "8", "--min-tokens", "40"])
+    assert config_from_args(args) == PRESETS["fast"].replace(step=8, min_tokens=40)
     flags = {a.dest for a in build_parser()._actions}
     assert {f.name for f in fields(ChunkerConfig)} <= flags
 
@@ -111,3 +111,21 @@ def test_chunker_from_a_config_and_warnings_on_the_result(tiny):
     assert rr_fast.chunk("Hello there, world. " * 5, config=preset).warnings == ()
     with pytest.raises(RRFastError, match="max_tokens"):
         rr_fast.Chunker(preset, max_tokens=2)  # checked before the model loads
+
+
+def test_presets_are_named_configs_that_explicit_options_override():
+    from rr_fast.config import chunker_config
+
+    assert set(PRESETS) == {"quality", "balanced", "fast"}
+    assert PRESETS["quality"] == ChunkerConfig()  # the default is the quality preset
+    for name, preset in PRESETS.items():
+        assert chunker_config(name) == preset
+        assert preset.penalty is not None or name == "quality"  # each speed preset carries its calibrated ρ
+        assert preset.resolved()  # every value passes the option checks
+    assert chunker_config("fast", window=96).window == 96
+    with pytest.raises(RRFastError, match="preset must be one of quality, balanced, fast"):
+        chunker_config("fastest")
+    with pytest.raises(RRFastError, match="a config or a preset"):
+        chunker_config("fast", ChunkerConfig())
+    with pytest.warns(UserWarning, match="calibrated for smollm2-135m"):
+        chunker_config("fast", model="gemma3-270m")

@@ -61,6 +61,8 @@ OPTIONS: dict[str, dict] = {
     "rr@w24+bos-step16-L20": {"readout": "rr", "window": 24, "reset_prefix": "bos", "step": 16, "layer": 20},
     "lr@w96-int8": {"dtype": "int8"},
     "lr@w96-shortlist0.25": {"shortlist": 0.25, "shortlist_window": 12},
+    "lr@w96-shortlist0.15": {"shortlist": 0.15, "shortlist_window": 12},
+    "lr@w96-shortlist0.1-w16": {"shortlist": 0.1, "shortlist_window": 16},
 }
 SPEED_FLOORS = {"balanced": 3.0, "fast": 10.0}  # × the default's source tokens/s (issue 14's targets)
 
