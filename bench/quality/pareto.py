@@ -1,25 +1,26 @@
 """Speed presets and what they cost: clean-unit recovery against source tokens/s on this CPU, one table.
 
-Every LM row is rr-fast itself, end to end: ``Chunker(**options).explain(text)`` on each stream (the product's
-scoring, DP and fallbacks), never a simulation from stored scores. Steps, each cached under ``--out`` so a
+Every LM row is rr-fast itself, end to end: ``Chunker(**options).chunk(text)`` on each evaluation stream (the
+product's scoring, DP and fallbacks), never a simulation from stored scores. Steps, each cached under ``--out`` so a
 rerun only does what is missing:
 
-1. ``score --split cal``: each option's scores on the calibration streams (``Chunker.explain``; one file per
+1. ``score --split cal``: each option's scores on the calibration streams (``Chunker.score``; one file per
    option and stream, with the readout values and the product's utility).
 2. ``calibrate``: ρ per option on those scores, by the quality benchmark's rule (bench.quality.calibration:
    best mean clean-unit recovery on the calibration streams); then the preset rule: ``quality`` is the option
    with the best calibration recovery, ``balanced`` and ``fast`` the best among options at least 3× and 10×
-   the default's speed (speed from step 4, measured in one run).
-3. ``chunk --split eval``: each option end to end on the evaluation streams with its calibrated ρ; the chunks
+   the default's speed (speed from step 5, measured in one run).
+3. ``chunk``: each option end to end on the evaluation streams with its calibrated ρ; the chunks
    (character spans) are what the metrics score.
-4. ``speed``: source tokens/s of every option and of the peers on the same evaluation text, one process, one
-   warm-up call each, best of ``--repeats``; ratios against the default measured in the same run.
-5. ``report``: recovery [95% CI] on the evaluation streams, paired gaps against the default and the embedding
+4. ``drift``: each int8 option's readouts and cuts against float32 on the same text (Spearman, max difference).
+5. ``speed``: source tokens/s of every option and of the peers on the same evaluation text, one process, a
+   warm-up call each, best of ``--repeats``; ratios of process CPU time against the default in the same run.
+6. ``report``: recovery [95% CI] on the evaluation streams, paired gaps against the default and the embedding
    boundary, speed; written to the "Presets" section of bench/RESULTS.md.
 
     python -m bench.quality.pareto score --split cal [--options a,b] && python -m bench.quality.pareto calibrate
-    python -m bench.quality.pareto chunk [--options a,b] && python -m bench.quality.pareto speed
-    python -m bench.quality.pareto report
+    python -m bench.quality.pareto speed && python -m bench.quality.pareto drift
+    python -m bench.quality.pareto chunk [--options a,b] && python -m bench.quality.pareto report
 
 Run each under the CPU lock (``flock /tmp/rr_cpu.lock ...``): they are CPU-bound and timed.
 """
@@ -211,6 +212,31 @@ def _timed(run, text: str, repeats: int) -> dict:
     return {"seconds": wall, "cpu_seconds": cpu}
 
 
+def drift(text: str, names: list[str], out: Path) -> list[dict]:
+    """What int8 changes: each int8 option's readouts and cuts on one text against the same option in float32."""
+    from scipy.stats import spearmanr
+
+    from rr_fast import Chunker
+
+    rows = []
+    for name in names:
+        if OPTIONS[name].get("dtype") != "int8":
+            continue
+        exact = {k: v for k, v in option_config(name).items() if k != "dtype"}
+        (want_chunks, want), (got_chunks, got) = (
+            Chunker(**exact).explain(text),
+            Chunker(**option_config(name)).explain(text),
+        )
+        row = {"name": name, "same_cuts": [c.end for c in want_chunks] == [c.end for c in got_chunks]}
+        for readout, values in want.readouts.items():
+            finite = np.isfinite(values) & np.isfinite(got.readouts[readout])
+            row[f"{readout}_spearman"] = float(spearmanr(values[finite], got.readouts[readout][finite])[0])
+            row[f"{readout}_max_abs"] = float(np.abs(values[finite] - got.readouts[readout][finite]).max())
+        rows.append(row)
+    (out / "drift.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
 def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[str, str]:
     """The calibration rule (best calibration recovery) with a speed floor per preset; exact ties go to the faster."""
     base = speeds["default"]
@@ -228,7 +254,7 @@ def _log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.pareto", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "report"))
+    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "drift", "report"))
     parser.add_argument("--options", default=",".join(OPTIONS), help="comma-separated option names")
     parser.add_argument("--split", default="cal", choices=("cal", "eval"))
     parser.add_argument("--streams", type=Path, default=STREAMS)
@@ -260,6 +286,9 @@ def main(argv: list[str] | None = None) -> None:
             _log(f"{name}: ρ {row['penalty']}, calibration recovery {row['calibration_recovery']:.3f}")
     elif args.step == "chunk":
         chunk(evaluation, names, json.loads(penalty_file.read_text()), args.out)
+    elif args.step == "drift":
+        for row in drift(evaluation[0].text, names, args.out):
+            _log(json.dumps(row))
     elif args.step == "speed":
         for row in speed(evaluation[0].text, names, args.repeats, args.out):
             _log(json.dumps(row))
