@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     methods: dict[str, dict] = {}
     scored: dict[str, dict[str, EdgeScores]] = {}  # method -> stream id -> scores, for the combinations
     with clock("baselines"):
-        for name, scores in _baseline_scores(every, out / "embedding").items():
+        for name, scores in baseline_scores(every, out / "embedding").items():
             scored[name] = scores
             methods[name] = evaluate_scored(scores, calibration, conditions, boundaries=True)
             methods[name].update(kind="ours", setting=OURS[name])
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         for peer in PEERS:
             if args.no_peers or (args.quick and peer.slow):
                 continue
-            methods[peer.name] = _evaluate_peer(peer, conditions, out / "peers")
+            methods[peer.name] = evaluate_peer(peer, conditions, out / "peers")
 
     results = {
         "command": "python -m bench.quality " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -218,7 +218,7 @@ def _score_models(models: list[str], streams: list[Stream], folder: Path) -> Non
             _log(f"{model}: scoring failed ({type(error).__name__}: {error}); using whatever score files exist")
 
 
-def _baseline_scores(streams: list[Stream], cache: Path) -> dict[str, dict[str, EdgeScores]]:
+def baseline_scores(streams: list[Stream], cache: Path) -> dict[str, dict[str, EdgeScores]]:
     """Our non-LM methods on the default model's candidate edges; embedding scores cached per stream."""
     tokenizer = default_tokenizer()
     cache.mkdir(parents=True, exist_ok=True)
@@ -324,7 +324,7 @@ def evaluate_scored(
     return result
 
 
-def _evaluate_peer(peer: Peer, conditions: dict[str, list[Stream]], cache: Path) -> dict:
+def evaluate_peer(peer: Peer, conditions: dict[str, list[Stream]], cache: Path) -> dict:
     """A peer on every condition's streams; a stream it fails on counts as one unsplit chunk."""
     folder = cache / f"{peer.name}-{hashlib.sha1(peer.setting.encode()).hexdigest()[:6]}"
     folder.mkdir(parents=True, exist_ok=True)

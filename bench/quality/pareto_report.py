@@ -40,22 +40,27 @@ def lm_rows(evaluation: list[Stream], out: Path) -> dict[str, list[dict]]:
     return rows
 
 
-def baseline_rows(streams: list[Stream], calibration: list[Stream], evaluation: list[Stream]) -> dict[str, list[dict]]:
-    """The embedding boundary (ρ calibrated as ours) and the peers as shipped, from bench.quality's own code."""
-    from bench.quality.__main__ import _baseline_scores, _evaluate_peer, evaluate_scored
+def baseline_rows(
+    streams: list[Stream], calibration: list[Stream], evaluation: list[Stream]
+) -> tuple[dict[str, list[dict]], dict]:
+    """The embedding boundary (ρ calibrated as ours) and the peers as shipped, from bench.quality's own code;
+    also the embedding boundary's ρ and calibration recovery."""
+    from bench.quality.__main__ import baseline_scores, evaluate_peer, evaluate_scored
     from bench.quality.peers import PEERS
 
     out = REPO_ROOT / "bench" / "out"
-    scored = _baseline_scores(calibration + evaluation, out / "embedding")
+    scored = baseline_scores(calibration + evaluation, out / "embedding")
     embedding = evaluate_scored(scored["embedding-boundary"], calibration, {"original": evaluation}, False)
     rows = {"embedding-boundary": embedding["conditions"]["original"]["per_stream"]}
+    chosen = next(row for row in embedding["calibration"] if row["penalty"] == embedding["penalty"])
+    calibrated = {"penalty": embedding["penalty"], "calibration_recovery": chosen["clean_unit_recovery"]}
     for peer in PEERS:
         if peer.name.startswith("nltk"):
             continue
-        rows[peer.name] = _evaluate_peer(peer, {"original": evaluation}, out / "peers")["conditions"]["original"][
+        rows[peer.name] = evaluate_peer(peer, {"original": evaluation}, out / "peers")["conditions"]["original"][
             "per_stream"
         ]
-    return rows
+    return rows, calibrated
 
 
 def render(streams: list[Stream], out: Path, with_peers: bool = True) -> str:
@@ -66,7 +71,10 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True) -> str:
     speeds = {row["name"]: row.get("tokens_per_cpu_second") for row in speed["rows"]}
     walls = {row["name"]: row.get("tokens_per_second") for row in speed["rows"]}
     lm = lm_rows(evaluation, out)
-    others = baseline_rows(streams, calibration, evaluation) if with_peers else {}
+    others: dict[str, list[dict]] = {}
+    if with_peers:
+        others, embedding_calibration = baseline_rows(streams, calibration, evaluation)
+        penalties = {**penalties, "embedding-boundary": embedding_calibration}
     indices = bootstrap_indices([s.domain for s in evaluation], RESAMPLES, seed=0)
 
     def values(rows: list[dict], key: str = "clean_unit_recovery") -> np.ndarray:
@@ -91,10 +99,9 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True) -> str:
         "| Δ vs embedding boundary | source tok/s (wall) | × default (CPU time) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    names = sorted(lm, key=lambda n: -(speeds.get(n) or 0))
-    for name in names + [n for n in others]:
-        rows = lm.get(name) or others[name]
-        recovery = values(rows)
+    tried = [n for n in OPTIONS if n in lm or n in penalties or speeds.get(n)]
+    for name in sorted(tried, key=lambda n: -(speeds.get(n) or 0)) + list(others):
+        rows = lm.get(name) or others.get(name)
         option = OPTIONS.get(name)
         setting = ", ".join(f"{k}={v}" for k, v in option.items()) if option is not None else "as shipped"
         if option == {}:
@@ -103,26 +110,27 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True) -> str:
         cal = penalties.get(name, {}).get("calibration_recovery")
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
         tps, wall = speeds.get(name), walls.get(name)
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    f"{name} {tag}".strip(),
-                    setting,
-                    "" if rho is None else f"{rho:.2f}",
-                    "" if cal is None else f"{cal:.3f}",
-                    _ci(interval(recovery, indices)),
-                    _ci(interval(values(rows, "partition_f1"), indices)),
-                    "" if default is None or name == "default" else _ci(interval(recovery - default, indices)),
-                    ""
-                    if embedding is None or name == "embedding-boundary"
-                    else _ci(interval(recovery - embedding, indices)),
-                    "" if wall is None else f"{wall:,.1f}",
-                    "" if tps is None or not base_speed else f"{tps / base_speed:.2f}",
-                ]
-            )
-            + " |"
-        )
+        evaluated = ["not run end to end"] + [""] * 3
+        if rows is not None:
+            recovery = values(rows)
+            evaluated = [
+                _ci(interval(recovery, indices)),
+                _ci(interval(values(rows, "partition_f1"), indices)),
+                "" if default is None or name == "default" else _ci(interval(recovery - default, indices)),
+                ""
+                if embedding is None or name == "embedding-boundary"
+                else _ci(interval(recovery - embedding, indices)),
+            ]
+        cells = [
+            f"{name} {tag}".strip(),
+            setting,
+            "" if rho is None else f"{rho:.2f}",
+            "" if cal is None else f"{cal:.3f}",
+            *evaluated,
+            "" if wall is None else f"{wall:,.1f}",
+            "" if tps is None or not base_speed else f"{tps / base_speed:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Preset rule (bench.quality.pareto.pick_presets): `quality` is the option with the best calibration "
