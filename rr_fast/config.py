@@ -149,9 +149,8 @@ class ChunkerConfig:
         it loads the model.
         """
         bundled = BUNDLED.get(self.model)
-        readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
+        readout, window = self._readout_and_window()
         _check(self, "readout", readout)
-        window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         config = replace(
             self,
             readout=readout,
@@ -170,9 +169,7 @@ class ChunkerConfig:
         not calibrated for this readout, window and step (results carry these as warnings)."""
         if self.penalty is not None:
             return ()
-        bundled = BUNDLED.get(self.model)
-        readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
-        window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
+        readout, window = self._readout_and_window()
         note = self._default_penalty(readout, window)[1]
         changed = [
             flag
@@ -183,6 +180,13 @@ class ChunkerConfig:
             value = self._default_penalty(readout, window)[0]
             note = f"cut penalty ρ {value} was calibrated without {' and '.join(changed)} (pass --penalty to choose ρ)"
         return (note,) if note else ()
+
+    def _readout_and_window(self) -> tuple[str, int]:
+        """The readout and window this config runs: given ones, else the bundled model's, else the paper's."""
+        bundled = BUNDLED.get(self.model)
+        readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
+        window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
+        return readout, window
 
     def _default_penalty(self, readout: str, window: int) -> tuple[float, str | None]:
         bundled = BUNDLED.get(self.model)

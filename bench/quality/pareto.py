@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument(
+        "--no-semantic-peers", action="store_true", help="report: leave out the peers that embed (minutes of MiniLM)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -295,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from bench.quality.pareto_report import write
 
-        write(streams, args.out)
+        write(streams, args.out, semantic_peers=not args.no_semantic_peers)
 
 
 if __name__ == "__main__":
