@@ -100,7 +100,8 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     tried = [n for n in OPTIONS if n in lm or n in penalties or speeds.get(n)]
-    for name in sorted(tried, key=lambda n: -(speeds.get(n) or 0)) + list(others):
+    timed_peers = [row["name"] for row in speed["rows"] if row.get("kind") == "peer" and row["name"] not in others]
+    for name in sorted(tried, key=lambda n: -(speeds.get(n) or 0)) + list(others) + timed_peers:
         rows = lm.get(name) or others.get(name)
         option = OPTIONS.get(name)
         setting = ", ".join(f"{k}={v}" for k, v in option.items()) if option is not None else "as shipped"
@@ -112,7 +113,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         cal = penalties.get(name, {}).get("calibration_recovery")
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
         tps, wall = speeds.get(name), walls.get(name)
-        evaluated = ["calibration only"] + [""] * 3
+        evaluated = ["calibration only" if name in OPTIONS else "not rerun here (Quality section)"] + [""] * 3
         if rows is not None:
             recovery = values(rows)
             evaluated = [
