@@ -129,3 +129,22 @@ def test_presets_are_named_configs_that_explicit_options_override():
         chunker_config("fast", ChunkerConfig())
     with pytest.warns(UserWarning, match="calibrated for smollm2-135m"):
         chunker_config("fast", model="gemma3-270m")
+
+
+def test_reset_prefix_reaches_the_engine_and_changes_the_scores(tiny):
+    """--reset-prefix maps to token ids in front of every reset window; bos needs a model without its own BOS."""
+    from rr_fast import Chunker
+    from rr_fast.text import tokenize
+
+    text = "The first record ends here. A second one starts now and runs on for a while. " * 4
+    plain = Chunker(model=tiny, readout="rr", window=12, device="cpu")
+    sep = Chunker(model=tiny, readout="rr", window=12, reset_prefix="sep", device="cpu")
+    assert plain.engine.config.reset_prefix == ()
+    assert sep.engine.config.reset_prefix == tuple(int(i) for i in tokenize(sep.tokenizer, "\n\n").ids) != ()
+    assert not np.allclose(plain.score(text).readouts["rr"], sep.score(text).readouts["rr"], equal_nan=True)
+    if plain.engine.prefix.size:  # the model's convention already starts windows with its BOS
+        with pytest.raises(RRFastError, match="already starts every window"):
+            Chunker(model=tiny, reset_prefix="bos", device="cpu")
+    else:
+        bos = Chunker(model=tiny, readout="rr", window=12, reset_prefix="bos", device="cpu")
+        assert bos.engine.config.reset_prefix == (bos.tokenizer.bos_token_id,)
