@@ -48,7 +48,8 @@ def test_pieces_equal_whole_text(tokenizer, name):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.text(
-        alphabet=st.sampled_from(list("ab cd\n\t.,;'\"é€😀👍🏽\u200d\r\u3002字-_ 1")) | st.characters(),
+        alphabet=st.sampled_from(list("ab cd\n\t.,;'\"é€😀👍🏽\u200d\r\u3002字-_ 1"))
+        | st.characters(exclude_categories=("Cs",)),  # no lone surrogates: UTF-8 input has none
         min_size=0,
         max_size=600,
     )
