@@ -29,3 +29,25 @@ def test_sentence_masses_round_to_the_nearer_sentence_start():
 
 def test_paragraph_baseline_cuts_at_blank_lines_and_headings():
     assert paragraph_cuts(TEXT) == [TEXT.index("## Two")]
+
+
+def test_cached_engine_scores_once_and_replays_the_same_chunks(tiny, tmp_path):
+    """The benchmark's cache stands in for the chunker's engine: a strict rerun runs no model, same chunks."""
+    import pytest
+
+    from bench.structure.scoring import CachedEngine, NotCached
+    from rr_fast import Chunker, Limits
+
+    text = "## Harbour\nThe harbour was quiet.\nGulls circled overhead.\n\n## Tide\nThe tide went out.\nBoats sat.\n"
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16))
+    direct = [(c.start, c.end) for c in chunker.chunk(text)]
+    cache = tmp_path / "scores.json"
+    chunker.engine = CachedEngine(chunker.engine, cache)
+    assert [(c.start, c.end) for c in chunker.chunk(text)] == direct
+    assert chunker.engine.misses > 0
+    replay = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16))
+    replay.engine = CachedEngine(replay.engine, cache, strict=True)
+    assert [(c.start, c.end) for c in replay.chunk(text)] == direct
+    assert replay.engine.misses == 0
+    with pytest.raises(NotCached):
+        replay.chunk(text + "One more line here.\n")

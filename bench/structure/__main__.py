@@ -16,12 +16,14 @@ LIMITS = Limits()  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every meth
 
 
 def score(args) -> None:
-    """Fill the score cache: passages, then Wiki-50 calibration, then evaluation documents."""
+    """Fill the score cache: Wiki-50 calibration documents first (the priors need them), then evaluation
+    documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
-    docs = passages(args.data_dir) + calibration + evaluation
+    docs = calibration + evaluation + passages(args.data_dir)
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
     for doc in docs:
-        for structure in ("auto", "none") if doc.kind != "wiki50" or "none" in args.wiki_structures else ("auto",):
+        wanted = args.wiki_structures if doc.kind == "wiki50" else args.passage_structures
+        for structure in wanted.split(","):
             started = time.perf_counter()
             chunker = chunkers[structure]
             before = chunker.engine.misses
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=None, help="reset window (default: the model's, 96)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--wiki-structures", default="auto", help="rr-fast settings scored on Wiki-50 (auto,none)")
+    parser.add_argument("--passage-structures", default="auto,none", help="rr-fast settings scored on the passages")
     args = parser.parse_args(argv)
     if args.step == "score":
         score(args)

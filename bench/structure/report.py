@@ -48,6 +48,10 @@ class ConstantEngine:
     def score(self, ids, edges, progress=None):
         return {name: np.zeros(len(edges)) for name in self.names}
 
+    def score_many(self, documents, progress=None):
+        for ids, edges in documents:
+            yield self.score(ids, edges)
+
 
 def chunk_starts(text: str, cuts) -> list[int]:
     out = []

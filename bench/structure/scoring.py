@@ -41,8 +41,15 @@ class CachedEngine:
             for i, edge in enumerate(missing):
                 known[str(edge)] = {name: float(v[i]) for name, v in values.items()}
             self.save()
-        names = next(iter(known.values())).keys() if known else ()
-        return {name: np.array([known[str(int(e))][name] for e in edges.tolist()], dtype=np.float64) for name in names}
+        return {
+            name: np.array([known[str(int(e))][name] for e in edges.tolist()], dtype=np.float64)
+            for name in self.engine.names
+        }
+
+    def score_many(self, documents, progress=None):
+        """The chunker's entry point: one document at a time (cached edges cost nothing, new ones are few)."""
+        for ids, edges in documents:
+            yield self.score(ids, edges)
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
