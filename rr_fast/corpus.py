@@ -141,16 +141,22 @@ def _read_folder(folder: Path) -> Iterator[Document]:
 
 def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
     with path.open("rb") as lines:
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                yield Document(where, None, f"not a JSON line: {error}")
-                continue
-            yield record_document(record, where, id_field, text_field)
+        yield from jsonl_documents(lines, path.name, id_field, text_field)
+
+
+def jsonl_documents(lines: Iterable[bytes], name: str, id_field: str, text_field: str) -> Iterator[Document]:
+    """The documents of one JSONL file's raw lines. A line that is not UTF-8 JSON is an error document named
+    ``name:line``, not a failed run; blank lines are skipped. rr_fast.ray reads its JSONL through this too."""
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{name}:{number}"
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            yield Document(where, None, f"not a JSON line: {error}")
+            continue
+        yield record_document(record, where, id_field, text_field)
 
 
 def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Document]:

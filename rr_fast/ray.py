@@ -1,6 +1,6 @@
 """Corpus chunking on a Ray cluster (``pip install "rr-fast[ray]"``): a Ray Data pipeline that streams.
 
-    read_parquet / read_json / read_binary_files  →  map_batches(to documents)
+    read_parquet / JSONL lines / read_binary_files  →  map_batches(to documents)
         →  map_batches(ChunkActor, ActorPoolStrategy, num_gpus per actor)  →  write_parquet
 
 ``chunk_dataset`` takes and returns a ``ray.data.Dataset``; ``python -m rr_fast.corpus INPUT... --output DIR
@@ -30,6 +30,7 @@ from rr_fast.corpus import (
     error_reason,
     file_document,
     folder_files,
+    jsonl_documents,
     record_document,
     repeated_ids,
     without_repeated_ids,
@@ -211,8 +212,10 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any
     """The inputs as lazy Datasets of documents (``DOCUMENT_COLUMNS``), read by Ray tasks: one Dataset per run
     of consecutive inputs of one kind, whose rows keep the input order.
 
-    JSONL and Parquet through Ray's readers (URLs such as s3:// go to Ray as they are); folders' files through
-    ``read_binary_files`` (the driver lists their paths, as ``rr_fast.corpus`` does, but reads none of them).
+    Parquet through Ray's reader, JSONL line by line in Ray tasks with ``rr_fast.corpus``'s own parser (a bad line
+    is an error document, as on one machine; Ray's JSON reader would fail the whole run), URLs such as s3:// go to
+    Ray as they are; folders' files through ``read_binary_files`` (the driver lists their paths, as
+    ``rr_fast.corpus`` does, but reads none of them).
     Not one Dataset for all: ``Dataset.union`` interleaves its inputs' rows even when told to preserve order.
     """
     ray = _ray()
@@ -242,12 +245,40 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any
             records = ray.data.read_parquet(paths, columns=[id_field, text_field])
             datasets.append(records.map_batches(to_documents, batch_format="pyarrow"))
         elif kind == "jsonl":
-            records = ray.data.read_json(paths, lines=True, file_extensions=None)
-            datasets.append(records.map_batches(to_documents, batch_format="pyarrow"))
+            datasets.append(ray.data.read_datasource(_jsonl_source(paths, id_field, text_field)))
         else:
             contents = ray.data.read_binary_files(paths, include_paths=True)
             datasets.append(contents.map_batches(FileDocuments(kind[len("folder:") :]), batch_format="pyarrow"))
     return datasets
+
+
+def _jsonl_source(paths: list[str], id_field: str, text_field: str, rows_per_block: int = 1024):
+    """A Ray datasource of the documents in JSONL files, streamed a block of lines at a time."""
+    from ray.data.datasource import FileBasedDatasource
+
+    class JsonlDocuments(FileBasedDatasource):
+        def _read_stream(self, stream, path: str):
+            block = []
+            for document in jsonl_documents(_lines(stream), Path(path).name, id_field, text_field):
+                block.append(document)
+                if len(block) == rows_per_block:
+                    yield _document_table(block)
+                    block = []
+            if block:
+                yield _document_table(block)
+
+    return JsonlDocuments(paths, file_extensions=None)
+
+
+def _lines(stream, size: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary stream (line breaks kept), read ``size`` bytes at a time."""
+    rest = b""
+    while chunk := stream.read(size):
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        yield from (part + b"\n" for part in parts)
+    if rest:
+        yield rest
 
 
 def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, num_gpus: float | None = None) -> dict:

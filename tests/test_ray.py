@@ -30,6 +30,8 @@ def test_ray_pipeline_equals_the_single_machine_run(local_ray, tmp_path):
     records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(10))]
     records.insert(3, {"id": "blank", "text": "  "})
     data = write_jsonl(tmp_path / "a.jsonl", records)
+    with data.open("ab") as lines:  # a broken line and a non-UTF-8 one are errors, not a failed run
+        lines.write(b'{"id": "cut", "text": "no end\n{"id": "latin", "text": "caf\xe9"}\n')
     single = tmp_path / "single"
     assert main([str(data), "-o", str(single), "-q", *options(tiny)]) == 3
     from rr_fast.corpus import RunConfig
@@ -39,7 +41,7 @@ def test_ray_pipeline_equals_the_single_machine_run(local_ray, tmp_path):
         {"model": tiny, "backend": "torch", "limits": {"min_tokens": 4, "max_tokens": 24, "target_tokens": 12}},
     )  # fmt: skip
     manifest = run_on_ray(config)
-    assert manifest["documents"] == 11 and manifest["errors"] == 1
+    assert manifest["documents"] == 13 and manifest["errors"] == 3
     rows = pq.read_table(tmp_path / "ray" / "chunks").to_pylist()
     expected = read_output(single)
     assert [r["chunk_id"] for r in rows] == [r["chunk_id"] for r in expected]
@@ -52,6 +54,7 @@ def test_ray_pipeline_equals_the_single_machine_run(local_ray, tmp_path):
         assert got["score"] == pytest.approx(want["score"], abs=1e-9, nan_ok=True)
     errors = [json.loads(x) for x in (tmp_path / "ray" / "errors.jsonl").read_text().splitlines()]
     assert errors == [json.loads(x) for x in (single / "errors.jsonl").read_text().splitlines()]
+    assert [e["doc_id"] for e in errors] == ["blank", "a.jsonl:12", "a.jsonl:13"]
 
 
 def test_chunk_dataset_takes_and_returns_a_dataset(local_ray, tmp_path):
