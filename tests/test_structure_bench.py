@@ -51,3 +51,22 @@ def test_cached_engine_scores_once_and_replays_the_same_chunks(tiny, tmp_path):
     assert replay.engine.misses == 0
     with pytest.raises(NotCached):
         replay.chunk(text + "One more line here.\n")
+
+
+def test_report_methods_run_the_structure_only_row_and_read_rr_fast_strictly(tmp_path):
+    """The report's rows as it builds them (bundled model): no model run, strict cache, peers by name."""
+    import argparse
+
+    import pytest
+
+    from bench.structure.report import methods
+    from bench.structure.scoring import NotCached
+    from rr_fast import Limits
+
+    args = argparse.Namespace(out=tmp_path, window=24, device="cpu")
+    run = methods(args, Limits(4, 32, 16))
+    assert {"rr-fast auto", "rr-fast none", "structure only (no model)", "semchunk"} <= set(run)
+    cuts = run["structure only (no model)"](TEXT)
+    assert TEXT.index("## Two") in chunk_starts(TEXT, cuts)  # the heading is a cut; nothing was scored
+    with pytest.raises(NotCached):
+        run["rr-fast auto"](TEXT)
