@@ -241,3 +241,18 @@ def test_gpu_benchmark_smoke(tmp_path):
     assert [row["model"] for row in result["correctness_max_abs_diff"]] == ["llama", "qwen3", "gemma3"]
     assert all(row["rr"] < 1e-4 and row["lr"] < 1e-4 for row in result["correctness_max_abs_diff"])
     assert {"engine_rr_8192", "engine_lr_32768", "per_edge_loop", "matmul_tflops"} <= set(result)
+
+
+def test_mlx_gpu_benchmark_smoke(tmp_path):
+    """``python -m bench.speed.mlx_gpu --smoke`` runs every arm through the product path and compares them;
+    MLX fp32 on the CPU must agree with torch fp32 (the equivalence the GPU run will report)."""
+    pytest.importorskip("mlx.core")  # the [test] extra installs mlx[cpu]
+    from bench.speed import mlx_gpu
+
+    out = tmp_path / "mlx.json"
+    result = mlx_gpu.main(["--smoke", "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
+    assert json.loads(out.read_text())["streams"] == 2
+    assert result["torch_float32"]["score_abs_diff_max"] == 0
+    assert result["mlx_float32"]["score_abs_diff_max"] < 1e-4
+    assert result["mlx_float32"]["identical_cuts_rate"] == 1
+    assert result["mlx_bfloat16"]["tokens_per_s"] > 0
