@@ -40,19 +40,17 @@ class Level(IntEnum):
 
 
 # Prior added to the percentile utility of a cut at each level (relative to SENTENCE = 0), chosen on the
-# Wiki-50 calibration documents only (first 20 by id, rendered as Markdown) by `python -m bench.structure
-# calibrate`, which writes its grid to bench/out/structure/calibration.json; levels those documents do not
-# contain (ITEM, PARAGRAPH without a heading) take the value of the next calibrated level below them.
-# NOT YET CALIBRATED: the calibration documents could not be scored in the CPU time available, so every
-# level is 0 here (no preference among sentence ends and writer's breaks: the model chooses among them, and
-# the tiers alone keep cuts out of sentences, units and heading-paragraph pairs). Replace with the output of
-# `calibrate` after `score` has covered the calibration documents.
+# Wiki-50 calibration documents only (first 20 by id, rendered as Markdown, default model and window) by
+# `python -m bench.structure calibrate` (grid and P_k in bench/RESULTS.md, "Structured documents"). Those
+# documents separate headings from line breaks: P_k falls as the heading prior grows up to 1.0 (a heading is
+# then always a cut where the length limits allow one) and is flat beyond. Line breaks score best at the
+# grid's floor, SENTENCE's 0. PARAGRAPH and ITEM do not occur in them and take LINE's value.
 PRIORS: dict[Level, float] = {
     Level.SENTENCE: 0.0,
     Level.LINE: 0.0,
     Level.ITEM: 0.0,
     Level.PARAGRAPH: 0.0,
-    Level.HEADING: 0.0,
+    Level.HEADING: 1.0,
 }
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")

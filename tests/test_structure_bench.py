@@ -70,3 +70,12 @@ def test_report_methods_run_the_structure_only_row_and_read_rr_fast_strictly(tmp
     assert TEXT.index("## Two") in chunk_starts(TEXT, cuts)  # the heading is a cut; nothing was scored
     with pytest.raises(NotCached):
         run["rr-fast auto"](TEXT)
+
+
+def test_classify_tells_block_breaks_from_sentence_ends_inside_a_paragraph():
+    from bench.structure.report import classify
+
+    text = "## Title\nOne sentence here. Two sentences here.\n\nA new paragraph starts. It goes on\nover a wrap.\n"
+    cuts = [text.index("Two"), text.index("A new"), text.index("goes")]
+    counts = classify(text, cuts, max_tokens=384)
+    assert (counts["cuts"], counts["in_block"], counts["mid_sentence"], counts["heading_split"]) == (3, 1, 1, 0)

@@ -23,7 +23,7 @@ def score(args) -> None:
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
     for doc in docs:
         wanted = args.wiki_structures if doc.kind == "wiki50" else args.passage_structures
-        for structure in wanted.split(","):
+        for structure in filter(None, wanted.split(",")):
             started = time.perf_counter()
             chunker = chunkers[structure]
             before = chunker.engine.misses

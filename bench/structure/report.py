@@ -84,7 +84,7 @@ def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
     raw = sorted({int(c) for c in cuts if 0 < int(c) < len(text)})  # chunk lengths as the method made them
     cuts = chunk_starts(text, cuts)
     cut_levels = levels(text, structure, np.array(cuts, dtype=np.int64))
-    counts = dict(cuts=len(cuts), mid_sentence=0, inside_unit=0, inside_oversize_unit=0, heading_split=0)
+    counts = dict(cuts=len(cuts), mid_sentence=0, in_block=0, inside_unit=0, inside_oversize_unit=0, heading_split=0)
     for cut, level in zip(cuts, cut_levels.tolist()):
         unit = structure.unit_at(cut)
         if unit is not None:
@@ -94,6 +94,8 @@ def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
             counts["heading_split"] += 1
         elif level < Level.SENTENCE:
             counts["mid_sentence"] += 1
+        elif level < Level.ITEM:  # a sentence end inside a paragraph or list item, not a writer's block break
+            counts["in_block"] += 1
     bounds = [0, *raw, len(text)]
     lengths = [len(tokenizer.encode(text[a:b], add_special_tokens=False)) for a, b in zip(bounds, bounds[1:])]
     counts["over_max"] = sum(n > max_tokens for n in lengths)
@@ -217,14 +219,22 @@ def paragraph_cuts(text: str) -> list[int]:
     return starts[marks >= Level.PARAGRAPH].tolist()
 
 
+def _cell(c: dict) -> str:
+    return (
+        f"{c['cuts']} / {c['mid_sentence']} / {c['in_block']} / {c['inside_unit']}+{c['inside_oversize_unit']} / "
+        f"{c['heading_split']} / {c['over_max']}"
+    )
+
+
 def _ci(values: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(values, [2.5, 97.5])]
 
 
 def markdown(result: dict) -> str:
     lines = [
-        f"Passages: cuts / mid-sentence / inside a unit that fits + one that does not / heading split / chunks over "
-        f"max ({result['limits'][1]} SmolLM2 tokens). rr-fast window {result['window'] or 'default'}.",
+        f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
+        f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens). "
+        f"rr-fast window {result['window'] or 'default'}.",
         "",
         "| Method | " + " | ".join(result["passages"]) + " | total |",
         "| --- |" + " --- |" * (len(result["passages"]) + 1),
@@ -237,16 +247,10 @@ def markdown(result: dict) -> str:
             if c is None:
                 cells.append("not scored")
                 continue
-            cells.append(
-                f"{c['cuts']} / {c['mid_sentence']} / {c['inside_unit']}+{c['inside_oversize_unit']} / "
-                f"{c['heading_split']} / {c['over_max']}"
-            )
+            cells.append(_cell(c))
         rows = [c[name] for c in result["passages"].values() if name in c]
         total = {k: sum(r[k] for r in rows) for k in rows[0]}
-        cells.append(
-            f"{total['cuts']} / {total['mid_sentence']} / {total['inside_unit']}+{total['inside_oversize_unit']} / "
-            f"{total['heading_split']} / {total['over_max']}"
-        )
+        cells.append(_cell(total))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
