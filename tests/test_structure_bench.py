@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from bench.structure.data import Document
 from bench.structure.report import chunk_starts, gold_masses, paragraph_cuts, sentence_masses
 
@@ -79,3 +81,18 @@ def test_classify_tells_block_breaks_from_sentence_ends_inside_a_paragraph():
     cuts = [text.index("Two"), text.index("A new"), text.index("goes")]
     counts = classify(text, cuts, max_tokens=384)
     assert (counts["cuts"], counts["in_block"], counts["mid_sentence"], counts["heading_split"]) == (3, 1, 1, 0)
+
+
+def test_chapter_boundaries_put_the_gold_cut_at_a_paragraph_break_without_the_heading():
+    from bench.common import data_dir
+    from bench.structure.data import CHAPTER_BOOKS, CHAPTER_HEADING, CHAPTER_RANGE, CHAPTER_SIDE, chapter_boundaries
+    from rr_fast.structure import Level, analyse, levels
+
+    docs = chapter_boundaries(data_dir())
+    assert len(docs) == len(CHAPTER_BOOKS) * len(CHAPTER_RANGE) and len({d.text for d in docs}) == len(docs)
+    for doc in docs:
+        (gold,) = doc.section_starts
+        assert gold in doc.sentence_starts and doc.text[gold - 2 : gold] == "\n\n"
+        assert levels(doc.text, analyse(doc.text), np.array([gold]))[0] == Level.PARAGRAPH
+        assert not any(CHAPTER_HEADING.match(line) for line in doc.text.splitlines())
+        assert CHAPTER_SIDE < gold < len(doc.text) - CHAPTER_SIDE  # whole paragraphs of both chapters

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from bench.common import data_dir
-from bench.structure.data import passages, wiki50
+from bench.structure.data import chapter_boundaries, passages, wiki50
 from bench.structure.scoring import cached_chunker
 from rr_fast import Limits
 
@@ -16,10 +16,10 @@ LIMITS = Limits()  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every meth
 
 
 def score(args) -> None:
-    """Fill the score cache: Wiki-50 calibration documents first (the priors need them), then evaluation
-    documents, then the passages; an interrupted run keeps what it scored."""
+    """Fill the score cache: the calibration documents first (Wiki-50's and the chapter boundaries: the priors
+    need them), then Wiki-50's evaluation documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
-    docs = calibration + evaluation + passages(args.data_dir)
+    docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir)
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
     for doc in docs:
         wanted = args.wiki_structures if doc.kind == "wiki50" else args.passage_structures

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from bench.paper.wiki50 import CALIBRATION_DOCS, read_corpus
 
@@ -11,15 +14,19 @@ RUST_CHAPTERS = ("rust_ch04-01-what-is-ownership", "rust_ch04-02-references-and-
 PROSE_BOOKS = ("pride_and_prejudice", "origin_of_species", "jekyll_and_hyde")
 PROSE_SKIP = 4000  # characters after the Gutenberg start line: title page and contents
 PROSE_LENGTH = 6000  # characters per excerpt, extended to the end of its paragraph
+CHAPTER_BOOKS = ("pride_and_prejudice", "moby_dick", "dracula", "the_prince", "origin_of_species")
+CHAPTER_HEADING = re.compile(r"^(CHAPTER|Chapter)\s+[IVXLC\d]+\b")
+CHAPTER_RANGE = range(4, 8)  # boundaries before these chapters: past the front matter and the prose excerpts
+CHAPTER_SIDE = 1800  # characters of whole paragraphs taken on each side of a boundary
 
 
 @dataclass(frozen=True)
 class Document:
     id: str
-    kind: str  # "markdown", "prose" or "wiki50"
+    kind: str  # "markdown", "prose", "wiki50" or "chapters"
     text: str
-    section_starts: tuple[int, ...] = ()  # wiki50: character offset of each gold section (after the first)
-    sentence_starts: tuple[int, ...] = ()  # wiki50: character offset of every sentence (the P_k units)
+    section_starts: tuple[int, ...] = ()  # wiki50, chapters: character offset of each gold section after the first
+    sentence_starts: tuple[int, ...] = ()  # wiki50, chapters: character offset of every sentence (the P_k units)
 
 
 def passages(data_dir: Path) -> list[Document]:
@@ -38,6 +45,60 @@ def prose_excerpt(book: str) -> str:
         start += 1
     end = body.index("\n\n", start + PROSE_LENGTH)
     return body[start:end] + "\n"
+
+
+def chapter_boundaries(data_dir: Path) -> list[Document]:
+    """The closing paragraphs of one book chapter and the opening ones of the next, the heading between them
+    removed: the gold cut is where the second chapter starts.
+
+    Wiki-50's gold sections start at headings and its sentences are lines, so it says nothing about paragraph
+    breaks against the sentence ends inside paragraphs; here every gold cut is a paragraph break among many
+    that are not, in hard-wrapped prose, which is what the paragraph prior needs.
+    """
+    docs = []
+    for name in CHAPTER_BOOKS:
+        book = (data_dir / "passages" / f"{name}.txt").read_text(encoding="utf-8")
+        body = book[book.index("\n", book.index("*** START OF")) + 1 : book.index("*** END OF")]
+        separator = "\r\n\r\n" if "\r\n" in body else "\n\n"
+        chapters: list[list[str]] = []
+        for block in re.split(r"(?:[ \t]*\r?\n){2,}", body):
+            block = block.strip()
+            if CHAPTER_HEADING.match(block.lstrip()):
+                chapters.append([])
+            elif chapters and block.strip() and not _apparatus(block):
+                chapters[-1].append(block)
+        chapters = [c for c in chapters if sum(map(len, c)) > 2 * CHAPTER_SIDE]  # contents entries have no body
+        for k in CHAPTER_RANGE:
+            before = separator.join(reversed(_paragraphs(reversed(chapters[k - 1]))))
+            text = before + separator + separator.join(_paragraphs(chapters[k])) + separator[: len(separator) // 2]
+            start = len(before) + len(separator)
+            docs.append(Document(f"chapters/{name}/{k}", "chapters", text, (start,), _sentence_starts(text)))
+    return docs
+
+
+def _apparatus(block: str) -> bool:
+    """An illustration mark or a chapter's subtitle, not a paragraph of the text."""
+    line = block.strip()
+    return line.startswith("[") or (line.isupper() and "\n" not in line)
+
+
+def _paragraphs(paragraphs, budget: int = CHAPTER_SIDE) -> list[str]:
+    out, used = [], 0
+    for paragraph in paragraphs:
+        out.append(paragraph)
+        used += len(paragraph)
+        if used >= budget:
+            break
+    return out
+
+
+def _sentence_starts(text: str) -> tuple[int, ...]:
+    """Where each sentence starts (after a sentence end or a writer's break), by rr_fast.structure's reading."""
+    from rr_fast.structure import Level, analyse, levels
+
+    starts = np.array([i for i in range(1, len(text)) if text[i - 1].isspace() and not text[i].isspace()])
+    marks = levels(text, analyse(text), starts)
+    return (0, *starts[marks >= Level.SENTENCE].tolist())
 
 
 def wiki50(data_dir: Path) -> tuple[list[Document], list[Document]]:

@@ -17,21 +17,23 @@ from contextlib import contextmanager
 import numpy as np
 
 from bench.quality.baselines import default_tokenizer
-from bench.structure.data import passages, wiki50
+from bench.structure.data import chapter_boundaries, passages, wiki50
 from bench.structure.peers import PEERS
 from bench.structure.scoring import NotCached, cached_chunker
 from rr_fast.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
 HEADING_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
+PARAGRAPH_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
 LINE_GRID = (0.0, 0.05, 0.1, 0.2)  # a writer's break is never weaker than a sentence end (see calibrate)
 
 
 @contextmanager
-def priors(heading: float, line: float):
-    """Level priors for one grid point; PARAGRAPH and ITEM (absent from Wiki-50) take the level below's."""
+def priors(heading: float, line: float, paragraph: float | None = None):
+    """Level priors for one grid point; PARAGRAPH and ITEM take LINE's unless ``paragraph`` is given."""
     saved = dict(PRIORS)
-    PRIORS.update({Level.HEADING: heading, Level.LINE: line, Level.ITEM: line, Level.PARAGRAPH: line})
+    block = line if paragraph is None else paragraph
+    PRIORS.update({Level.HEADING: heading, Level.LINE: line, Level.ITEM: block, Level.PARAGRAPH: block})
     try:
         yield
     finally:
@@ -142,31 +144,52 @@ def scored(chunk, text: str) -> bool:
 
 
 def calibrate(args) -> dict:
-    """The (heading, line) priors with the lowest pooled P_k on the Wiki-50 calibration documents.
+    """Level priors with the lowest pooled P_k on calibration documents, in two steps.
 
-    What these documents can tell apart: a heading against a line break (every Wiki-50 sentence is a line).
-    Lines against sentence ends inside a line, and paragraphs or list items against lines, do not occur in
-    them, so LINE is searched only at or above SENTENCE's 0 (a writer's break is never weaker than a sentence
-    end; below 0 it would only stand in for a larger cut penalty), and PARAGRAPH and ITEM take LINE's value.
-    Ties go to the smaller priors.
+    1. Heading and line priors on the Wiki-50 calibration documents. They tell a heading from a line break
+       (every Wiki-50 sentence is a line) and nothing else, so LINE is searched only at or above SENTENCE's 0
+       (a writer's break is never weaker than a sentence end; below 0 it would only stand in for a larger cut
+       penalty).
+    2. The paragraph prior (list items take it too) on the chapter boundaries (bench.structure.data), with
+       step 1's values: there the gold cut is one paragraph break among many, in prose whose other candidates
+       are sentence ends inside paragraphs.
+
+    Ties go to the smaller priors. Writes the grids and picks to ``out/calibration.json``.
     """
     from rr_fast import Limits
 
-    calibration, _ = wiki50(args.data_dir)
     chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits(), strict=True)
-    calibration = [d for d in calibration if scored(chunker.chunk, d.text)]
-    grid = []
-    for heading, line in itertools.product(HEADING_GRID, LINE_GRID):
-        with priors(heading, line):
-            parts = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in calibration])
-        pk, wd = pooled(parts)
-        grid.append({"heading": heading, "line": line, "pk": pk, "windowdiff": wd})
-        print(grid[-1], flush=True)
+    wiki, _ = wiki50(args.data_dir)
+    wiki = [d for d in wiki if scored(chunker.chunk, d.text)]
+    chapters = [d for d in chapter_boundaries(args.data_dir) if scored(chunker.chunk, d.text)]
+    grid = [_grid_point(chunker, wiki, heading=h, line=x) for h, x in itertools.product(HEADING_GRID, LINE_GRID)]
     best = min(grid, key=lambda g: (round(g["pk"], 9), abs(g["heading"]) + abs(g["line"])))
-    result = {"best": best, "grid": grid, "window": chunker.config.window, "documents": [d.id for d in calibration]}
+    paragraph_grid = [  # empty until `score` has covered the chapter boundaries
+        _grid_point(chunker, chapters, heading=best["heading"], line=best["line"], paragraph=p)
+        for p in (PARAGRAPH_GRID if chapters else ())
+    ]
+    best_paragraph = min(paragraph_grid, key=lambda g: (round(g["pk"], 9), g["paragraph"]), default=None)
+    result = {
+        "best": best,
+        "grid": grid,
+        "best_paragraph": best_paragraph,
+        "paragraph_grid": paragraph_grid,
+        "window": chunker.config.window,
+        "documents": [d.id for d in wiki],
+        "chapter_documents": [d.id for d in chapters],
+    }
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
-    print("best:", best)
+    print("best:", best, "paragraph:", best_paragraph)
     return result
+
+
+def _grid_point(chunker, docs, **values) -> dict:
+    with priors(**values):
+        parts = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in docs])
+    pk, wd = pooled(parts)
+    point = {**values, "pk": pk, "windowdiff": wd}
+    print(point, flush=True)
+    return point
 
 
 def report(args) -> None:
