@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             args.seed,
             embed=minilm_embedder(out / "cache"),
             pool_size=QUICK_POOL if args.quick else None,
+            log=_log,
         )
     evaluation = [s for s in streams if s.split == "eval"]
     calibration = [s for s in streams if s.split == "cal"]

@@ -88,14 +88,15 @@ def load(streams: list[Stream], variant: str, out: Path) -> dict[str, EdgeScores
     return scores
 
 
-def recovery_grid(streams: list[Stream], scores: dict[str, EdgeScores]) -> np.ndarray:
-    """[ρ, stream] clean-unit recovery over the penalty grid: what the rule and its resamples choose from."""
-    grid = np.zeros((len(PENALTY_GRID), len(streams)))
-    for i, rho in enumerate(PENALTY_GRID):
-        for j, s in enumerate(streams):
-            chunks = chunk_spans(len(s.text), scores[s.id], rho)
-            grid[i, j] = stream_metrics(s.text, s.records, chunks, boundaries=False)["clean_unit_recovery"]
-    return grid
+def metrics_by_penalty(streams: list[Stream], scores: dict[str, EdgeScores]) -> dict[float, list[dict]]:
+    """Per-stream metrics at every ρ of the grid: what the rule and its resamples choose from."""
+    return {
+        rho: [
+            stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rho), boundaries=False)
+            for s in streams
+        ]
+        for rho in PENALTY_GRID
+    }
 
 
 def noise_floor(grids: dict[str, np.ndarray], domains: list[str], resamples: int, seed: int) -> dict[str, dict]:
@@ -137,15 +138,11 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         if scores is None:
             _log(f"{variant}: calibration scores incomplete; left out")
             continue
-
-        def metrics(rho: float, scores=scores) -> list[dict]:
-            spans = [chunk_spans(len(s.text), scores[s.id], rho) for s in calibration]
-            return [stream_metrics(s.text, s.records, c, boundaries=False) for s, c in zip(calibration, spans)]
-
-        rho, grid = calibrate(metrics)
+        by_penalty = metrics_by_penalty(calibration, scores)
+        rho, grid = calibrate(by_penalty.__getitem__)
         best = next(row for row in grid if row["penalty"] == rho)
         rows[variant] = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
-        grids[variant] = recovery_grid(calibration, scores)
+        grids[variant] = np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
     pick = max(rows, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
     for name, noise in noise_floor(grids, [s.domain for s in calibration], resamples, seed).items():
         rows[name]["cal_noise"] = noise

@@ -136,13 +136,15 @@ def build_streams(
     max_tokens: int = 384,
     cal_fraction: float = 0.2,
     pool_size: int | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> list[Stream]:
     """Evaluation then calibration streams of every domain (see the module docstring for the recipe).
 
     embed(ids, texts) must return unit-norm row vectors; count_tokens(texts) token counts. Both default to
     the benchmark's models (MiniLM, the default RR model's tokenizer); tests pass cheap stand-ins.
     pool_size keeps only that many eligible records per domain (after the shuffle): fewer to embed for a
-    smoke run, at the price of less closely related neighbours.
+    smoke run, at the price of less closely related neighbours. log, when given, receives one line per domain:
+    how many records each pool has and how many the streams use.
     """
     embed = embed or minilm_embedder()
     count_tokens = count_tokens or default_token_counter()
@@ -164,6 +166,14 @@ def build_streams(
         cal_groups = _chain([cal_pool, leftover], vectors, n_cal_per_domain, _split_rng(seed, domain, "cal"))
         if used_by_eval & {k for group in cal_groups for k in group}:
             raise AssertionError(f"{domain}: a record is in both a calibration and an evaluation stream")
+        if log is not None:
+            borrowed = sum(k in set(leftover.tolist()) for group in cal_groups for k in group)
+            log(
+                f"{domain}: {len(records)} eligible records; evaluation pool {len(eval_pool)}, "
+                f"{len(used_by_eval)} used by {len(eval_groups)} streams; calibration pool {len(cal_pool)}, "
+                f"{sum(map(len, cal_groups)) - borrowed} used by {len(cal_groups)} streams, which take "
+                f"{borrowed} more from the evaluation pool's unused records"
+            )
         for split, groups in (("eval", eval_groups), ("cal", cal_groups)):
             for i, group in enumerate(groups):
                 streams.append(_join(domain, split, i, [records[k] for k in group]))
