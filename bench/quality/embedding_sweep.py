@@ -14,6 +14,9 @@ window) is scored on the evaluation streams. Steps, each cached per variant and 
 (within domain), ρ and the pick are chosen again on each resample, and the spread of each variant's
 calibrated recovery and how often each variant wins are reported. Paired gaps against rr-fast's default use
 the default's evaluation chunks stored by the Presets benchmark (bench/out/pareto/chunks/default).
+Where that benchmark's ``rr+lr@w96`` scores cover the calibration streams
+(``python -m bench.quality.pareto score --split cal --options rr+lr@w96``), the default (its ``lr``) and
+``rr+lr@w96`` get the same calibration rows and noise floor, among themselves.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ VARIANTS: dict[str, tuple[int, int | None]] = {
     "tok192": (192, None),
 }
 TODAY = f"tok{SPAN_TOKENS}"
+# LM configurations on the same calibration streams, from the Presets benchmark's score files: name ->
+# (pareto option, key in its file). One rr+lr@w96 run holds both readouts; the default is its lr alone.
+LM_CONFIGS = {"default (lr@w96)": ("rr+lr@w96", "lr"), "rr+lr@w96": ("rr+lr@w96", "utility")}
 RESAMPLES = 10_000
 
 
@@ -120,6 +126,20 @@ def noise_floor(grids: dict[str, np.ndarray], domains: list[str], resamples: int
     }
 
 
+def load_lm(streams: list[Stream], option: str, key: str, out: Path) -> dict[str, EdgeScores] | None:
+    """One readout of a Presets option's score files (rr-fast's own scoring) on every stream, or None."""
+    folder = out / "pareto" / "scores" / option
+    if not all((folder / f"{s.id}.npz").exists() for s in streams):
+        return None
+    scores = {}
+    for stream in streams:
+        with np.load(folder / f"{stream.id}.npz") as saved:
+            scores[stream.id] = EdgeScores(
+                int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], saved[key].astype(np.float64)
+            )
+    return scores
+
+
 def default_chunks(evaluation: list[Stream], out: Path) -> list[list[tuple[int, int]]] | None:
     """rr-fast's default end to end on the evaluation streams (the Presets benchmark's stored chunks)."""
     folder = out / "pareto" / "chunks" / "default"
@@ -144,8 +164,23 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         rows[variant] = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
         grids[variant] = np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
     pick = max(rows, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
-    for name, noise in noise_floor(grids, [s.domain for s in calibration], resamples, seed).items():
+    domains = [s.domain for s in calibration]
+    for name, noise in noise_floor(grids, domains, resamples, seed).items():
         rows[name]["cal_noise"] = noise
+    lm_rows, lm_grids = {}, {}
+    for name, (option, key) in LM_CONFIGS.items():
+        scores = load_lm(calibration, option, key, out)
+        if scores is None:
+            _log(f"{name}: no complete calibration scores in {out / 'pareto' / 'scores' / option}; left out")
+            continue
+        by_penalty = metrics_by_penalty(calibration, scores)
+        rho, grid = calibrate(by_penalty.__getitem__)
+        best = next(row for row in grid if row["penalty"] == rho)
+        lm_rows[name] = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
+        lm_grids[name] = np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
+    if lm_grids:
+        for name, noise in noise_floor(lm_grids, domains, resamples, seed).items():
+            lm_rows[name]["cal_noise"] = noise
 
     indices = bootstrap_indices([s.domain for s in evaluation], resamples, seed)
     default = default_chunks(evaluation, out)
@@ -172,7 +207,13 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         if default_rows:
             gap = np.array([m["clean_unit_recovery"] for m in default_rows]) - recovery
             rows[variant]["eval"]["default_minus_this"] = interval(gap, indices)
-    result = {"pick": pick, "rows": rows, "calibration_streams": len(calibration), "resamples": resamples}
+    result = {
+        "pick": pick,
+        "rows": rows,
+        "lm_rows": lm_rows,
+        "calibration_streams": len(calibration),
+        "resamples": resamples,
+    }
     if default_rows:
         recovery = np.array([m["clean_unit_recovery"] for m in default_rows])
         result["default_eval"] = {
@@ -206,6 +247,12 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {name}{' (pick)' if name == result['pick'] else ''} | {row['penalty']:.2f} | {row['cal_recovery']:.3f} "
             f"| {row['cal_f1']:.3f} | [{noise['low']:.3f}, {noise['high']:.3f}] | {noise['wins']:.0%} |"
+        )
+    for name, row in result.get("lm_rows", {}).items():
+        noise = row["cal_noise"]
+        lines.append(
+            f"| SmolLM2 {name} | {row['penalty']:.2f} | {row['cal_recovery']:.3f} | {row['cal_f1']:.3f} "
+            f"| [{noise['low']:.3f}, {noise['high']:.3f}] | {noise['wins']:.0%} of the LM rows |"
         )
     lines.append("")
     if "default_eval" in result:
