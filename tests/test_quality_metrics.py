@@ -163,6 +163,30 @@ def test_streams_are_deterministic_and_prefix_stable(built, tmp_path):
     assert other != built
 
 
+def test_calibration_streams_past_their_pool_use_only_records_no_evaluation_stream_uses(tmp_path):
+    _write_records(tmp_path, "fiqa", 60)  # calibration pool: 12 records, too few for 5 streams
+    lines: list[str] = []
+
+    def build(n_cal: int) -> tuple[list[Stream], list[Stream]]:
+        streams = build_streams(
+            tmp_path, 3, n_cal, seed=1, domains=("fiqa",), embed=_hash_embed, count_tokens=_word_count, log=lines.append
+        )
+        return [s for s in streams if s.split == "eval"], [s for s in streams if s.split == "cal"]
+
+    evaluation, few = build(1)
+    same_evaluation, many = build(5)
+    assert same_evaluation == evaluation  # the calibration count never changes an evaluation stream
+    assert many[0] == few[0] and len(many) == 5
+    cal_records = [rid for s in many for rid, _, _ in s.records]
+    assert len(cal_records) == len(set(cal_records)) > 12  # past the calibration pool, no record twice
+    assert not {rid for s in evaluation for rid, _, _ in s.records} & set(cal_records)
+    assert lines[1].startswith("fiqa: 60 eligible records; evaluation pool 48,") and "calibration pool 12," in lines[1]
+    taken = int(re.search(r"take (\d+) more", lines[1]).group(1))  # from the evaluation pool's unused records
+    assert taken > 0 and len(cal_records) - taken <= 12
+    with pytest.raises(ValueError, match="exhausted"):
+        build(20)
+
+
 def test_streams_round_trip_jsonl(built, tmp_path):
     write_streams(built, tmp_path / "out" / "streams.jsonl")
     assert read_streams(tmp_path / "out" / "streams.jsonl") == built

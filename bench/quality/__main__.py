@@ -2,8 +2,9 @@
 
 Stages (each caches under ``--out``, default bench/out/, so a rerun only redoes what changed):
 
-1. streams: 20 evaluation + 5 calibration streams per domain (``--quick``: 2 + 1 from a 150-record pool per
+1. streams: 20 evaluation + 15 calibration streams per domain (``--quick``: 2 + 1 from a 150-record pool per
    domain, so a cold CI run embeds few records), bench/out/streams.jsonl (``--quick``: streams_quick.jsonl);
+   ``--streams-only`` stops after writing them;
 2. OCR: every evaluation stream rendered and read back by Tesseract (skipped by ``--quick``);
 3. LM scores: ``bench.quality.lm_scores.score_streams`` for each ``--models`` entry, when that module exists;
 4. scored methods (RR, LR and the LM comparators from the score files; embedding boundary, sentence cuts,
@@ -43,6 +44,7 @@ from rr_fast.segment import rank_sum
 from rr_fast.text import candidate_edges, tokenize
 
 STEP = ChunkerConfig.step  # candidate grid, tokens
+EVAL_PER_DOMAIN, CAL_PER_DOMAIN = 20, 15  # streams per domain of a full run (issue 16: 15, was 5)
 QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)
 META_KEYS = ("edge_tokens", "edge_chars", "num_tokens")
 # Combinations of readouts across models and with the embedding boundary (issue: "what did not help" too)
@@ -71,9 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     clock = _Clock(timings)
     n_eval, n_cal = args.eval_per_domain, args.cal_per_domain
     if n_eval is None:
-        n_eval = 2 if args.quick else 20
+        n_eval = 2 if args.quick else EVAL_PER_DOMAIN
     if n_cal is None:
-        n_cal = 1 if args.quick else 5
+        n_cal = 1 if args.quick else CAL_PER_DOMAIN
 
     with clock("streams"):
         records_dir = data_dir(args.data_dir) / "records"
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             args.seed,
             embed=minilm_embedder(out / "cache"),
             pool_size=QUICK_POOL if args.quick else None,
+            log=_log,
         )
     evaluation = [s for s in streams if s.split == "eval"]
     calibration = [s for s in streams if s.split == "cal"]
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     # the LM scorer's CLI reads streams.jsonl: a smoke run must not replace the full set there
     write_streams(every, out / ("streams_quick.jsonl" if args.quick else "streams.jsonl"))
     _log(f"{len(evaluation)} evaluation, {len(calibration)} calibration streams; conditions: {', '.join(conditions)}")
+    if args.streams_only:
+        return
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not args.no_lm_scoring:
@@ -182,8 +187,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"), help="cache and results folder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bootstrap", type=int, default=None, help="resamples (default 10000; --quick 1000)")
-    parser.add_argument("--eval-per-domain", type=int, default=None)
-    parser.add_argument("--cal-per-domain", type=int, default=None)
+    parser.add_argument("--eval-per-domain", type=int, default=None, help=f"default {EVAL_PER_DOMAIN}; --quick 2")
+    parser.add_argument("--cal-per-domain", type=int, default=None, help=f"default {CAL_PER_DOMAIN}; --quick 1")
+    parser.add_argument("--streams-only", action="store_true", help="build and write the streams, then stop")
     parser.add_argument("--no-ocr", action="store_true")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument(

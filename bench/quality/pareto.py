@@ -45,6 +45,7 @@ STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
 # the options tried: ChunkerConfig changes from the default (SmolLM2, lr, W 96, step 8, fp32)
 OPTIONS: dict[str, dict] = {
     "default": {},
+    "rr+lr@w96": {"readout": "rr+lr"},  # its readouts hold the default's lr too (issue 16's calibration set)
     "rr+lr@w32": {"readout": "rr+lr", "window": 32},
     "rr+lr@w24+bos": {"readout": "rr+lr", "window": 24, "reset_prefix": "bos"},
     "rr@w48+bos": {"readout": "rr", "window": 48, "reset_prefix": "bos"},

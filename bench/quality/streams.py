@@ -3,8 +3,8 @@
 Each stream holds 3–6 records of one domain, concatenated with a single ordinary space and nothing else, so
 a chunker gets no separator, line or layout cue. Records that are topically related sit next to each other
 (a nearest-neighbour chain under all-MiniLM-L6-v2 cosine similarity), which weakens the topic-shift cue that
-would make the joins easy. No record appears twice; calibration and evaluation streams draw from disjoint
-record pools.
+would make the joins easy. No record appears twice, and no record is in both a calibration and an evaluation
+stream (``build_streams`` asserts it).
 
 Choices the paper leaves open, fixed here so every run builds the same streams:
 
@@ -15,6 +15,11 @@ Choices the paper leaves open, fixed here so every run builds the same streams:
   the calibration pool, the rest the evaluation pool. Streams are then built one after another from their
   own pool, so the first k streams of a split do not depend on how many streams follow (``--quick`` streams
   are the first streams of a full build, and cached scores stay valid).
+- The calibration pool (a fifth of the records) is too small for 15 streams of the small domains (PubMedQA
+  has 56 calibration records), so calibration streams that no longer fit it continue in a second pool: the
+  evaluation pool's records that no evaluation stream uses, in the same shuffled order. Evaluation streams
+  never see that pool, so they are the same whatever the calibration count; calibration streams past the
+  first pool do depend on the evaluation count (they use its leftovers).
 - A stream starts at the next unused record in shuffled order, then repeatedly appends the unused record of
   its pool most similar to the record just added.
 - A stream id carries a hash of its text, so scores cached under an id can never belong to another text.
@@ -131,13 +136,15 @@ def build_streams(
     max_tokens: int = 384,
     cal_fraction: float = 0.2,
     pool_size: int | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> list[Stream]:
     """Evaluation then calibration streams of every domain (see the module docstring for the recipe).
 
     embed(ids, texts) must return unit-norm row vectors; count_tokens(texts) token counts. Both default to
     the benchmark's models (MiniLM, the default RR model's tokenizer); tests pass cheap stand-ins.
     pool_size keeps only that many eligible records per domain (after the shuffle): fewer to embed for a
-    smoke run, at the price of less closely related neighbours.
+    smoke run, at the price of less closely related neighbours. log, when given, receives one line per domain:
+    how many records each pool has and how many the streams use.
     """
     embed = embed or minilm_embedder()
     count_tokens = count_tokens or default_token_counter()
@@ -151,30 +158,51 @@ def build_streams(
         records = [records[k] for k in order]
         order = np.arange(len(records))
         cal_size = round(cal_fraction * len(records))
-        pools = {"eval": order[cal_size:], "cal": order[:cal_size]}
-        wanted = {"eval": n_eval_per_domain, "cal": n_cal_per_domain}
         vectors = embed([r[0] for r in records], [r[1] for r in records])
-        for split in ("eval", "cal"):
-            split_rng = np.random.default_rng([seed, zlib.crc32(f"{domain}/{split}".encode())])
-            groups = _chain(pools[split], vectors, wanted[split], split_rng)
+        eval_pool, cal_pool = order[cal_size:], order[:cal_size]
+        eval_groups = _chain([eval_pool], vectors, n_eval_per_domain, _split_rng(seed, domain, "eval"))
+        used_by_eval = {k for group in eval_groups for k in group}
+        leftover = np.array([k for k in eval_pool if k not in used_by_eval], dtype=np.int64)
+        cal_groups = _chain([cal_pool, leftover], vectors, n_cal_per_domain, _split_rng(seed, domain, "cal"))
+        if used_by_eval & {k for group in cal_groups for k in group}:
+            raise AssertionError(f"{domain}: a record is in both a calibration and an evaluation stream")
+        if log is not None:
+            borrowed = sum(k in set(leftover.tolist()) for group in cal_groups for k in group)
+            log(
+                f"{domain}: {len(records)} eligible records; evaluation pool {len(eval_pool)}, "
+                f"{len(used_by_eval)} used by {len(eval_groups)} streams; calibration pool {len(cal_pool)}, "
+                f"{sum(map(len, cal_groups)) - borrowed} used by {len(cal_groups)} streams, which take "
+                f"{borrowed} more from the evaluation pool's unused records"
+            )
+        for split, groups in (("eval", eval_groups), ("cal", cal_groups)):
             for i, group in enumerate(groups):
                 streams.append(_join(domain, split, i, [records[k] for k in group]))
     return streams
 
 
-def _chain(pool: np.ndarray, vectors: np.ndarray, count: int, rng: np.random.Generator) -> list[list[int]]:
-    """``count`` groups of 3–6 record indices; each next record is the unused one nearest the last."""
+def _split_rng(seed: int, domain: str, split: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(f"{domain}/{split}".encode())])
+
+
+def _chain(pools: list[np.ndarray], vectors: np.ndarray, count: int, rng: np.random.Generator) -> list[list[int]]:
+    """``count`` groups of 3–6 record indices; each next record is the unused one nearest the last.
+
+    A group comes whole from one pool: the first pool until it cannot fill the next group, then the next.
+    """
     unused = np.ones(len(vectors), dtype=bool)
-    in_pool = np.zeros(len(vectors), dtype=bool)
-    in_pool[pool] = True
-    groups = []
-    cursor = 0
+    remaining = list(pools)
+    pool, in_pool, cursor = _open(remaining.pop(0), len(vectors))
+    groups: list[list[int]] = []
     for _ in range(count):
         size = int(rng.integers(MIN_RECORDS, MAX_RECORDS + 1))
-        while cursor < len(pool) and not unused[pool[cursor]]:
-            cursor += 1
-        if cursor >= len(pool) or (unused & in_pool).sum() < size:
-            raise ValueError(f"record pool exhausted after {len(groups)} streams; ask for fewer streams")
+        while True:
+            while cursor < len(pool) and not unused[pool[cursor]]:
+                cursor += 1
+            if cursor < len(pool) and (unused & in_pool).sum() >= size:
+                break
+            if not remaining:
+                raise ValueError(f"record pool exhausted after {len(groups)} streams; ask for fewer streams")
+            pool, in_pool, cursor = _open(remaining.pop(0), len(vectors))
         group = [int(pool[cursor])]
         unused[group[0]] = False
         while len(group) < size:
@@ -185,6 +213,13 @@ def _chain(pool: np.ndarray, vectors: np.ndarray, count: int, rng: np.random.Gen
             unused[nearest] = False
         groups.append(group)
     return groups
+
+
+def _open(pool: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A pool, its membership mask over all records, and a cursor at its start."""
+    in_pool = np.zeros(size, dtype=bool)
+    in_pool[pool] = True
+    return pool, in_pool, 0
 
 
 def _join(domain: str, split: str, index: int, records: list[tuple[str, str]]) -> Stream:
