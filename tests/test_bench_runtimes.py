@@ -14,8 +14,9 @@ pytest.importorskip("openvino")
 
 
 def test_runtimes_reproduce_torch_scores_and_chunks(tiny, tmp_path):
-    from bench.speed.runtimes import main
     from tiny_models import SAMPLE_TEXT
+
+    from bench.speed.runtimes import main
 
     streams = tmp_path / "streams.jsonl"
     record = {"id": "s1", "domain": "tiny", "split": "cal", "text": SAMPLE_TEXT * 3, "records": []}
