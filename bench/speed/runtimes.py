@@ -6,6 +6,7 @@ right-padded reset-window batches ([B, W], positions re-indexed from 0):
 
 - ``torch``: the plain modules in fp32, the baseline of every ratio;
 - ``torch-int8``: the same with ``quantize_int8`` (dynamic int8 decoder matmuls);
+- ``torch-bf16``: the same in bfloat16 (native on a CPU with AVX-512 BF16, emulated elsewhere);
 - ``ort``, ``ort-int8``, ``openvino``, ``openvino-bf16``: the same plain decoder exported once to ONNX (torch's
   dynamo exporter; dynamic batch and length), run by ONNX Runtime (CPUExecutionProvider; fp32, and its
   dynamic int8 quantization of every MatMul) or OpenVINO (CPU; fp32 inference precision, and bf16, which
@@ -44,7 +45,7 @@ from rr_fast.backends.torch import TorchBackend
 from rr_fast.chunker import Chunker
 from rr_fast.engine import Engine
 
-ARMS = ("torch", "torch-int8", "ort", "ort-int8", "openvino", "openvino-bf16")
+ARMS = ("torch", "torch-int8", "torch-bf16", "ort", "ort-int8", "openvino", "openvino-bf16")
 CONFIGS = {"default": {}, "fast": {"preset": "fast"}}  # Chunker options of each measured configuration
 # the shortest calibration stream of the first two domains: ~1,150 tokens, a minute per arm at the default
 STREAMS = ("fiqa-cal-01-ca3ae4e0", "pubmedqa-cal-03-966f55da")
@@ -155,6 +156,7 @@ def build_arms(names: list[str], folder: str, cache: Path, threads: int) -> dict
     factories = {
         "torch": lambda: reference,
         "torch-int8": lambda: TorchBackend.load(folder, dtype="int8", device="cpu"),
+        "torch-bf16": lambda: TorchBackend.load(folder, dtype="bfloat16", device="cpu"),
         "ort": lambda: RuntimeBackend("ort", reference, lambda d: ort_runner(graph(d), threads)),
         "ort-int8": lambda: RuntimeBackend("ort-int8", reference, lambda d: ort_runner(quantized(graph(d)), threads)),
         "openvino": lambda: RuntimeBackend("openvino", reference, lambda d: openvino_runner(graph(d), threads)),
