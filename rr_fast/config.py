@@ -54,13 +54,7 @@ class ChunkerConfig:
     model: str = option(
         DEFAULT_MODEL, "model", f"bundled name ({', '.join(BUNDLED)}), local HF folder, .gguf file or hub id"
     )
-    backend: str = option(
-        "auto",
-        "model",
-        "auto: mlx on Apple silicon, else torch; openvino: the same fp32 scores, faster on a CPU "
-        "(pip install 'rr-fast[openvino]')",
-        choices=BACKENDS,
-    )
+    backend: str = option("auto", "model", "auto: mlx on Apple silicon, else torch", choices=BACKENDS)
     dtype: str = option(
         "float32",
         "model",

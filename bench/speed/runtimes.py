@@ -30,6 +30,7 @@ import argparse
 import json
 import platform
 import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -39,7 +40,7 @@ import torch
 from bench.common import REPO_ROOT
 from bench.quality.streams import read_streams
 from bench.speed.__main__ import locked
-from rr_fast.backends.onnx import Runner, RuntimeBackend, export_decoder, openvino_runner
+from rr_fast.backends.base import Forward
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.chunker import Chunker
 from rr_fast.engine import Engine
@@ -48,6 +49,45 @@ ARMS = ("torch", "torch-int8", "torch-bf16", "ort", "ort-int8", "openvino", "ope
 CONFIGS = {"default": {}, "fast": {"preset": "fast"}}  # Chunker options of each measured configuration
 # the shortest calibration stream of the first two domains: ~1,150 tokens, a minute per arm at the default
 STREAMS = ("fiqa-cal-01-ca3ae4e0", "pubmedqa-cal-03-966f55da")
+Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [B, T], positions [1, T]) -> states [B, T, d]
+
+
+class _StatesOf(torch.nn.Module):
+    """The decoder view as a function of tensors only, for the exporter."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        return self.decoder(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+
+
+def export_decoder(backend: TorchBackend, depth: int, path: Path) -> Path:
+    """The decoder's first ``depth`` layers (all of them: with the final norm) as ONNX, cached at ``path``.
+
+    Inputs ``input_ids`` [B, T] and ``position_ids`` [1, T] (the engine's re-indexed rows share one), output
+    the states [B, T, d]; B and T are dynamic.
+    """
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", min=2, max=1 << 16)
+    example = (torch.zeros(2, 8, dtype=torch.int64), torch.arange(8)[None])
+    program = torch.onnx.export(
+        _StatesOf(backend.view(depth)).eval(),
+        example,
+        input_names=["input_ids", "position_ids"],
+        output_names=["states"],
+        dynamic_shapes=({0: batch, 1: length}, {1: length}),
+        dynamo=True,
+        optimize=True,
+        verbose=False,
+    )
+    partial = path.with_name(path.name + ".partial")
+    program.save(str(partial))
+    partial.rename(path)  # a killed export never leaves a graph that looks complete
+    return path
 
 
 def quantized(path: Path) -> Path:
@@ -69,6 +109,44 @@ def ort_runner(path: Path, threads: int) -> Runner:
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda ids, positions: session.run(None, {"input_ids": ids, "position_ids": positions})[0]
+
+
+def openvino_runner(path: Path, threads: int, precision: str = "f32") -> Runner:
+    import openvino as ov
+
+    core = ov.Core()
+    settings = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
+    request = core.compile_model(core.read_model(str(path)), "CPU", settings).create_infer_request()
+    return lambda ids, positions: request.infer({"input_ids": ids, "position_ids": positions})[0].copy()
+
+
+class RuntimeBackend:
+    """An Engine backend whose decoder runs in another runtime; its metadata and LR's head are the torch
+    backend's. ``runner(depth)`` gives the runtime's function for the graph that stops after ``depth`` layers."""
+
+    def __init__(self, name: str, reference: TorchBackend, runner: Callable[[int], Runner]):
+        self.name, self.reference, self.runner = name, reference, runner
+        self.depth, self.hidden_size = reference.depth, reference.hidden_size
+        self.uses_rope, self.max_positions = reference.uses_rope, reference.max_positions
+        self.preferred_batch_tokens = reference.preferred_batch_tokens
+        self._runners: dict[int, Runner] = {}
+
+    def states(self, depth: int, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        if positions.shape[0] != 1:
+            raise ValueError("the exported graphs take one row of positions [1, T] (RoPE windows re-indexed)")
+        if depth not in self._runners:
+            self._runners[depth] = self.runner(depth)
+        as_int64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+        return self._runners[depth](as_int64(ids), as_int64(positions))
+
+    def forward(self, ids, positions, layer: int | None, targets: np.ndarray | None = None) -> Forward:
+        if targets is None:
+            return Forward(self.states(layer, ids, positions), None)
+        if layer is not None:
+            raise ValueError("rr+lr in one call is not measured here: run rr and lr separately")
+        final = torch.from_numpy(self.states(self.depth, ids, positions))
+        with torch.inference_mode():
+            return Forward(None, self.reference.observed_logprobs(final, targets).numpy())
 
 
 def build_arms(names: list[str], folder: str, cache: Path, threads: int) -> dict[str, object]:

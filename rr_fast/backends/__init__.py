@@ -9,7 +9,7 @@ import sys
 from rr_fast.backends.base import Backend, Forward
 from rr_fast.errors import UsageError
 
-BACKENDS = ("auto", "torch", "mlx", "openvino")  # openvino: optional extra, fp32 on a CPU (backends/onnx.py)
+BACKENDS = ("auto", "torch", "mlx")
 DTYPES = ("float32", "bfloat16", "float16", "int8")  # int8: dynamic int8 linear layers, torch on a CPU
 
 
@@ -42,16 +42,6 @@ def check_backend(name: str = "auto", device: str = "auto") -> None:
         if device not in ("auto", "cpu", "gpu", "metal"):
             raise UsageError(f"--device {device} is a torch device; with --backend mlx leave it at auto")
         return
-    if name == "openvino":
-        missing = [module for module in ("openvino", "onnx", "onnxscript") if not _installed(module)]
-        if missing:
-            raise UsageError(
-                f"--backend openvino needs {' and '.join(missing)}: pip install 'rr-fast[openvino]' "
-                "(or use --backend torch)"
-            )
-        if device not in ("auto", "cpu"):
-            raise UsageError(f"--backend openvino runs on the CPU; --device {device} is for --backend torch")
-        return
     from rr_fast.backends.torch import check_device
 
     check_device(device)
@@ -78,10 +68,6 @@ def load_backend(
         from rr_fast.backends.mlx import MLXBackend
 
         return MLXBackend.load(folder, dtype=dtype)
-    if name == "openvino":
-        from rr_fast.backends.onnx import load_openvino
-
-        return load_openvino(folder, dtype=dtype, device=device)
     raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
 
 
