@@ -47,7 +47,7 @@ from rr_fast.engine import Engine
 
 ARMS = ("torch", "torch-int8", "torch-bf16", "ort", "ort-int8", "openvino", "openvino-bf16")
 CONFIGS = {"default": {}, "fast": {"preset": "fast"}}  # Chunker options of each measured configuration
-# the shortest calibration stream of the first two domains: ~1,150 tokens, a minute per arm at the default
+# the shortest calibration stream of the first two domains: 1,200 tokens, about a minute per arm at the default
 STREAMS = ("fiqa-cal-01-ca3ae4e0", "pubmedqa-cal-03-966f55da")
 Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [B, T], positions [1, T]) -> states [B, T, d]
 
