@@ -222,7 +222,8 @@ class Attention(nn.Module):
             mask = (gap >= 0) & (gap < self.sliding_window)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.scale, enable_gqa=grouped)
+            causal = bool(length > 1)  # a plain bool when torch.export traces the length symbolically (ONNX export)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale, enable_gqa=grouped)
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
 
 

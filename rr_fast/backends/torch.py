@@ -153,7 +153,7 @@ class TorchBackend:
             return Forward(out_of(out.last_hidden_state), None)
         out = self.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None)
         hidden = out_of(out.hidden_states[layer]) if layer is not None else None
-        logprobs = self._observed_logprobs(out.last_hidden_state, targets)
+        logprobs = self.observed_logprobs(out.last_hidden_state, targets)
         return Forward(hidden, logprobs if on_device else logprobs.cpu().numpy())
 
     @torch.inference_mode()
@@ -185,7 +185,7 @@ class TorchBackend:
         hidden = out_of(torch.stack([out.hidden_states[layer] for layer in layers], dim=2)) if layers else None
         logprobs = None
         if targets is not None:
-            logprobs = self._observed_logprobs(out.last_hidden_state, targets)
+            logprobs = self.observed_logprobs(out.last_hidden_state, targets)
             logprobs = logprobs if on_device else logprobs.cpu().numpy()
         weights = captured.get("weights")
         return Forward(
@@ -217,11 +217,12 @@ class TorchBackend:
             self.model.set_attn_implementation(before)
             hook.remove()
 
-    def _observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
+    def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
         """log p(target) per position: the target's logit minus the log-normalizer over the vocabulary.
 
         The target's logit is one dot product per row; the normalizer never holds more than a bounded
-        block of [rows, V] logits (see log_normalizer).
+        block of [rows, V] logits (see log_normalizer). Public: a runtime that runs only the decoder elsewhere
+        (bench/speed/runtimes.py) reads its log-probabilities through the same head.
         """
         targets_t = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(final.device)
         wanted = (targets_t >= 0).reshape(-1).nonzero().squeeze(1)
