@@ -148,6 +148,16 @@ def default_chunks(evaluation: list[Stream], out: Path) -> list[list[tuple[int, 
     return [[tuple(c) for c in json.loads((folder / f"{s.id}.json").read_text())["spans"]] for s in evaluation]
 
 
+def calibrated(calibration: list[Stream], scores) -> tuple[dict, np.ndarray]:
+    """A method's ρ by the calibration rule, its calibration metrics at that ρ, and its recovery per (ρ, stream)
+    (what the noise floor resamples)."""
+    by_penalty = metrics_by_penalty(calibration, scores)
+    rho, grid = calibrate(by_penalty.__getitem__)
+    best = next(row for row in grid if row["penalty"] == rho)
+    row = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
+    return row, np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
+
+
 def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     calibration = [s for s in streams if s.split == "cal"]
     evaluation = [s for s in streams if s.split == "eval"]
@@ -158,11 +168,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         if scores is None:
             _log(f"{variant}: calibration scores incomplete; left out")
             continue
-        by_penalty = metrics_by_penalty(calibration, scores)
-        rho, grid = calibrate(by_penalty.__getitem__)
-        best = next(row for row in grid if row["penalty"] == rho)
-        rows[variant] = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
-        grids[variant] = np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
+        rows[variant], grids[variant] = calibrated(calibration, scores)
     pick = max(rows, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
     domains = [s.domain for s in calibration]
     for name, noise in noise_floor(grids, domains, resamples, seed).items():
@@ -173,11 +179,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         if scores is None:
             _log(f"{name}: no complete calibration scores in {out / 'pareto' / 'scores' / option}; left out")
             continue
-        by_penalty = metrics_by_penalty(calibration, scores)
-        rho, grid = calibrate(by_penalty.__getitem__)
-        best = next(row for row in grid if row["penalty"] == rho)
-        lm_rows[name] = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
-        lm_grids[name] = np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
+        lm_rows[name], lm_grids[name] = calibrated(calibration, scores)
     if lm_grids:
         for name, noise in noise_floor(lm_grids, domains, resamples, seed).items():
             lm_rows[name]["cal_noise"] = noise
