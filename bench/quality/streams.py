@@ -167,7 +167,7 @@ def build_streams(
         if used_by_eval & {k for group in cal_groups for k in group}:
             raise AssertionError(f"{domain}: a record is in both a calibration and an evaluation stream")
         if log is not None:
-            borrowed = sum(k in set(leftover.tolist()) for group in cal_groups for k in group)
+            borrowed = len(set(leftover.tolist()) & {k for group in cal_groups for k in group})
             log(
                 f"{domain}: {len(records)} eligible records; evaluation pool {len(eval_pool)}, "
                 f"{len(used_by_eval)} used by {len(eval_groups)} streams; calibration pool {len(cal_pool)}, "

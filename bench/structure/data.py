@@ -59,27 +59,25 @@ def chapter_boundaries(data_dir: Path) -> list[Document]:
     for name in CHAPTER_BOOKS:
         book = (data_dir / "passages" / f"{name}.txt").read_text(encoding="utf-8")
         body = book[book.index("\n", book.index("*** START OF")) + 1 : book.index("*** END OF")]
-        separator = "\r\n\r\n" if "\r\n" in body else "\n\n"
         chapters: list[list[str]] = []
-        for block in re.split(r"(?:[ \t]*\r?\n){2,}", body):
+        for block in re.split(r"(?:[ \t]*\n){2,}", body):  # read_text turned \r\n into \n
             block = block.strip()
-            if CHAPTER_HEADING.match(block.lstrip()):
+            if CHAPTER_HEADING.match(block):
                 chapters.append([])
-            elif chapters and block.strip() and not _apparatus(block):
+            elif chapters and block and not _apparatus(block):
                 chapters[-1].append(block)
         chapters = [c for c in chapters if sum(map(len, c)) > 2 * CHAPTER_SIDE]  # contents entries have no body
         for k in CHAPTER_RANGE:
-            before = separator.join(reversed(_paragraphs(reversed(chapters[k - 1]))))
-            text = before + separator + separator.join(_paragraphs(chapters[k])) + separator[: len(separator) // 2]
-            start = len(before) + len(separator)
+            before = "\n\n".join(reversed(_paragraphs(reversed(chapters[k - 1]))))
+            text = before + "\n\n" + "\n\n".join(_paragraphs(chapters[k])) + "\n"
+            start = len(before) + 2
             docs.append(Document(f"chapters/{name}/{k}", "chapters", text, (start,), _sentence_starts(text)))
     return docs
 
 
 def _apparatus(block: str) -> bool:
     """An illustration mark or a chapter's subtitle, not a paragraph of the text."""
-    line = block.strip()
-    return line.startswith("[") or (line.isupper() and "\n" not in line)
+    return block.startswith("[") or (block.isupper() and "\n" not in block)
 
 
 def _paragraphs(paragraphs, budget: int = CHAPTER_SIDE) -> list[str]:
@@ -92,12 +90,19 @@ def _paragraphs(paragraphs, budget: int = CHAPTER_SIDE) -> list[str]:
     return out
 
 
-def _sentence_starts(text: str) -> tuple[int, ...]:
-    """Where each sentence starts (after a sentence end or a writer's break), by rr_fast.structure's reading."""
-    from rr_fast.structure import Level, analyse, levels
+def word_starts(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every place a word starts after whitespace, and the boundary ``Level`` rr_fast.structure gives a cut there."""
+    from rr_fast.structure import analyse, levels
 
     starts = np.array([i for i in range(1, len(text)) if text[i - 1].isspace() and not text[i].isspace()])
-    marks = levels(text, analyse(text), starts)
+    return starts, levels(text, analyse(text), starts)
+
+
+def _sentence_starts(text: str) -> tuple[int, ...]:
+    """Where each sentence starts (after a sentence end or a writer's break), by rr_fast.structure's reading."""
+    from rr_fast.structure import Level
+
+    starts, marks = word_starts(text)
     return (0, *starts[marks >= Level.SENTENCE].tolist())
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from bench.quality.baselines import default_tokenizer
-from bench.structure.data import chapter_boundaries, passages, wiki50
+from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
 from bench.structure.scoring import NotCached, cached_chunker
 from rr_fast.structure import PRIORS, Level, analyse, levels
@@ -236,9 +236,7 @@ def report(args) -> None:
 
 
 def paragraph_cuts(text: str) -> list[int]:
-    structure = analyse(text)
-    starts = np.array([i for i in range(1, len(text)) if text[i - 1].isspace() and not text[i].isspace()])
-    marks = levels(text, structure, starts)
+    starts, marks = word_starts(text)
     return starts[marks >= Level.PARAGRAPH].tolist()
 
 
