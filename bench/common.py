@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,3 +30,21 @@ def write_section(report: Path, name: str, section: str) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + block + "\n"
     report.write_text(new, encoding="utf-8")
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    """``np.savez`` written whole or not at all: a killed run leaves no file a cache would take as complete."""
+    partial = path.with_name(path.name + ".partial.npz")
+    np.savez(partial, **arrays)
+    partial.rename(path)
+
+
+def save_scores(path: Path, scores, **readouts: np.ndarray) -> None:
+    """One stream's ``Chunker.score`` result (edges, token count) with the given readout columns, via ``save_npz``."""
+    save_npz(
+        path,
+        edge_tokens=scores.tokens,
+        edge_chars=scores.chars,
+        num_tokens=np.int64(scores.num_tokens),
+        **readouts,
+    )

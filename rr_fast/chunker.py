@@ -312,8 +312,8 @@ class Chunker:
         and a plausible-looking but arbitrary output).
         """
         scored = np.minimum(self.config.window, num_tokens - edges) >= self.config.skip + 2
-        for name, column in values.items():
-            if not np.isfinite(column[scored]).all():
+        for name in readout_parts(self.config.readout):  # what the chunks use (a benchmark's extras may be NaN)
+            if not np.isfinite(values[name][scored]).all():
                 raise RRFastError(
                     f"the model computed non-finite {name} scores: its weights in {self.folder} are probably "
                     "damaged (rebuild a cached model with --rebuild-cache) or overflow this dtype (try --dtype float32)"

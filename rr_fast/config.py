@@ -2,7 +2,7 @@
 
 The CLI builds its flags and help text from these fields, ``Limits`` and ``ScoreConfig`` take their defaults
 from them, and a preset is a named ``ChunkerConfig``. Options whose default depends on the model (readout,
-layer, window, penalty) are ``None`` here; ``resolved()`` fills them with the bundled model's benchmarked
+layer, window, skip, penalty) are ``None`` here; ``resolved()`` fills them with the bundled model's benchmarked
 choice, or with the paper's configuration for any other model.
 
 To add an option: one ``option(...)`` field below (default, help, CLI group, and ``check`` or ``choices``);
@@ -26,6 +26,7 @@ from rr_fast.structure import STRUCTURE_CHOICES
 # A model that is not bundled gets the paper's configuration; bundled models bring their own choices.
 PAPER_READOUT = "rr"
 PAPER_WINDOW = 24
+PAPER_SKIP = 1
 PAPER_PENALTY = 1.0
 POSITIONS = ("auto", "original", "reindex")
 RESET_PREFIXES = ("none", "bos", "sep")
@@ -81,7 +82,13 @@ class ChunkerConfig:
         f"reset window W in tokens (default: the bundled model's choice, else {PAPER_WINDOW})",
         "positive",
     )
-    skip: int = option(1, "scoring", "reset positions skipped, s", "non_negative")
+    skip: int | None = option(
+        None,
+        "scoring",
+        f"reset positions left out of the readout, s (default: the bundled model's choice at its default window, "
+        f"else {PAPER_SKIP})",
+        "non_negative",
+    )
     step: int = option(8, "scoring", "candidate grid step in tokens", "positive")
     context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
     batch_tokens: int | None = option(
@@ -161,6 +168,7 @@ class ChunkerConfig:
             readout=readout,
             layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
             window=window,
+            skip=self.skip if self.skip is not None else self._default_skip(window),
             penalty=self.penalty if self.penalty is not None else self._default_penalty(readout, window)[0],
         )
         for spec in fields(config):
@@ -193,6 +201,12 @@ class ChunkerConfig:
         window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         return readout, window
 
+    def _default_skip(self, window: int) -> int:
+        """The bundled model's skip at its own window, where it was chosen; the paper's s = 1 elsewhere (at the
+        shorter windows, skipping more positions lost recovery on the calibration streams)."""
+        bundled = BUNDLED.get(self.model)
+        return bundled.skip if bundled is not None and window == bundled.window else PAPER_SKIP
+
     def _default_penalty(self, readout: str, window: int) -> tuple[float, str | None]:
         bundled = BUNDLED.get(self.model)
         if bundled is None:
@@ -207,14 +221,15 @@ class ChunkerConfig:
 
 # Named configurations for a speed/quality trade-off, chosen by bench.quality.pareto (bench/RESULTS.md, "Presets"):
 # quality has the best recovery on the calibration streams, balanced and fast the best among options at least 3×
-# and 10× its speed on a laptop-class CPU. Each carries its own calibrated ρ.
+# and 10× the speed of lr at W 96 (the default until quality moved to W 192; issue 14's baseline) on a
+# laptop-class CPU. Each pins its readout, window and skip, and carries its own calibrated ρ.
 PRESETS: dict[str, ChunkerConfig] = {
-    # SmolLM2, lr at W 96 on every candidate: the best recovery (0.559 calibration, 0.550 evaluation)
+    # SmolLM2, lr at W 192 skipping 4 on every candidate: the best recovery on the 45 calibration streams (0.681)
     "quality": ChunkerConfig(),
     # two-stage: RR at W 16 on every candidate, lr at W 96 only on the best tenth of them
-    "balanced": ChunkerConfig(shortlist=0.1, shortlist_window=16, penalty=1.0),
+    "balanced": ChunkerConfig(readout="lr", window=96, skip=1, shortlist=0.1, shortlist_window=16, penalty=1.0),
     # RR at layer 20 of 30 with W 16, a BOS before each reset window, every 16th token a candidate
-    "fast": ChunkerConfig(readout="rr", window=16, step=16, layer=20, reset_prefix="bos", penalty=0.95),
+    "fast": ChunkerConfig(readout="rr", window=16, skip=1, step=16, layer=20, reset_prefix="bos", penalty=0.95),
 }
 
 

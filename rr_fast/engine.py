@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rr_fast.backends.base import Backend
-from rr_fast.config import PAPER_READOUT, PAPER_WINDOW, ChunkerConfig
+from rr_fast.config import PAPER_READOUT, PAPER_SKIP, PAPER_WINDOW, ChunkerConfig
 from rr_fast.errors import UsageError
 from rr_fast.readouts import HOST_READOUTS, READOUTS
 
@@ -35,7 +35,7 @@ class ScoreConfig:
     """How edges are scored. Defaults follow the paper (W = 24, s = 1, layer at 75% of depth) and ChunkerConfig."""
 
     window: int = PAPER_WINDOW
-    skip: int = ChunkerConfig.skip
+    skip: int = PAPER_SKIP
     layer: int | None = None  # decoder layers to run; None means round(0.75 × depth)
     readouts: tuple[str, ...] = (PAPER_READOUT,)
     context: int = ChunkerConfig.context  # guaranteed left context of the full pass, in tokens
@@ -50,6 +50,11 @@ class ScoreConfig:
     # and the last ``local_prefix`` tokens before the edge kept in it; readouts still compare only the window
     reset_prefix: tuple[int, ...] = ()
     local_prefix: int = 0
+    # multi-scale: the readouts over the first W' positions of each window too, and with other skips, named
+    # variant_name(...). With causal attention those positions are exactly a W'-token window's, so shorter
+    # windows and other skips cost no model work, only their readouts
+    windows: tuple[int, ...] = ()
+    skips: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
@@ -74,15 +79,31 @@ class ScoreConfig:
             )
         if self.local_prefix < 0:
             raise ValueError(f"local_prefix must be >= 0, got {self.local_prefix}")
+        if any(s < 0 for s in self.skips) or self.window < max(self.skips, default=0) + 2:
+            raise ValueError(f"skips must be >= 0 and at most the window - 2, got {self.skips}")
+        shortest = max((self.skip, *self.skips)) + 2
+        if any(not shortest <= w < self.window for w in self.windows):
+            raise ValueError(
+                f"windows must be shorter than the window ({self.window}) and at least every skip + 2, "
+                f"got {self.windows}"
+            )
 
     def first_stage(self) -> ScoreConfig:
         """The cheap pass of two-stage scoring: RR (early exit, no LM head) with a short window, every edge."""
-        return replace(self, window=self.shortlist_window, readouts=("rr",), shortlist=None, layers=())
+        return replace(
+            self, window=self.shortlist_window, readouts=("rr",), shortlist=None, layers=(), windows=(), skips=()
+        )
 
 
 def rr_layer_name(layer: int) -> str:
     """The readout name of RR at one layer of a layer sweep (``ScoreConfig.layers``)."""
     return f"rr_L{layer}"
+
+
+def variant_name(readout: str, window: int, skip: int | None = None) -> str:
+    """The name of a readout over another window or skip of the same run (``ScoreConfig.windows`` and ``skips``):
+    ``lr@w96``, or ``lr@w96s4`` for skip 4 (None: the run's own skip)."""
+    return f"{readout}@w{window}" + ("" if skip is None else f"s{skip}")
 
 
 @dataclass(frozen=True)
@@ -136,7 +157,18 @@ class Engine:
             raise ValueError(f"layers must be in 1..{backend.depth} for this model, got {config.layers}")
         # a layer sweep stacks the states of these layers ([..., L, d]); None: the RR layer's states alone
         self.state_layers = tuple(sorted({self.layer, *config.layers})) if config.layers else None
-        self.names = (*config.readouts, *(rr_layer_name(layer) for layer in config.layers))
+        # (name suffix's window, skip) of every other window and skip read from the same windows
+        self.variants = [
+            (w, s)
+            for w in (config.window, *config.windows)
+            for s in (config.skip, *config.skips)
+            if (w, s) != (config.window, config.skip)
+        ]
+        self.names = (
+            *config.readouts,
+            *(rr_layer_name(layer) for layer in config.layers),
+            *(self._variant_name(r, w, s) for w, s in self.variants for r in config.readouts),
+        )
         self.window_prefix = len(self.prefix) + len(config.reset_prefix) + config.local_prefix
         context = config.context
         if backend.max_positions is not None:
@@ -275,6 +307,13 @@ class Engine:
             values["rr"] = by_layer[self.layer]
         return values
 
+    def _variant_name(self, readout: str, window: int, skip: int) -> str:
+        return variant_name(readout, window, None if skip == self.config.skip else skip)
+
+    def _rr_states(self, states):
+        """The RR layer's states of a forward result (with a layer sweep, its slice of the stacked layers)."""
+        return states if self.state_layers is None else states[:, :, self.state_layers.index(self.layer)]
+
     def _full_passes(self, documents: list[_Document]) -> None:
         """The next full-pass block of each document, as rows packed up to the batch's token budget."""
         jobs = [(doc, next(doc.blocks)) for doc in documents]
@@ -355,22 +394,39 @@ class Engine:
         targets = None
         if "lr" in cfg.readouts:
             targets = np.full(row_ids.shape, -1, dtype=np.int64)
-            targets[:, p:] = np.where(lr_mask, _gather(docs, next_index, lambda d: d.ids), -1)
+            # a variant with a smaller skip reads positions the run's own LR leaves out
+            predicted = (
+                window_layout(counts, edges, width, min((cfg.skip, *cfg.skips))).predicted if cfg.skips else lr_mask
+            )
+            targets[:, p:] = np.where(predicted, _gather(docs, next_index, lambda d: d.ids), -1)
         need_states = "rr" in cfg.readouts or self.state_layers is not None
         reset = self._forward(row_ids, positions, need_states, targets, final=on_windows is not None)
         now = time.perf_counter()
         self.timings["reset windows"] += now - started
         values = {}
         runs = _runs(docs)
+        variants = [(w, s, window_layout(counts, edges, min(w, width), s)) for w, s in self.variants]
         if need_states:
             full = self.ops.concat([doc.buffer.states_at(token_index[a:b]) for doc, a, b in runs])
             values.update(self._rr_readouts(full, reset.hidden[:, p:], layout.compared))
+            if "rr" in cfg.readouts:
+                full_rr, reset_rr = self._rr_states(full), self._rr_states(reset.hidden[:, p:])
+                for w, s, view in variants:
+                    k = view.real.shape[1]
+                    values[self._variant_name("rr", w, s)] = self.ops.rr_cosine(
+                        full_rr[:, :k], reset_rr[:, :k], view.compared
+                    )
         if targets is not None:
             # the last window position has no next token; clip its (masked) lookup into the buffer
             full_lp = self.ops.concat(
                 [doc.buffer.logprobs_at(np.minimum(next_index[a:b], doc.buffer.end - 1)) for doc, a, b in runs]
             )
             values["lr"] = self.ops.lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
+            for w, s, view in variants:
+                k = view.real.shape[1]
+                values[self._variant_name("lr", w, s)] = self.ops.lr_utility(
+                    full_lp[:, :k], reset.logprobs[:, p : p + k], view.predicted
+                )
         if on_windows is not None:
             documents = np.array([doc.index for doc in docs], dtype=np.int64)
             edge_index = np.array([k for _, k in picked], dtype=np.int64)

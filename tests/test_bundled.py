@@ -26,14 +26,21 @@ pytestmark = pytest.mark.bundled
 @pytest.mark.parametrize("name", list(BUNDLED))
 def test_engine_equals_reference_on_bundled_model(name):
     chunker = Chunker(model=name, backend="torch", readout="rr+lr")
-    assert chunker.config.window == BUNDLED[name].window  # the benchmark's window, not the paper's 24
+    # the benchmark's window and skip, not the paper's 24 and 1
+    assert (chunker.config.window, chunker.config.skip) == (BUNDLED[name].window, BUNDLED[name].skip)
     text = SAMPLE[:700]
     tokens = chunker.tokenize(text)
     edges = candidate_edges(text, tokens).tokens
     got = chunker.engine.score(tokens.ids, edges)
     model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=torch.float32, attn_implementation="sdpa")
     expected = reference_scores(
-        model, tokens.ids, edges, list(chunker.engine.prefix), chunker.engine.layer, chunker.config.window
+        model,
+        tokens.ids,
+        edges,
+        list(chunker.engine.prefix),
+        chunker.engine.layer,
+        chunker.config.window,
+        chunker.config.skip,
     )
     for readout in ("rr", "lr"):
         assert np.nanmax(np.abs(got[readout] - expected[readout])) < 1e-4

@@ -10,7 +10,7 @@ import pytest
 import rr_fast
 from rr_fast import BUNDLED, DEFAULT_MODEL, ChunkerConfig, Limits, RRFastError
 from rr_fast.cli import build_parser, config_from_args
-from rr_fast.config import PAPER_PENALTY, PAPER_READOUT, PAPER_WINDOW, PRESETS
+from rr_fast.config import PAPER_PENALTY, PAPER_READOUT, PAPER_SKIP, PAPER_WINDOW, PRESETS
 from rr_fast.engine import ScoreConfig
 from rr_fast.segment import percentiles, rank_sum, utility
 
@@ -19,10 +19,15 @@ def test_limits_and_score_config_take_their_defaults_from_the_config():
     config = ChunkerConfig()
     assert Limits() == Limits(config.min_tokens, config.max_tokens, config.target_tokens, config.length_weight)
     assert (ScoreConfig().skip, ScoreConfig().context, ScoreConfig().window) == (
-        config.skip,
+        PAPER_SKIP,
         config.context,
         PAPER_WINDOW,
     )
+    # the bundled default's skip is its own benchmarked choice at its window; other windows and models get the paper's
+    assert config.resolved().skip == BUNDLED[DEFAULT_MODEL].skip != PAPER_SKIP
+    assert ChunkerConfig(window=24).resolved().skip == PAPER_SKIP
+    assert ChunkerConfig(window=24, skip=3).resolved().skip == 3
+    assert ChunkerConfig(model="some/hub-model").resolved().skip == PAPER_SKIP
 
 
 def test_cli_flags_are_the_config_fields_with_their_defaults():

@@ -102,7 +102,18 @@ def test_blocks_cover_every_token_once():
         assert all(a[2] == b[1] for a, b in zip(spans, spans[1:]))
 
 
-@pytest.mark.parametrize("bad", [dict(window=1), dict(skip=23), dict(readouts=("kl",)), dict(context=4)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(window=1),
+        dict(skip=23),
+        dict(readouts=("kl",)),
+        dict(context=4),
+        dict(windows=(24,)),
+        dict(windows=(2,)),
+        dict(skips=(23,)),
+    ],
+)
 def test_invalid_configs(bad):
     with pytest.raises(ValueError):
         ScoreConfig(**bad)
@@ -180,6 +191,23 @@ def test_layer_sweep_equals_one_engine_per_layer(tiny_model_factory, kind):
     for layer in every:
         single = Engine(backend, [1], ScoreConfig(layer=layer)).score(ids, edges)["rr"]
         np.testing.assert_allclose(sweep[f"rr_L{layer}"], single, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("layers", [(), (1, 2)])
+def test_other_windows_and_skips_equal_an_engine_at_each(tiny_model_factory, layers):
+    """ScoreConfig.windows and skips: rr and lr over each window's first W' positions, skipping s, equal a run at
+    (W', s) (edges near the end included, where windows are short), and the run's own readouts are unchanged."""
+    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
+    ids, edges = random_text(90)
+    config = ScoreConfig(window=16, readouts=("rr", "lr"), layers=layers, windows=(4, 9), skips=(0, 2))
+    multi = Engine(backend, [1], config).score(ids, edges)
+    for window in (16, 4, 9):
+        for skip in (1, 0, 2):
+            suffix = "" if (window, skip) == (16, 1) else f"@w{window}" + ("" if skip == 1 else f"s{skip}")
+            single = Engine(backend, [1], ScoreConfig(window=window, skip=skip, readouts=("rr", "lr")))
+            want = single.score(ids, edges)
+            for name in ("rr", "lr"):
+                np.testing.assert_allclose(multi[name + suffix], want[name], atol=1e-5, equal_nan=True)
 
 
 def test_reset_prefix_controls_are_checked(tiny_model_factory):

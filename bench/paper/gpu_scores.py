@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import save_npz
+
 VARIANTS = ("w12", "w48", "sep", "local8", "bos")
 DEFAULT_OUT = Path("bench/out")
 
@@ -84,9 +86,7 @@ class Saver:
             if suffix and key not in ("rr", "lr"):  # a control adds its readouts; the edges are the default's
                 continue
             self.arrays[f"{stream_id}|{key}{suffix}"] = np.asarray(values)
-        partial = self.path.with_name(self.path.name + ".partial.npz")
-        np.savez(partial, **self.arrays)
-        partial.rename(self.path)
+        save_npz(self.path, **self.arrays)
 
 
 def score(args: argparse.Namespace) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import data_dir
+from bench.common import data_dir, save_npz
 from bench.quality.lm_scores import PASSIVE, LMScorer
 from rr_fast.segment import Limits, percentiles, segment
 
@@ -104,9 +104,7 @@ def score_passages(model: str, items: list[Passage], cache: Path) -> dict[str, d
         if not path.exists():
             scorer = scorer or LMScorer.load(model)
             scores = scorer.score_text(passage.text)
-            partial = path.with_name(path.name + ".partial.npz")
-            np.savez(partial, **scores)
-            partial.rename(path)
+            save_npz(path, **scores)
         with np.load(path) as saved:
             out[passage.name] = {name: saved[name] for name in saved.files}
     return out

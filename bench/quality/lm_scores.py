@@ -43,8 +43,9 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
+from bench.common import save_npz
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.config import PAPER_WINDOW, ChunkerConfig
+from rr_fast.config import PAPER_SKIP, PAPER_WINDOW, ChunkerConfig
 from rr_fast.engine import Engine, ScoreConfig, WindowBatch, blocks, default_layer, rr_layer_name, window_layout
 from rr_fast.models import bos_prefix, resolve
 from rr_fast.readouts import masked_mean
@@ -94,7 +95,7 @@ class LMScorer:
         bos: list[int],
         layers: Iterable[int] | None = None,
         window: int = PAPER_WINDOW,
-        skip: int = ChunkerConfig.skip,
+        skip: int = PAPER_SKIP,
         step: int = 8,
         context: int = ChunkerConfig.context,
         batch_tokens: int = 4096,
@@ -310,9 +311,7 @@ def score_streams(
     for k, stream in enumerate(todo, 1):
         scores = scorer.score_text(stream["text"])
         target = folder / f"{_safe_id(stream['id'])}.npz"
-        partial = target.with_name(target.name + ".partial.npz")
-        np.savez(partial, **scores)
-        partial.rename(target)
+        save_npz(target, **scores)
         total_tokens += int(scores["num_tokens"])
         elapsed = time.perf_counter() - started
         print(

@@ -35,16 +35,24 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT
+from bench.common import REPO_ROOT, save_scores
 from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import stream_metrics
 from bench.quality.streams import Stream, read_streams
 
 OUT = REPO_ROOT / "bench" / "out" / "pareto"
 STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
-# the options tried: ChunkerConfig changes from the default (SmolLM2, lr, W 96, step 8, fp32)
+# Every option starts from BASE, the default until session 9 (SmolLM2, lr, W 96, skip 1, step 8, fp32): issue 14's
+# speed targets are multiples of its speed, and every option below is a change from it.
+BASELINE = "lr@w96"
+BASE = {"readout": "lr", "window": 96, "skip": 1}
 OPTIONS: dict[str, dict] = {
-    "default": {},
+    BASELINE: {},
+    "lr@w192s4": {"window": 192, "skip": 4},  # today's default (bench.quality.windows): its chunks come from there
+    "lr@w128": {"window": 128},
+    "lr@w160": {"window": 160},
+    "lr@w192": {"window": 192},
+    "rr+lr@w192": {"readout": "rr+lr", "window": 192},
     "rr+lr@w96": {"readout": "rr+lr"},  # its readouts hold the default's lr too (issue 16's calibration set)
     "rr+lr@w32": {"readout": "rr+lr", "window": 32},
     "rr+lr@w24+bos": {"readout": "rr+lr", "window": 24, "reset_prefix": "bos"},
@@ -66,11 +74,11 @@ OPTIONS: dict[str, dict] = {
     "lr@w96-shortlist0.15": {"shortlist": 0.15, "shortlist_window": 12},
     "lr@w96-shortlist0.1-w16": {"shortlist": 0.1, "shortlist_window": 16},
 }
-SPEED_FLOORS = {"balanced": 3.0, "fast": 10.0}  # × the default's source tokens/s (issue 14's targets)
+SPEED_FLOORS = {"balanced": 3.0, "fast": 10.0}  # × BASELINE's source tokens/s (issue 14's targets)
 
 
 def option_config(name: str, penalty: float | None = None) -> dict:
-    options = {"device": "cpu", **OPTIONS[name]}
+    options = {"device": "cpu", **BASE, **OPTIONS[name]}
     return options if penalty is None else {**options, "penalty": penalty}
 
 
@@ -88,16 +96,7 @@ def score(streams: list[Stream], names: list[str], out: Path) -> None:
         started, tokens = time.perf_counter(), 0
         for stream in todo:
             scores = chunker.score(stream.text)
-            partial = folder / f"{stream.id}.partial.npz"
-            np.savez(
-                partial,
-                edge_tokens=scores.tokens,
-                edge_chars=scores.chars,
-                num_tokens=np.int64(scores.num_tokens),
-                utility=scores.utility,
-                **scores.readouts,
-            )
-            partial.rename(folder / f"{stream.id}.npz")
+            save_scores(folder / f"{stream.id}.npz", scores, utility=scores.utility, **scores.readouts)
             tokens += scores.num_tokens
         _log(f"{name}: {len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
@@ -150,8 +149,12 @@ def chunk(evaluation: list[Stream], names: list[str], penalties: dict[str, dict]
         _log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
-def speed(text: str, names: list[str], repeats: int, out: Path) -> list[dict]:
-    """Source tokens/s of each option and peer on one text, in this process; ratio to the first row."""
+SPEED_FILES = ("speed.json", "windows_speed.json")  # one run each; the report takes a row from the first that has it
+
+
+def speed(text: str, names: list[str], repeats: int, out: Path, peers: bool = True, file: str = SPEED_FILES[0]):
+    """Source tokens/s of each option (and, with ``peers``, each peer) on one text, in this process; ratio to the
+    first row, which should be BASELINE: rows of several runs (``SPEED_FILES``) are compared by their ratios."""
     from bench.quality.peers import PEERS
     from rr_fast import Chunker
 
@@ -160,8 +163,8 @@ def speed(text: str, names: list[str], repeats: int, out: Path) -> list[dict]:
     for name in names:
         chunker = Chunker(**option_config(name))
         count = count or len(chunker.tokenize(text))  # one token count (the default model's) for every row
-        rows.append({"name": name, "kind": "rr-fast", **_timed(lambda t, c=chunker: c.chunk(t), text, repeats)})
-    for peer in PEERS:
+        rows.append({"name": name, "kind": "rr-fast", **timed(lambda t, c=chunker: c.chunk(t), text, repeats)})
+    for peer in PEERS if peers else ():
         if peer.name.startswith("nltk"):
             continue
         try:
@@ -169,15 +172,33 @@ def speed(text: str, names: list[str], repeats: int, out: Path) -> list[dict]:
         except Exception as error:  # noqa: BLE001 - a peer that cannot load is reported, not fatal
             rows.append({"name": peer.name, "kind": "peer", "error": f"{type(error).__name__}: {error}"})
             continue
-        rows.append({"name": peer.name, "kind": "peer", **_timed(split, text, repeats)})
-    rows.append({"name": "embedding-boundary", "kind": "ours", **_timed(_embedding_boundary_run(), text, repeats)})
+        rows.append({"name": peer.name, "kind": "peer", **timed(split, text, repeats)})
+    if peers:
+        rows.append({"name": "embedding-boundary", "kind": "ours", **timed(_embedding_boundary_run(), text, repeats)})
     for row in rows:
         if "seconds" in row:
             row["tokens_per_second"] = count / row["seconds"]
             row["tokens_per_cpu_second"] = count / row["cpu_seconds"]
             row["ratio"] = row["tokens_per_cpu_second"] / rows[0]["tokens_per_cpu_second"]
-    (out / "speed.json").write_text(json.dumps({"tokens": count, "rows": rows}, indent=1))
+    (out / file).write_text(json.dumps({"tokens": count, "rows": rows}, indent=1))
     return rows
+
+
+def speed_ratios(out: Path) -> tuple[dict[str, float], dict[str, float], int | None]:
+    """Every timed row of ``SPEED_FILES``: its CPU-time speed as a multiple of BASELINE's in the same run, its wall
+    source tokens/s, and the first file's token count."""
+    ratios, walls, tokens = {}, {}, None
+    for file in SPEED_FILES:
+        if not (out / file).exists():
+            continue
+        run = json.loads((out / file).read_text())
+        tokens = tokens or run["tokens"]
+        base = next((r["tokens_per_cpu_second"] for r in run["rows"] if r["name"] == BASELINE), None)
+        for row in run["rows"]:
+            if base and "tokens_per_cpu_second" in row and row["name"] not in ratios:
+                ratios[row["name"]] = row["tokens_per_cpu_second"] / base
+                walls[row["name"]] = row["tokens_per_second"]
+    return ratios, walls, tokens
 
 
 def _embedding_boundary_run():
@@ -196,7 +217,7 @@ def _embedding_boundary_run():
     return run
 
 
-def _timed(run, text: str, repeats: int) -> dict:
+def timed(run, text: str, repeats: int) -> dict:
     """Best wall and process CPU seconds of ``run(text)`` over ``repeats`` calls, after a warm-up call on the
     text's first 2,000 characters (first-call allocations, JIT compilation and lazy loads are not the steady cost).
 
@@ -240,7 +261,7 @@ def drift(text: str, names: list[str], out: Path) -> list[dict]:
 
 def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[str, str]:
     """The calibration rule (best calibration recovery) with a speed floor per preset; exact ties go to the faster."""
-    base = speeds["default"]
+    base = speeds[BASELINE]
     picks = {}
     for preset, floor in {"quality": 0.0, **SPEED_FLOORS}.items():
         eligible = [n for n in penalties if n in speeds and speeds[n] >= floor * base]
@@ -261,6 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", type=Path, default=STREAMS)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--no-peers", action="store_true", help="speed: rr-fast options only")
+    parser.add_argument("--speed-file", default=SPEED_FILES[0], choices=SPEED_FILES, help="speed: where the run goes")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     parser.add_argument(
         "--no-semantic-peers", action="store_true", help="report: leave out the peers that embed (minutes of MiniLM)"
@@ -294,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         for row in drift(evaluation[0].text, names, args.out):
             _log(json.dumps(row))
     elif args.step == "speed":
-        for row in speed(evaluation[0].text, names, args.repeats, args.out):
+        for row in speed(evaluation[0].text, names, args.repeats, args.out, not args.no_peers, args.speed_file):
             _log(json.dumps(row))
     else:
         from bench.quality.pareto_report import write

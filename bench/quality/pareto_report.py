@@ -2,8 +2,9 @@
 
 Recovery is each option's end-to-end chunks on the 60 evaluation streams (bench.quality.pareto ``chunk``);
 intervals are 95% domain-stratified paired stream-bootstrap intervals (10,000 resamples), the same resamples
-for every row, so the gaps against the default and against the embedding boundary are paired. The embedding
-boundary and the peers are scored exactly as in the Quality section (bench.quality's caches are reused).
+for every row, so the gaps against lr@w96 (the default until session 9) and against the embedding boundary are
+paired. The embedding boundary and the peers are scored exactly as in the Quality section (bench.quality's
+caches are reused).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from bench.common import REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
-from bench.quality.pareto import OPTIONS, SPEED_FLOORS, pick_presets
+from bench.quality.pareto import BASELINE, OPTIONS, SPEED_FLOORS, pick_presets, speed_ratios
 from bench.quality.streams import Stream
 
 RESAMPLES = 10_000
@@ -67,9 +68,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
     calibration = [s for s in streams if s.split == "cal"]
     evaluation = [s for s in streams if s.split == "eval"]
     penalties = json.loads((out / "penalties.json").read_text())
-    speed = json.loads((out / "speed.json").read_text())
-    speeds = {row["name"]: row.get("tokens_per_cpu_second") for row in speed["rows"]}
-    walls = {row["name"]: row.get("tokens_per_second") for row in speed["rows"]}
+    speeds, walls, tokens = speed_ratios(out)
     lm = lm_rows(evaluation, out)
     others: dict[str, list[dict]] = {}
     if with_peers:
@@ -80,27 +79,30 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
     def values(rows: list[dict], key: str = "clean_unit_recovery") -> np.ndarray:
         return np.array([r[key] for r in rows])
 
-    default = values(lm["default"]) if "default" in lm else None
+    default = values(lm[BASELINE]) if BASELINE in lm else None
     embedding = values(others["embedding-boundary"]) if "embedding-boundary" in others else None
-    picks = pick_presets(penalties, {n: s for n, s in speeds.items() if s and n in OPTIONS})
-    base_speed = speeds.get("default")
+    picks = pick_presets(penalties, {n: s for n, s in speeds.items() if n in OPTIONS})
     lines = [
         "## Presets: what speed costs in boundary quality",
         "",
         "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
-        "with its own ρ calibrated on the 15 calibration streams; speed is the whole `chunk` call on the first "
-        f"evaluation stream ({speed['tokens']:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
-        "(a warm-up call on its first 2,000 characters, then one timed call); the ratio to the default, "
+        "with its own ρ calibrated on the 15 calibration streams (`lr@w192s4`, today's default, on all 45: "
+        "bench.quality.windows, whose evaluation run is that `Chunker` end to end); speed is the whole `chunk` call on "
+        "the first "
+        f"evaluation stream ({tokens:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
+        "(a warm-up call on its first 2,000 characters, then one timed call); the ratio to `lr@w96`, "
         "measured in the same run, is over process CPU "
-        "time, which other jobs on this shared machine disturb far less than wall time. Peers run as shipped "
-        "(bench/quality/peers.py) on the same text.",
+        "time, which other jobs on this shared machine disturb far less than wall time. The rows at longer windows "
+        "(today's default `lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
+        "(`pareto speed --no-peers --speed-file windows_speed.json`), and are compared by that ratio. "
+        "Peers run as shipped (bench/quality/peers.py) on the same text.",
         "",
-        "| row | options | ρ | calibration recovery | clean-unit recovery (eval) | partition F1 | Δ vs default "
-        "| Δ vs embedding boundary | source tok/s (wall) | × default (CPU time) |",
+        "| row | options | ρ | calibration recovery | clean-unit recovery (eval) | partition F1 | Δ vs lr@w96 "
+        "| Δ vs embedding boundary | source tok/s (wall) | × lr@w96 (CPU time) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     tried = [n for n in OPTIONS if n in lm or n in penalties or speeds.get(n)]
-    timed_peers = [row["name"] for row in speed["rows"] if row.get("kind") == "peer" and row["name"] not in others]
+    timed_peers = [n for n in speeds if n not in OPTIONS and n not in others and n != "embedding-boundary"]
     for name in sorted(tried, key=lambda n: -(speeds.get(n) or 0)) + list(others) + timed_peers:
         rows = lm.get(name) or others.get(name)
         option = OPTIONS.get(name)
@@ -108,7 +110,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         if name == "embedding-boundary":
             setting = "MiniLM, 64 tokens each side, the same DP, its own ρ"
         if option == {}:
-            setting = "(the default: lr, W 96, step 8, fp32)"
+            setting = "(the default until session 9: lr, W 96, skip 1, step 8, fp32)"
         rho = penalties.get(name, {}).get("penalty")
         cal = penalties.get(name, {}).get("calibration_recovery")
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
@@ -119,7 +121,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
             evaluated = [
                 _ci(interval(recovery, indices)),
                 _ci(interval(values(rows, "partition_f1"), indices)),
-                "" if default is None or name == "default" else _ci(interval(recovery - default, indices)),
+                "" if default is None or name == BASELINE else _ci(interval(recovery - default, indices)),
                 ""
                 if embedding is None or name == "embedding-boundary"
                 else _ci(interval(recovery - embedding, indices)),
@@ -131,14 +133,14 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
             "" if cal is None else f"{cal:.3f}",
             *evaluated,
             "" if wall is None else f"{wall:,.1f}",
-            "" if tps is None or not base_speed else f"{tps / base_speed:.2f}",
+            "" if tps is None else f"{tps:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Preset rule (bench.quality.pareto.pick_presets): `quality` is the option with the best calibration "
         "recovery; "
-        + "; ".join(f"`{p}` the best among options at least {f:g}× the default's speed" for p, f in FLOORS)
+        + "; ".join(f"`{p}` the best among options at least {f:g}× the speed of `lr@w96`" for p, f in FLOORS)
         + ". Evaluation numbers are reported, never used to choose. Picks: "
         + ", ".join(f"{p} = `{n}`" for p, n in picks.items())
         + ".",

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.true_cuts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="eval", choices=("eval", "cal"))
     parser.add_argument("--streams", type=Path, default=OUT / "streams.jsonl")
-    parser.add_argument("--default-chunks", type=Path, default=OUT / "pareto" / "chunks" / "default")
+    parser.add_argument("--default-chunks", type=Path, default=OUT / "pareto" / "chunks" / "lr@w96")
     args = parser.parse_args(argv)
     streams = [s for s in read_streams(args.streams) if s.split == args.split]
     tokenizer = default_tokenizer()

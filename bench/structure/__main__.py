@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("step", choices=("score", "calibrate", "report"))
     parser.add_argument("--data-dir", type=Path, default=data_dir())
     parser.add_argument("--out", type=Path, default=Path("bench/out/structure"))
-    parser.add_argument("--window", type=int, default=None, help="reset window (default: the model's, 96)")
+    parser.add_argument(
+        "--window", type=int, default=None, help="reset window (default: lr at 96, skip 1: see scoring.SCORED)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--wiki-structures", default="auto", help="rr-fast settings scored on Wiki-50 (auto,none)")
     parser.add_argument("--passage-structures", default="auto,none", help="rr-fast settings scored on the passages")

@@ -19,7 +19,7 @@ import numpy as np
 from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
-from bench.structure.scoring import NotCached, cached_chunker
+from bench.structure.scoring import SCORED, NotCached, cached_chunker
 from rr_fast.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
@@ -197,7 +197,12 @@ def report(args) -> None:
 
     limits = Limits()
     run = methods(args, limits)
-    result = {"window": args.window, "limits": [limits.min_tokens, limits.max_tokens], "passages": {}, "wiki50": {}}
+    result = {
+        "window": args.window or SCORED["window"],
+        "limits": [limits.min_tokens, limits.max_tokens],
+        "passages": {},
+        "wiki50": {},
+    }
     rr_names = [n for n in run if n.startswith("rr-fast") or n.startswith("structure only")]
     for doc in passages(args.data_dir):
         kept = {n: c for n, c in run.items() if n not in rr_names or scored(c, doc.text)}
@@ -255,7 +260,7 @@ def markdown(result: dict) -> str:
     lines = [
         f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
         f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens). "
-        f"rr-fast window {result['window'] or 'default'}.",
+        f"rr-fast: lr at window {result['window']}.",
         "",
         "| Method | " + " | ".join(result["passages"]) + " | total |",
         "| --- |" + " --- |" * (len(result["passages"]) + 1),

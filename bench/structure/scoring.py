@@ -58,10 +58,19 @@ class CachedEngine:
         temporary.replace(self.path)
 
 
+# lr at W 96 (the default model's default until session 9): the structure priors were calibrated on its scores,
+# and they were not rescored at today's default (lr at W 192, skip 4)
+SCORED = {"readout": "lr", "window": 96, "skip": 1}
+
+
 def cached_chunker(
     out: Path, window: int | None, device: str, structure: str, limits: Limits, strict: bool = False
 ) -> Chunker:
-    """A default-model Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``."""
-    chunker = Chunker(window=window, device=device, structure=structure, limits=limits)
+    """A default-model Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``.
+
+    Without a window it runs ``SCORED``, the configuration the stored scores and priors were made with.
+    """
+    options = {"window": window} if window is not None else SCORED
+    chunker = Chunker(device=device, structure=structure, limits=limits, **options)
     chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.config.window}.json", strict)
     return chunker
