@@ -167,7 +167,7 @@ class Engine:
         self.names = (
             *config.readouts,
             *(rr_layer_name(layer) for layer in config.layers),
-            *(self._variant_name(r, w, s) for w, s in self.variants for r in config.readouts),
+            *(self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts),
         )
         self.window_prefix = len(self.prefix) + len(config.reset_prefix) + config.local_prefix
         context = config.context
@@ -307,7 +307,11 @@ class Engine:
             values["rr"] = by_layer[self.layer]
         return values
 
-    def _variant_name(self, readout: str, window: int, skip: int) -> str:
+    def readout_name(self, readout: str, window: int, skip: int) -> str:
+        """The name this engine gives a readout at a window and skip: the bare readout at its own window and skip,
+        else ``variant_name`` (the skip named only where it is not the run's)."""
+        if (window, skip) == (self.config.window, self.config.skip):
+            return readout
         return variant_name(readout, window, None if skip == self.config.skip else skip)
 
     def _rr_states(self, states):
@@ -413,7 +417,7 @@ class Engine:
                 full_rr, reset_rr = self._rr_states(full), self._rr_states(reset.hidden[:, p:])
                 for w, s, view in variants:
                     k = view.real.shape[1]
-                    values[self._variant_name("rr", w, s)] = self.ops.rr_cosine(
+                    values[self.readout_name("rr", w, s)] = self.ops.rr_cosine(
                         full_rr[:, :k], reset_rr[:, :k], view.compared
                     )
         if targets is not None:
@@ -424,7 +428,7 @@ class Engine:
             values["lr"] = self.ops.lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
             for w, s, view in variants:
                 k = view.real.shape[1]
-                values[self._variant_name("lr", w, s)] = self.ops.lr_utility(
+                values[self.readout_name("lr", w, s)] = self.ops.lr_utility(
                     full_lp[:, :k], reset.logprobs[:, p : p + k], view.predicted
                 )
         if on_windows is not None:

@@ -41,13 +41,13 @@ from bench.quality.embedding_sweep import calibrated, noise_floor
 from bench.quality.embedding_sweep import load as load_embedding
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
+from rr_fast.config import PAPER_SKIP
 from rr_fast.engine import Engine, variant_name
 from rr_fast.segment import rank_sum
 
 OUT = REPO_ROOT / "bench" / "out"
 WINDOWS = (96, 128, 160, 192)
-SKIPS = (0, 2, 4, 8)  # besides the default skip 1 (paper: s = 1)
-DEFAULT_SKIP = 1
+SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
 EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
 
@@ -81,7 +81,7 @@ def lever_options(name: str) -> dict:
     window, _, skip = rest.partition("s")
     if not window.isdigit():
         raise ValueError(f"{name} reads several windows: rr-fast has no such option")
-    return {"readout": readout, "window": int(window), "skip": int(skip) if skip else DEFAULT_SKIP}
+    return {"readout": readout, "window": int(window), "skip": int(skip) if skip else PAPER_SKIP}
 
 
 def score(streams: list[Stream], out: Path, pick: dict | None = None) -> None:
@@ -100,7 +100,7 @@ def score(streams: list[Stream], out: Path, pick: dict | None = None) -> None:
     if not todo:
         return
     longest = WINDOWS[-1]
-    options = {"readout": "rr+lr", "window": longest, "skip": DEFAULT_SKIP}
+    options = {"readout": "rr+lr", "window": longest, "skip": PAPER_SKIP}
     chunks = None
     if pick is not None and lever_options(pick["name"])["window"] == longest:
         options = {**lever_options(pick["name"]), "penalty": pick["penalty"]}
@@ -112,7 +112,7 @@ def score(streams: list[Stream], out: Path, pick: dict | None = None) -> None:
         chunker.engine.config,
         readouts=("rr", "lr"),
         windows=WINDOWS[:-1],
-        skips=tuple(s for s in (DEFAULT_SKIP, *SKIPS) if s != skip),
+        skips=tuple(s for s in (PAPER_SKIP, *SKIPS) if s != skip),
     )
     chunker.engine = Engine(chunker.engine.backend, chunker.engine.prefix.tolist(), config)
     started, tokens = time.perf_counter(), 0
@@ -121,9 +121,9 @@ def score(streams: list[Stream], out: Path, pick: dict | None = None) -> None:
         readouts = {}
         for w, s in [(longest, skip), *chunker.engine.variants]:
             for r in ("rr", "lr"):
-                # the engine names variants against the run's skip; files name them against the default skip
-                engine_name = r if (w, s) == (longest, skip) else variant_name(r, w, None if s == skip else s)
-                readouts[variant_name(r, w, None if s == DEFAULT_SKIP else s)] = scores.readouts[engine_name]
+                # the engine names variants against the run's skip; files name them against the paper's
+                name = variant_name(r, w, None if s == PAPER_SKIP else s)
+                readouts[name] = scores.readouts[chunker.engine.readout_name(r, w, s)]
         save_scores(folder / f"{stream.id}.npz", scores, **readouts)
         if chunks is not None:
             spans = [(c.start, c.end) for c in result]
@@ -138,7 +138,7 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
     parts = levers().get(name)
     if not parts:
         return None
-    window = max(int(part.split("@w")[1].split("s")[0]) for part in parts)
+    window = max(lever_options(part)["window"] for part in parts)
     timed = [v for k, v in ratios.items() if k == f"lr@w{window}" or k.startswith(f"lr@w{window}s")]
     return timed[0] if timed else None
 
@@ -163,7 +163,8 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     evaluation = [s for s in streams if s.split == "eval"]
     rows: dict[str, dict] = {}
     grids: dict[str, np.ndarray] = {}
-    for name, parts in levers().items():
+    every_lever = levers()
+    for name, parts in every_lever.items():
         scores = load(calibration, parts, out)
         if scores is None:
             raise SystemExit(f"calibration scores incomplete in {out / 'windows' / 'scores'}: run score --split cal")
@@ -172,7 +173,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     embedding_cal = load_embedding(calibration, EMBEDDING, out)
     if embedding_cal is not None:
         rows["embedding-boundary"], grids["embedding-boundary"] = calibrated(calibration, embedding_cal)
-    pick = max(levers(), key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
+    pick = max(every_lever, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
     for name, noise in noise_floor(grids, [s.domain for s in calibration], resamples, seed).items():
         rows[name]["cal_noise"] = noise
 
@@ -182,7 +183,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         scores = (
             load_embedding(evaluation, EMBEDDING, out)
             if name == "embedding-boundary"
-            else load(evaluation, levers()[name], out)
+            else load(evaluation, every_lever[name], out)
         )
         if scores is None:
             continue
