@@ -122,6 +122,7 @@ class Chunker:
         self.folder = resolve(cfg.model)
         self.tokenizer, self.engine = _load(self.folder, cfg, self.score_config)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
+        self.notes = (*self.notes, *self.engine.backend.notes)
         self.timings["model load"] += time.perf_counter() - started
 
     def chunk(self, text: str, progress: bool = False) -> ChunkResult:

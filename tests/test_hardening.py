@@ -362,3 +362,38 @@ def test_readme_python_example_uses_what_the_quick_start_installs():
     for name in ("gemma3-270m",):
         if name in example:
             assert "pip install" in example, f"the Python example uses {name} without saying how to install it"
+
+
+def test_non_finite_values_only_matter_in_the_readouts_the_chunks_use(tiny, monkeypatch):
+    """A benchmark's extra readouts (other windows, skips) may be NaN near a text's end; only the config's count."""
+    import numpy as np
+
+    from rr_fast import Chunker, Limits
+    from rr_fast.errors import RRFastError
+
+    chunker = Chunker(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12), penalty=0.5)
+    want = chunker.chunk(SAMPLE_TEXT)
+    score_many = chunker.engine.score_many
+
+    def with_extra(documents, progress=None, poison="extra"):
+        for values in score_many(documents, progress):
+            values = {**values, "extra": np.full(len(values["lr"]), np.nan)}
+            values[poison] = np.where(np.arange(len(values["lr"])) == 0, np.nan, values[poison])
+            yield values
+
+    monkeypatch.setattr(chunker.engine, "score_many", with_extra)
+    assert [(c.start, c.end) for c in chunker.chunk(SAMPLE_TEXT)] == [(c.start, c.end) for c in want]
+    monkeypatch.setattr(chunker.engine, "score_many", lambda d, p=None: with_extra(d, p, poison="lr"))
+    with pytest.raises(RRFastError, match="non-finite lr scores"):
+        chunker.chunk(SAMPLE_TEXT)
+
+
+def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monkeypatch):
+    import rr_fast.backends.torch as torch_backend
+    from rr_fast import Chunker, Limits
+
+    for native, noted in ((False, True), (True, False), (None, False)):
+        monkeypatch.setattr(torch_backend, "native_cpu_bf16", lambda native=native: native)
+        chunker = Chunker(model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12), penalty=0.5)
+        warnings = chunker.chunk(SAMPLE_TEXT).warnings
+        assert any("no native bfloat16" in w for w in warnings) is noted, (native, warnings)

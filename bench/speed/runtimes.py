@@ -129,6 +129,7 @@ class RuntimeBackend:
         self.depth, self.hidden_size = reference.depth, reference.hidden_size
         self.uses_rope, self.max_positions = reference.uses_rope, reference.max_positions
         self.preferred_batch_tokens = reference.preferred_batch_tokens
+        self.notes = reference.notes
         self._runners: dict[int, Runner] = {}
 
     def states(self, depth: int, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:

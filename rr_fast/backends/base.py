@@ -35,6 +35,7 @@ class Backend(Protocol):
     uses_rope: bool  # True when attention sees only relative positions, so windows may start at 0
     max_positions: int | None  # learned absolute position table size, None for RoPE models
     preferred_batch_tokens: int  # window tokens per forward call when the user does not say
+    notes: tuple[str, ...]  # what a user should know about this load (results repeat them as warnings)
 
     def forward(
         self,

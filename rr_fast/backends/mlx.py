@@ -53,6 +53,7 @@ class MLXBackend:
     name = "mlx"
 
     def __init__(self, model: nn.Module, config: dict):
+        self.notes: tuple[str, ...] = ()
         self.model = model
         self.config = config
         self.family = _family(model)

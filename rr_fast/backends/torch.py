@@ -60,6 +60,16 @@ def check_device(device: str = "auto") -> None:
         raise UsageError(f"--device {device} is not supported: use auto, cpu, cuda or mps")
 
 
+def native_cpu_bf16() -> bool | None:
+    """Whether this x86 CPU has bf16 matmul instructions (torch's bf16 on a CPU is fast only with them); None
+    where /proc/cpuinfo does not say (other systems and architectures)."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return None
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
+
+
 class TorchBackend:
     name = "torch"
 
@@ -82,6 +92,7 @@ class TorchBackend:
         self.device_readouts = TorchReadouts(device)
         self.prefers_device_readouts = device != "cpu"
         self._views: dict[int, nn.Module] = {}
+        self.notes: tuple[str, ...] = ()
 
     @classmethod
     def load(
@@ -119,7 +130,13 @@ class TorchBackend:
             if torch.device(device).type != "cpu":
                 raise UsageError("--dtype int8 runs on a CPU (dynamic int8 matmuls); on a GPU use bfloat16")
             quantize_int8(model)
-        return cls(model.to(device), device)
+        backend = cls(model.to(device), device)
+        if dtype == "bfloat16" and torch.device(device).type == "cpu" and native_cpu_bf16() is False:
+            backend.notes = (
+                "this CPU has no native bfloat16 instructions (AVX-512 BF16 or AMX): --dtype bfloat16 runs "
+                "emulated, likely slower than --dtype float32",
+            )
+        return backend
 
     def view(self, layer: int) -> nn.Module:
         """The decoder cut after ``layer`` layers; the final norm stays only at full depth."""
