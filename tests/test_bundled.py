@@ -76,7 +76,8 @@ def test_presets_chunk_the_sample_on_the_default_model(preset, tmp_path):
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    assert "warning" not in done.stderr
+    # no note about ρ; bfloat16 (balanced) may note a CPU without native bf16 instructions, as it should
+    assert not [line for line in done.stderr.splitlines() if "warning" in line and "native bfloat16" not in line]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert "".join(row["text"] for row in rows) == SAMPLE
     assert all(row["token_count"] <= 384 for row in rows)

@@ -96,3 +96,52 @@ def test_chapter_boundaries_put_the_gold_cut_at_a_paragraph_break_without_the_he
         assert levels(doc.text, analyse(doc.text), np.array([gold]))[0] == Level.PARAGRAPH
         assert not any(CHAPTER_HEADING.match(line) for line in doc.text.splitlines())
         assert CHAPTER_SIDE < gold < len(doc.text) - CHAPTER_SIDE  # whole paragraphs of both chapters
+
+
+def test_markdown_excerpt_never_ends_inside_a_code_fence():
+    from bench.structure.data import markdown_excerpt
+
+    text = "# Title\n\nSome prose.\n\n```python\nx = 1\n\ny = 2\n```\n\nAfter the fence.\n\nMore.\n"
+    excerpt = markdown_excerpt(text, length=25)  # the first blank line past 25 characters is inside the fence
+    assert excerpt == "# Title\n\nSome prose.\n\n```python\nx = 1\n\ny = 2\n```\n\n"
+    assert markdown_excerpt(text, length=10_000) == text
+
+
+def test_passages_table_sums_each_group_and_says_what_was_not_scored():
+    from bench.structure.report import markdown
+
+    cell = dict(cuts=2, mid_sentence=1, in_block=0, inside_unit=0, inside_oversize_unit=0, heading_split=0, over_max=0)
+    result = {
+        "window": 96,
+        "limits": [48, 384],
+        "passages": {
+            "rust_a": {"rr-fast auto": cell, "semchunk": cell},
+            "readme_b": {"semchunk": cell},
+            "novel": {"rr-fast auto": cell, "semchunk": cell},
+        },
+        "wiki50": {},
+    }
+    table = markdown(result)
+    assert "| Method | Rust book (1) | PyPI READMEs (1) | prose (1) | total |" in table
+    assert "| semchunk | 2 / 1 / 0 / 0+0 / 0 / 0 | 2 / 1 / 0 / 0+0 / 0 / 0 | 2 / 1 / 0 / 0+0 / 0 / 0 | " in table
+    assert "|  (1 not scored) |" in table and "4 / 2 / 0 / 0+0 / 0 / 0 (1 not scored) |" in table
+
+
+def test_two_cached_engines_on_one_file_keep_each_others_scores(tmp_path):
+    """``score`` runs one engine per structure setting on one cache file: the last save must not drop the other's."""
+    from bench.structure.scoring import CachedEngine
+
+    class Counting:
+        names = ("lr",)
+        timings: dict = {}
+
+        def score(self, ids, edges, progress=None):
+            return {"lr": np.asarray(edges, dtype=np.float64)}
+
+    cache = tmp_path / "scores.json"
+    ids = np.arange(10)
+    auto, none = CachedEngine(Counting(), cache), CachedEngine(Counting(), cache)
+    auto.score(ids, np.array([2, 4]))
+    none.score(ids, np.array([3]))  # loaded before auto saved: it must merge, not overwrite
+    strict = CachedEngine(Counting(), cache, strict=True)
+    assert strict.score(ids, np.array([2, 3, 4]))["lr"].tolist() == [2.0, 3.0, 4.0]

@@ -73,6 +73,23 @@ OPTIONS: dict[str, dict] = {
     "lr@w96-shortlist0.25": {"shortlist": 0.25, "shortlist_window": 12},
     "lr@w96-shortlist0.15": {"shortlist": 0.15, "shortlist_window": 12},
     "lr@w96-shortlist0.1-w16": {"shortlist": 0.1, "shortlist_window": 16},
+    # session 10: a coarser word grid (sentence ends stay candidates at every step) and bf16 arithmetic
+    "lr@w96-step16": {"step": 16},
+    "lr@w96-step32": {"step": 32},
+    "lr@w96-step64": {"step": 64},
+    "lr@w96-bf16": {"dtype": "bfloat16"},
+    "lr@w96-step32-bf16": {"step": 32, "dtype": "bfloat16"},
+    "lr@w96-step64-bf16": {"step": 64, "dtype": "bfloat16"},
+    "lr@w192s4-bf16": {"window": 192, "skip": 4, "dtype": "bfloat16"},
+    "rr@w16+bos-step16-bf16": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "dtype": "bfloat16"},
+    "rr@w16+bos-step16-L20-bf16": {
+        "readout": "rr",
+        "window": 16,
+        "reset_prefix": "bos",
+        "step": 16,
+        "layer": 20,
+        "dtype": "bfloat16",
+    },
 }
 SPEED_FLOORS = {"balanced": 3.0, "fast": 10.0}  # × BASELINE's source tokens/s (issue 14's targets)
 
@@ -125,7 +142,11 @@ def calibrated_penalties(calibration: list[Stream], names: list[str], out: Path)
 
         rho, grid = calibrate(metrics)
         best = next(row for row in grid if row["penalty"] == rho)
-        result[name] = {"penalty": rho, "calibration_recovery": best["clean_unit_recovery"]}
+        result[name] = {
+            "penalty": rho,
+            "calibration_recovery": best["clean_unit_recovery"],
+            "streams": len(calibration),
+        }
     return result
 
 
@@ -149,7 +170,11 @@ def chunk(evaluation: list[Stream], names: list[str], penalties: dict[str, dict]
         _log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
-SPEED_FILES = ("speed.json", "windows_speed.json")  # one run each; the report takes a row from the first that has it
+SPEED_FILES = (
+    "speed.json",
+    "windows_speed.json",
+    "step_speed.json",
+)  # one run each; the report takes a row from the first that has it
 
 
 def speed(text: str, names: list[str], repeats: int, out: Path, peers: bool = True, file: str = SPEED_FILES[0]):

@@ -54,7 +54,11 @@ def baseline_rows(
     embedding = evaluate_scored(scored["embedding-boundary"], calibration, {"original": evaluation}, False)
     rows = {"embedding-boundary": embedding["conditions"]["original"]["per_stream"]}
     chosen = next(row for row in embedding["calibration"] if row["penalty"] == embedding["penalty"])
-    calibrated = {"penalty": embedding["penalty"], "calibration_recovery": chosen["clean_unit_recovery"]}
+    calibrated = {
+        "penalty": embedding["penalty"],
+        "calibration_recovery": chosen["clean_unit_recovery"],
+        "streams": len(calibration),
+    }
     for peer in PEERS:
         if peer.name.startswith("nltk") or (peer.slow and not semantic_peers):
             continue
@@ -82,24 +86,27 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
     default = values(lm[BASELINE]) if BASELINE in lm else None
     embedding = values(others["embedding-boundary"]) if "embedding-boundary" in others else None
     picks = pick_presets(penalties, {n: s for n, s in speeds.items() if n in OPTIONS})
+    quality = values(lm[picks["quality"]]) if picks.get("quality") in lm else None  # balanced's target is against it
     lines = [
         "## Presets: what speed costs in boundary quality",
         "",
         "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
-        "with its own ρ calibrated on the 15 calibration streams (`lr@w192s4`, today's default, on all 45: "
-        "bench.quality.windows, whose evaluation run is that `Chunker` end to end); speed is the whole `chunk` call on "
-        "the first "
+        "with its own ρ calibrated on the calibration streams: the first 15 for the options of sessions 7 and 8, all "
+        "45 for those added or rescored since (the count is beside each calibration recovery; `lr@w192s4`, today's "
+        "default, comes from bench.quality.windows, whose evaluation run is that `Chunker` end to end); speed is the "
+        "whole `chunk` call on the first "
         f"evaluation stream ({tokens:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
         "(a warm-up call on its first 2,000 characters, then one timed call); the ratio to `lr@w96`, "
         "measured in the same run, is over process CPU "
         "time, which other jobs on this shared machine disturb far less than wall time. The rows at longer windows "
         "(today's default `lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
-        "(`pareto speed --no-peers --speed-file windows_speed.json`), and are compared by that ratio. "
+        "(`pareto speed --no-peers --speed-file windows_speed.json`), and the coarser grids and bf16 rows from a "
+        "third (`step_speed.json`); rows are compared by their ratio to that run's `lr@w96`. "
         "Peers run as shipped (bench/quality/peers.py) on the same text.",
         "",
-        "| row | options | ρ | calibration recovery | clean-unit recovery (eval) | partition F1 | Δ vs lr@w96 "
-        "| Δ vs embedding boundary | source tok/s (wall) | × lr@w96 (CPU time) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| row | options | ρ | calibration recovery (streams) | clean-unit recovery (eval) | partition F1 "
+        "| Δ vs lr@w96 | Δ vs quality | Δ vs embedding boundary | source tok/s (wall) | × lr@w96 (CPU time) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     tried = [n for n in OPTIONS if n in lm or n in penalties or speeds.get(n)]
     timed_peers = [n for n in speeds if n not in OPTIONS and n not in others and n != "embedding-boundary"]
@@ -115,13 +122,14 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         cal = penalties.get(name, {}).get("calibration_recovery")
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
         tps, wall = speeds.get(name), walls.get(name)
-        evaluated = ["calibration only" if name in OPTIONS else "not rerun here (Quality section)"] + [""] * 3
+        evaluated = ["calibration only" if name in OPTIONS else "not rerun here (Quality section)"] + [""] * 4
         if rows is not None:
             recovery = values(rows)
             evaluated = [
                 _ci(interval(recovery, indices)),
                 _ci(interval(values(rows, "partition_f1"), indices)),
                 "" if default is None or name == BASELINE else _ci(interval(recovery - default, indices)),
+                "" if quality is None or name == picks["quality"] else _ci(interval(recovery - quality, indices)),
                 ""
                 if embedding is None or name == "embedding-boundary"
                 else _ci(interval(recovery - embedding, indices)),
@@ -130,7 +138,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
             f"{name} {tag}".strip(),
             setting,
             "" if rho is None else f"{rho:.2f}",
-            "" if cal is None else f"{cal:.3f}",
+            "" if cal is None else f"{cal:.3f} ({penalties[name].get('streams', '?')})",
             *evaluated,
             "" if wall is None else f"{wall:,.1f}",
             "" if tps is None else f"{tps:.2f}",

@@ -227,7 +227,8 @@ def _share_pick(result: dict, penalty_file: Path) -> None:
     penalties[result["pick"]] = {
         "penalty": row["penalty"],
         "calibration_recovery": row["cal_recovery"],
-        "source": f"bench.quality.windows on {result['calibration_streams']} calibration streams",
+        "streams": result["calibration_streams"],
+        "source": "bench.quality.windows",
     }
     penalty_file.write_text(json.dumps(penalties, indent=1))
 

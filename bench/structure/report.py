@@ -204,7 +204,7 @@ def report(args) -> None:
         "wiki50": {},
     }
     rr_names = [n for n in run if n.startswith("rr-fast") or n.startswith("structure only")]
-    for doc in passages(args.data_dir):
+    for doc in passages(args.data_dir, args.out / "readmes"):
         kept = {n: c for n, c in run.items() if n not in rr_names or scored(c, doc.text)}
         result["passages"][doc.id] = {n: classify(doc.text, c(doc.text), limits.max_tokens) for n, c in kept.items()}
     _, evaluation = wiki50(args.data_dir)
@@ -256,27 +256,31 @@ def _ci(values: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(values, [2.5, 97.5])]
 
 
+def passage_group(doc_id: str) -> str:
+    return "Rust book" if doc_id.startswith("rust_") else "PyPI READMEs" if doc_id.startswith("readme_") else "prose"
+
+
 def markdown(result: dict) -> str:
+    groups: dict[str, list[str]] = {}
+    for doc_id in result["passages"]:
+        groups.setdefault(passage_group(doc_id), []).append(doc_id)
     lines = [
         f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
-        f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens). "
+        f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens), summed over "
+        f"each group's documents (per document in report.json). "
         f"rr-fast: lr at window {result['window']}.",
         "",
-        "| Method | " + " | ".join(result["passages"]) + " | total |",
-        "| --- |" + " --- |" * (len(result["passages"]) + 1),
+        "| Method | " + " | ".join(f"{g} ({len(ids)})" for g, ids in groups.items()) + " | total |",
+        "| --- |" + " --- |" * (len(groups) + 1),
     ]
     names = list(dict.fromkeys(n for counts in result["passages"].values() for n in counts))
     for name in names:
         cells = []
-        for counts in result["passages"].values():
-            c = counts.get(name)
-            if c is None:
-                cells.append("not scored")
-                continue
-            cells.append(_cell(c))
-        rows = [c[name] for c in result["passages"].values() if name in c]
-        total = {k: sum(r[k] for r in rows) for k in rows[0]}
-        cells.append(_cell(total))
+        for ids in [*groups.values(), list(result["passages"])]:
+            rows = [result["passages"][i][name] for i in ids if name in result["passages"][i]]
+            missing = len(ids) - len(rows)
+            total = {k: sum(r[k] for r in rows) for k in rows[0]} if rows else None
+            cells.append(("" if total is None else _cell(total)) + (f" ({missing} not scored)" if missing else ""))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -52,15 +52,22 @@ class CachedEngine:
             yield self.score(ids, edges)
 
     def save(self) -> None:
+        """Write the cache, keeping what another engine on the same file (``score`` runs one per structure
+        setting) saved since this one loaded it: last writer must not win."""
+        if self.path.exists():
+            for key, saved in json.loads(self.path.read_text()).items():
+                known = self.cache.setdefault(key, {})
+                known.update({edge: values for edge, values in saved.items() if edge not in known})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
         temporary.write_text(json.dumps(self.cache))
         temporary.replace(self.path)
 
 
-# lr at W 96 (the default model's default until session 9): the structure priors were calibrated on its scores,
-# and they were not rescored at today's default (lr at W 192, skip 4)
-SCORED = {"readout": "lr", "window": 96, "skip": 1}
+# lr at W 96 with its ρ of that time (the default model's default until session 9): the structure priors were
+# calibrated on its scores and at that ρ, and were not redone at today's default (lr at W 192, skip 4, ρ 0.95);
+# session 9's recalibration on 45 streams moved lr at W 96 to ρ 1.00, which the priors never saw
+SCORED = {"readout": "lr", "window": 96, "skip": 1, "penalty": 0.95}
 
 
 def cached_chunker(
