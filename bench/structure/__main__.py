@@ -22,8 +22,11 @@ def score(args) -> None:
     docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.out / "readmes")
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
     for doc in docs:
-        # the chapter boundaries calibrate the priors, which only --structure auto uses
-        wanted = {"wiki50": args.wiki_structures, "chapters": "auto"}.get(doc.kind, args.passage_structures)
+        # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
+        calibration_structures = "auto" if "auto" in args.wiki_structures.split(",") else ""
+        wanted = {"wiki50": args.wiki_structures, "chapters": calibration_structures}.get(
+            doc.kind, args.passage_structures
+        )
         for structure in filter(None, wanted.split(",")):
             started = time.perf_counter()
             chunker = chunkers[structure]
@@ -46,7 +49,11 @@ def main(argv: list[str] | None = None) -> None:
         "--window", type=int, default=None, help="reset window (default: lr at 96, skip 1: see scoring.SCORED)"
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--wiki-structures", default="auto", help="rr-fast settings scored on Wiki-50 (auto,none)")
+    parser.add_argument(
+        "--wiki-structures",
+        default="auto",
+        help="rr-fast settings scored on Wiki-50 (auto,none; auto also scores the chapter boundaries)",
+    )
     parser.add_argument("--passage-structures", default="auto,none", help="rr-fast settings scored on the passages")
     args = parser.parse_args(argv)
     if args.step == "score":
