@@ -170,11 +170,8 @@ def chunk(evaluation: list[Stream], names: list[str], penalties: dict[str, dict]
         _log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
-SPEED_FILES = (
-    "speed.json",
-    "windows_speed.json",
-    "step_speed.json",
-)  # one run each; the report takes a row from the first that has it
+# one speed run each (sessions 7, 9 and 10); the report takes a row from the first file that has it
+SPEED_FILES = ("speed.json", "windows_speed.json", "step_speed.json")
 
 
 def speed(text: str, names: list[str], repeats: int, out: Path, peers: bool = True, file: str = SPEED_FILES[0]):

