@@ -101,7 +101,8 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         "time, which other jobs on this shared machine disturb far less than wall time. The rows at longer windows "
         "(today's default `lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
         "(`pareto speed --no-peers --speed-file windows_speed.json`), and the coarser grids and bf16 rows from a "
-        "third (`step_speed.json`); rows are compared by their ratio to that run's `lr@w96`. "
+        "third (`step_speed.json`), `lr@w96+bos-step32-bf16` from a fourth (`bos_speed.json`); rows are compared "
+        "by their ratio to their own run's `lr@w96`. "
         "Peers run as shipped (bench/quality/peers.py) on the same text.",
         "",
         "| row | options | ρ | calibration recovery (streams) | clean-unit recovery (eval) | partition F1 "
