@@ -21,12 +21,10 @@ def score(args) -> None:
     calibration, evaluation = wiki50(args.data_dir)
     docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.out / "readmes")
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
+    # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
+    by_kind = {"wiki50": args.wiki_structures, "chapters": "auto" if "auto" in args.wiki_structures.split(",") else ""}
     for doc in docs:
-        # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
-        calibration_structures = "auto" if "auto" in args.wiki_structures.split(",") else ""
-        wanted = {"wiki50": args.wiki_structures, "chapters": calibration_structures}.get(
-            doc.kind, args.passage_structures
-        )
+        wanted = by_kind.get(doc.kind, args.passage_structures)
         for structure in filter(None, wanted.split(",")):
             started = time.perf_counter()
             chunker = chunkers[structure]
