@@ -4,6 +4,7 @@ and the evaluation rows. No model runs here: score files are written by hand (on
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from toy_streams import toy_stream
 
 from bench.quality import windows
@@ -17,7 +18,8 @@ def _write_scores(out, stream: Stream, good: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     names = {part for parts in windows.levers().values() for part in parts}
     readouts = {name: rng.random(len(edges)) for name in sorted(names)}
-    readouts[good] = np.where(np.isin(edges, list(starts)), 2.0, rng.random(len(edges)))
+    # the same on every stream, so that a ρ that is right on calibration is right on evaluation too
+    readouts[good] = np.where(np.isin(edges, list(starts)), 2.0, np.random.default_rng(99).random(len(edges)))
     folder = out / "windows" / "scores"
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(
@@ -51,3 +53,28 @@ def test_levers_rank_sum_their_readouts_and_the_rule_picks_on_calibration(tmp_pa
     assert "lr@w160 (**pick**)" in table and "lr@w96 (default until session 9)" in table
     pick_row = next(line for line in table.splitlines() if line.startswith("| lr@w160 "))
     assert ci_text(row["eval"]["minus_baseline"]) in pick_row
+
+
+def test_the_ocr_condition_is_paired_with_the_evaluation_stream_it_was_read_from(tmp_path):
+    streams = [toy_stream("cal", i) for i in range(4)] + [toy_stream("eval", i) for i in range(4)]
+    ocr = [Stream(f"{s.id}-ocr-0a1b", s.domain, "ocr", s.text, s.records) for s in streams[4:]]
+    for k, stream in enumerate(streams + ocr):
+        _write_scores(tmp_path, stream, "lr@w384+bos", seed=k)
+    result = windows.report(streams + ocr[::-1], tmp_path, resamples=200, seed=0)
+    assert result["pick"] == "lr@w384+bos"
+    row = result["rows"]["lr@w384+bos"]["eval"]
+    assert row["ocr"][0] == 1.0 and row["ocr_minus_original"][0] == 0.0
+    assert result["rows"]["lr@w96"]["eval"]["ocr"][0] < 1.0  # random scores: not the pick's
+    assert windows.lever_options("lr@w384s4+bos") == {"readout": "lr", "window": 384, "skip": 4, "reset_prefix": "bos"}
+
+
+def test_merging_another_machines_scores_keeps_what_is_there_and_reports_the_difference(tmp_path):
+    path = tmp_path / "s.npz"
+    edges = np.array([3, 9]), np.array([4, 12])
+    assert windows.merge_scores(path, *edges, 20, {"lr@w96": np.array([1.0, 2.0])}) == {}
+    drift = windows.merge_scores(path, *edges, 20, {"lr@w96": np.array([1.0, 2.5]), "lr@w384": np.array([0.0, 1.0])})
+    assert drift == {"lr@w96": 0.5}
+    with np.load(path) as saved:
+        assert saved["lr@w96"].tolist() == [1.0, 2.0] and saved["lr@w384"].tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="edges differ"):
+        windows.merge_scores(path, np.array([3, 10]), edges[1], 20, {"lr@w128": np.zeros(2)})

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, save_scores
+from bench.common import REPO_ROOT, save_npz
 from bench.quality.calibration import EdgeScores, chunk_spans
 from bench.quality.embedding_sweep import calibrated, noise_floor
 from bench.quality.embedding_sweep import load as load_embedding
@@ -46,18 +46,22 @@ from rr_fast.engine import Engine, variant_name
 from rr_fast.segment import rank_sum
 
 OUT = REPO_ROOT / "bench" / "out"
-WINDOWS = (96, 128, 160, 192)
+WINDOWS = (96, 128, 160, 192)  # scored on this CPU (one run at W = 192)
+LONG_WINDOWS = (256, 320, 384)  # scored on a lent GPU (one run at W = 384 gives every window of both tuples)
+PREFIXES = ("none", "bos")  # --reset-prefix of a run; "bos" readouts are stored as ``lr@w192s4+bos``
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
 EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
 
 
 def levers() -> dict[str, tuple[str, ...]]:
-    """lever name → the readouts (``rr@w96``; ``lr@w96s4`` skips 4 positions, not 1) whose rank sum is its utility."""
+    """lever name → the readouts (``rr@w96``; ``lr@w96s4`` skips 4 positions, not 1; ``lr@w96+bos`` has a BOS
+    before every reset window) whose rank sum is its utility."""
+    every_window = (*WINDOWS, *LONG_WINDOWS)
     single = {
         f"{readout}@w{w}": tuple(f"{r}@w{w}" for r in readout.split("+"))
         for readout in ("lr", "rr+lr", "rr")
-        for w in WINDOWS
+        for w in every_window
     }
     every = f"{WINDOWS[0]}..{WINDOWS[-1]}"  # all of WINDOWS
     multi = {
@@ -65,71 +69,169 @@ def levers() -> dict[str, tuple[str, ...]]:
         f"lr@w{every}": tuple(f"lr@w{w}" for w in WINDOWS),
         "rr+lr@w96+192": ("rr@w96", "lr@w96", "rr@w192", "lr@w192"),
         f"rr+lr@w{every}": tuple(f"{r}@w{w}" for w in WINDOWS for r in ("rr", "lr")),
+        "lr@w96+384": ("lr@w96", "lr@w384"),
+        f"lr@w{WINDOWS[0]}..{LONG_WINDOWS[-1]}": tuple(f"lr@w{w}" for w in every_window),
     }
     skipped = {
         f"{readout}@w{w}s{s}": tuple(f"{r}@w{w}s{s}" for r in readout.split("+"))
         for readout in ("lr", "rr+lr")
-        for w in (WINDOWS[0], WINDOWS[-1])
+        for w in (WINDOWS[0], WINDOWS[-1], LONG_WINDOWS[-1])
         for s in SKIPS
     }
-    return {**single, **multi, **skipped}
+    prefixed = {
+        f"{readout}@w{w}+bos": tuple(f"{r}@w{w}+bos" for r in readout.split("+"))
+        for readout in ("lr", "rr+lr")
+        for w in every_window
+    }
+    prefixed_skips = {f"lr@w{w}s{s}+bos": (f"lr@w{w}s{s}+bos",) for w in (WINDOWS[-1], LONG_WINDOWS[-1]) for s in SKIPS}
+    return {**single, **multi, **skipped, **prefixed, **prefixed_skips}
 
 
 def lever_options(name: str) -> dict:
-    """The Chunker options of a one-window lever: ``lr@w192s4`` → readout lr, window 192, skip 4."""
+    """The Chunker options of a one-window lever: ``lr@w192s4+bos`` → readout lr, window 192, skip 4, a BOS
+    before every reset window."""
     readout, _, rest = name.partition("@w")
+    rest, _, prefix = rest.partition("+")
     window, _, skip = rest.partition("s")
-    if not window.isdigit():
+    if not window.isdigit() or prefix not in ("", *PREFIXES[1:]):
         raise ValueError(f"{name} reads several windows: rr-fast has no such option")
-    return {"readout": readout, "window": int(window), "skip": int(skip) if skip else PAPER_SKIP}
+    return {
+        "readout": readout,
+        "window": int(window),
+        "skip": int(skip) if skip else PAPER_SKIP,
+        "reset_prefix": prefix or PREFIXES[0],
+    }
 
 
-def score(streams: list[Stream], out: Path, pick: dict | None = None) -> None:
-    """RR and LR at every window of ``WINDOWS`` and skip of ``SKIPS`` on each stream, from one run of rr-fast's
-    engine at the longest window.
+def score(
+    streams: list[Stream],
+    out: Path,
+    pick: dict | None = None,
+    *,
+    longest: int = WINDOWS[-1],
+    reset_prefix: str = PREFIXES[0],
+    device: str = "cpu",
+    budget: float | None = None,
+) -> None:
+    """RR and LR at every window of ``WINDOWS`` and ``LONG_WINDOWS`` up to ``longest`` and every skip of
+    ``SKIPS`` on each stream, from one run of rr-fast's engine at ``longest``, merged into the stream's file.
 
-    With ``pick`` (report.json's pick and its ρ) at the longest window, the run is that lever's own ``Chunker``
-    (its readout, skip and ρ), so the product's chunks for it come out of the same pass, end to end; they are
-    stored where the Presets benchmark keeps each option's evaluation chunks (pareto/chunks/<lever>).
+    With ``pick`` (report.json's pick and its ρ) at this run's window and prefix, the run is that lever's own
+    ``Chunker`` (its readout, skip and ρ), so the product's chunks for it come out of the same pass, end to
+    end; they are stored where the Presets benchmark keeps each option's evaluation chunks
+    (pareto/chunks/<lever>). ``budget`` (seconds) stops starting streams, so a lent GPU's run ends in time.
     """
     from rr_fast import Chunker
 
     folder = out / "windows" / "scores"
     folder.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in streams if not (folder / f"{s.id}.npz").exists()]
+    suffix = "" if reset_prefix == PREFIXES[0] else f"+{reset_prefix}"
+    windows = tuple(w for w in (*WINDOWS, *LONG_WINDOWS) if w < longest)
+    skips = (PAPER_SKIP, *SKIPS)
+    wanted = [
+        variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
+        for w in (*windows, longest)
+        for s in skips
+        for r in ("rr", "lr")
+    ]
+    todo = [s for s in streams if not _has(folder / f"{s.id}.npz", wanted)]
     if not todo:
         return
-    longest = WINDOWS[-1]
-    options = {"readout": "rr+lr", "window": longest, "skip": PAPER_SKIP}
+    options = {"readout": "rr+lr", "window": longest, "skip": PAPER_SKIP, "reset_prefix": reset_prefix}
     chunks = None
-    if pick is not None and lever_options(pick["name"])["window"] == longest:
+    if pick is not None and {k: lever_options(pick["name"])[k] for k in ("window", "reset_prefix")} == {
+        "window": longest,
+        "reset_prefix": reset_prefix,
+    }:
         options = {**lever_options(pick["name"]), "penalty": pick["penalty"]}
         chunks = out / "pareto" / "chunks" / pick["name"]
         chunks.mkdir(parents=True, exist_ok=True)
-    chunker = Chunker(device="cpu", **options)
+    if device.startswith("cuda"):
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32, as on the CPU
+    chunker = Chunker(device=device, **options)
     skip = chunker.config.skip
     config = replace(
         chunker.engine.config,
         readouts=("rr", "lr"),
-        windows=WINDOWS[:-1],
-        skips=tuple(s for s in (PAPER_SKIP, *SKIPS) if s != skip),
+        windows=windows,
+        skips=tuple(s for s in skips if s != skip),
     )
     chunker.engine = Engine(chunker.engine.backend, chunker.engine.prefix.tolist(), config)
     started, tokens = time.perf_counter(), 0
     for done, stream in enumerate(todo, 1):
+        if budget is not None and time.perf_counter() - started > budget:
+            _log(f"budget of {budget:.0f} s spent: {len(todo) - done + 1} streams left")
+            break
         result, scores = chunker.explain(stream.text)
         readouts = {}
         for w, s in [(longest, skip), *chunker.engine.variants]:
             for r in ("rr", "lr"):
                 # the engine names variants against the run's skip; files name them against the paper's
-                name = variant_name(r, w, None if s == PAPER_SKIP else s)
+                name = variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
                 readouts[name] = scores.readouts[chunker.engine.readout_name(r, w, s)]
-        save_scores(folder / f"{stream.id}.npz", scores, **readouts)
+        merge_scores(folder / f"{stream.id}.npz", scores.tokens, scores.chars, scores.num_tokens, readouts)
         if chunks is not None:
             spans = [(c.start, c.end) for c in result]
             (chunks / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.config.penalty}))
         tokens += scores.num_tokens
         _log(f"{done}/{len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
+
+
+def _has(path: Path, names: list[str]) -> bool:
+    if not path.exists():
+        return False
+    with np.load(path) as saved:
+        return set(names) <= set(saved.files)
+
+
+def merge_scores(
+    path: Path, edge_tokens: np.ndarray, edge_chars: np.ndarray, num_tokens: int, readouts: dict[str, np.ndarray]
+) -> dict[str, float]:
+    """Add ``readouts`` to a stream's score file, keeping the arrays already there; returns, for each readout the
+    file already held, the largest difference between the two (another device's run of the same scores).
+
+    The edges must be the file's: a readout is only meaningful beside the edges it was computed on.
+    """
+    kept: dict[str, np.ndarray] = {}
+    if path.exists():
+        with np.load(path) as saved:
+            kept = {key: saved[key] for key in saved.files}
+        if not (np.array_equal(kept["edge_tokens"], edge_tokens) and np.array_equal(kept["edge_chars"], edge_chars)):
+            raise ValueError(f"{path}: the edges differ from the ones its readouts were computed on")
+    drift = {
+        name: float(np.nanmax(np.abs(kept[name].astype(np.float64) - values), initial=0.0))
+        for name, values in readouts.items()
+        if name in kept
+    }
+    merged = {**{k: np.asarray(v) for k, v in readouts.items()}, **kept}
+    save_npz(
+        path,
+        **{
+            **merged,
+            "edge_tokens": np.asarray(edge_tokens),
+            "edge_chars": np.asarray(edge_chars),
+            "num_tokens": np.int64(num_tokens),
+        },
+    )
+    return drift
+
+
+def merge(source: Path, out: Path) -> dict[str, float]:
+    """Merge another machine's score files (``score --out`` there) into ``out``: the largest difference per
+    readout that both hold, which says whether the two machines' scores can stand in one table."""
+    folder = out / "windows" / "scores"
+    folder.mkdir(parents=True, exist_ok=True)
+    drift: dict[str, float] = {}
+    for path in sorted((source / "windows" / "scores").glob("*.npz")):
+        with np.load(path) as saved:
+            readouts = {k: saved[k] for k in saved.files if k not in ("edge_tokens", "edge_chars", "num_tokens")}
+            edges = saved["edge_tokens"], saved["edge_chars"], int(saved["num_tokens"])
+        for name, value in merge_scores(folder / path.name, *edges, readouts).items():
+            drift[name] = max(drift.get(name, 0.0), value)
+        _log(f"{path.name}: {len(readouts)} readouts merged")
+    return drift
 
 
 def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
@@ -146,7 +248,7 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
 def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, EdgeScores] | None:
     """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing."""
     folder = out / "windows" / "scores"
-    if not all((folder / f"{s.id}.npz").exists() for s in streams):
+    if not all(_has(folder / f"{s.id}.npz", list(parts)) for s in streams):
         return None
     scores = {}
     for stream in streams:
@@ -199,6 +301,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
             "chunks": float(np.mean([m["chunks"] for m in metrics])),
             "by_domain": {d: float(per_stream[name][domains == d].mean()) for d in sorted(set(domains.tolist()))},
         }
+    _ocr_rows(rows, every_lever, evaluation, [s for s in streams if s.split == "ocr"], per_stream, out, resamples, seed)
     for name in per_stream:
         if BASELINE in per_stream:
             rows[name]["eval"]["minus_baseline"] = interval(per_stream[name] - per_stream[BASELINE], indices)
@@ -216,6 +319,40 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     (out / "windows" / "report.json").write_text(json.dumps(result, indent=1))
     _share_pick(result, out / "pareto" / "penalties.json")
     return result
+
+
+def _ocr_rows(
+    rows: dict[str, dict],
+    every_lever: dict[str, tuple[str, ...]],
+    evaluation: list[Stream],
+    ocr: list[Stream],
+    original: dict[str, np.ndarray],
+    out: Path,
+    resamples: int,
+    seed: int,
+) -> None:
+    """Each lever's recovery on the OCR condition (the evaluation streams rendered and read back by Tesseract,
+    bench.quality.ocr) at its calibrated ρ, and the paired gap to the same streams' original text: issue 16
+    wants the OCR condition within 0.05 of the original. Levers whose OCR scores are missing get no row."""
+    by_source = {s.id.split("-ocr-")[0]: s for s in ocr}
+    if not ocr or any(s.id not in by_source for s in evaluation):
+        return
+    paired = [by_source[s.id] for s in evaluation]  # the evaluation streams' order, so pairs line up
+    indices = bootstrap_indices([s.domain for s in paired], resamples, seed)
+    for name, parts in every_lever.items():
+        scores = load(paired, parts, out)
+        if scores is None or name not in original:
+            continue
+        recovery = np.array(
+            [
+                stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rows[name]["penalty"]))[
+                    "clean_unit_recovery"
+                ]
+                for s in paired
+            ]
+        )
+        rows[name]["eval"]["ocr"] = interval(recovery, indices)
+        rows[name]["eval"]["ocr_minus_original"] = interval(recovery - original[name], indices)
 
 
 def _share_pick(result: dict, penalty_file: Path) -> None:
@@ -241,8 +378,9 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
 
     lines = [
         "| lever | ρ | calibration recovery (resampled 95%, wins) | evaluation recovery [95% CI] | partition F1 "
-        "| − lr@w96 [95% CI] | − embedding boundary [95% CI] | fiqa / pubmedqa / scifact | speed × lr@w96 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| − lr@w96 [95% CI] | − embedding boundary [95% CI] | fiqa / pubmedqa / scifact "
+        "| OCR recovery [95% CI] | OCR − original [95% CI] | speed × lr@w96 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, row in result["rows"].items():
         noise = row.get("cal_noise", {})
@@ -255,6 +393,7 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
             f"{100 * noise.get('wins', 0):.0f}%) | {ci(evaluation.get('recovery'))} | {ci(evaluation.get('f1'))} "
             f"| {ci(evaluation.get('minus_baseline')) if name != BASELINE else ''} "
             f"| {ci(evaluation.get('minus_embedding')) if name != 'embedding-boundary' else ''} | {by_domain} "
+            f"| {ci(evaluation.get('ocr'))} | {ci(evaluation.get('ocr_minus_original'))} "
             f"| {_ratio(lever_speed(name, speeds or {}))} |"
         )
     return "\n".join(lines)
@@ -270,10 +409,15 @@ def _log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.windows", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "report"))
-    parser.add_argument("--split", default="cal", choices=("cal", "eval"))
+    parser.add_argument("step", choices=("score", "report", "merge"))
+    parser.add_argument("--split", default="cal", help="score: comma-separated splits, from cal, eval and ocr")
     parser.add_argument("--streams", type=Path, default=OUT / "streams.jsonl")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--longest", type=int, default=WINDOWS[-1], choices=(WINDOWS[-1], LONG_WINDOWS[-1]))
+    parser.add_argument("--reset-prefix", default=PREFIXES[0], choices=PREFIXES)
+    parser.add_argument("--device", default="cpu", help="score: torch device (cuda on a lent GPU)")
+    parser.add_argument("--budget", type=float, default=None, help="score: seconds after which no stream starts")
+    parser.add_argument("--source", type=Path, help="merge: the --out folder of a run on another machine")
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -281,10 +425,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.step == "score":
         report_file = args.out / "windows" / "report.json"
         pick = None
-        if args.split == "eval" and report_file.exists():
+        if "eval" in args.split.split(",") and report_file.exists():
             result = json.loads(report_file.read_text())
             pick = {"name": result["pick"], "penalty": result["rows"][result["pick"]]["penalty"]}
-        score([s for s in streams if s.split == args.split], args.out, pick)
+        splits = args.split.split(",")
+        chosen = sorted((s for s in streams if s.split in splits), key=lambda s: splits.index(s.split))
+        score(
+            chosen,
+            args.out,
+            pick,
+            longest=args.longest,
+            reset_prefix=args.reset_prefix,
+            device=args.device,
+            budget=args.budget,
+        )
+    elif args.step == "merge":
+        drift = merge(args.source, args.out)
+        print(json.dumps({"largest difference where both hold a readout": max(drift.values(), default=None)}))
     else:
         from bench.quality.pareto import speed_ratios
 
