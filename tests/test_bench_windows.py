@@ -11,24 +11,27 @@ from bench.quality import windows
 from bench.quality.streams import Stream
 
 
-def _write_scores(out, stream: Stream, good: str, seed: int) -> None:
-    """Every readout random except ``good``, which peaks at the records' starts."""
+def _write_scores(out, stream: Stream, good: str | tuple[str, ...], seed: int) -> None:
+    """Every readout random except the ``good`` ones, which peak at the records' starts; each model's readouts
+    in its own folder, as the benchmark keeps them."""
     starts = {r[1] for r in stream.records[1:]}
     edges = np.array(sorted(set(range(6, len(stream.text) - 6, 6)) | starts))
     rng = np.random.default_rng(seed)
     names = {part for parts in windows.levers().values() for part in parts}
     readouts = {name: rng.random(len(edges)) for name in sorted(names)}
-    # the same on every stream, so that a ρ that is right on calibration is right on evaluation too
-    readouts[good] = np.where(np.isin(edges, list(starts)), 2.0, np.random.default_rng(99).random(len(edges)))
-    folder = out / "windows" / "scores"
-    folder.mkdir(parents=True, exist_ok=True)
-    np.savez(
-        folder / f"{stream.id}.npz",
-        edge_tokens=edges,
-        edge_chars=edges,
-        num_tokens=np.int64(len(stream.text)),
-        **readouts,
-    )
+    for name in (good,) if isinstance(good, str) else good:
+        # the same on every stream, so that a ρ that is right on calibration is right on evaluation too
+        readouts[name] = np.where(np.isin(edges, list(starts)), 2.0, np.random.default_rng(99).random(len(edges)))
+    for model in {windows.model_of(name) for name in readouts}:
+        folder = windows.scores_folder(out, model)
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez(
+            folder / f"{stream.id}.npz",
+            edge_tokens=edges,
+            edge_chars=edges,
+            num_tokens=np.int64(len(stream.text)),
+            **{name: values for name, values in readouts.items() if windows.model_of(name) == model},
+        )
 
 
 def ci_text(value) -> str:
@@ -78,3 +81,24 @@ def test_merging_another_machines_scores_keeps_what_is_there_and_reports_the_dif
         assert saved["lr@w96"].tolist() == [1.0, 2.0] and saved["lr@w384"].tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="edges differ"):
         windows.merge_scores(path, np.array([3, 10]), edges[1], 20, {"lr@w128": np.zeros(2)})
+
+
+def test_another_models_levers_get_their_own_pick_and_never_the_default_models(tmp_path):
+    streams = [toy_stream("cal", i) for i in range(4)] + [toy_stream("eval", i) for i in range(4)]
+    for k, stream in enumerate(streams):
+        _write_scores(tmp_path, stream, ("gemma3-270m:lr@w160", "lr@w128"), seed=k)
+    result = windows.report(streams, tmp_path, resamples=200, seed=0)
+    assert result["pick"] == "lr@w128"  # the default model's levers only
+    assert result["other_picks"] == {"gemma3-270m": "gemma3-270m:lr@w160"}
+    assert result["rows"]["gemma3-270m:lr@w160"]["eval"]["minus_pick"][0] == 0.0
+    assert windows.lever_options("gemma3-270m:lr@w192s2") == {
+        "readout": "lr",
+        "window": 192,
+        "skip": 2,
+        "reset_prefix": "none",
+        "model": "gemma3-270m",
+    }
+    table = windows.markdown(result, {"lr@w96": 1.0, "lr@w192s4": 0.56, "gemma3-270m:lr@w192": 0.2})
+    assert "gemma3-270m:lr@w160 (**its model's pick**)" in table
+    gemma_row = next(line for line in table.splitlines() if line.startswith("| gemma3-270m:lr@w192s2 "))
+    assert gemma_row.endswith("| 0.20 |")  # its own model's speed, not SmolLM2's at the same window

@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m bench.quality.embedding_sweep", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("step", choices=("score", "report"))
-    parser.add_argument("--split", default="cal", choices=("cal", "eval"))
+    parser.add_argument("--split", default="cal", choices=("cal", "eval", "ocr"))
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated; 'pick' is the report's pick so far"
     )

@@ -83,6 +83,8 @@ OPTIONS: dict[str, dict] = {
     "lr@w96+bos-step32-bf16": {"reset_prefix": "bos", "step": 32, "dtype": "bfloat16"},  # issue 16's reset prefix
     "lr@w192s4-bf16": {"window": 192, "skip": 4, "dtype": "bfloat16"},
     "rr@w16+bos-step16-bf16": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "dtype": "bfloat16"},
+    # session 11: the other bundled model at its pick (bench.quality.windows, scored on a lent GPU); speed only
+    "gemma3-270m:lr@w192": {"model": "gemma3-270m", "window": 192},
     "rr@w16+bos-step16-L20-bf16": {
         "readout": "rr",
         "window": 16,
@@ -171,8 +173,8 @@ def chunk(evaluation: list[Stream], names: list[str], penalties: dict[str, dict]
         _log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
-# one speed run each (sessions 7, 9 and 10 twice); the report takes a row from the first file that has it
-SPEED_FILES = ("speed.json", "windows_speed.json", "step_speed.json", "bos_speed.json")
+# one speed run each (sessions 7, 9, 10 twice and 11); the report takes a row from the first file that has it
+SPEED_FILES = ("speed.json", "windows_speed.json", "step_speed.json", "bos_speed.json", "gemma_speed.json")
 
 
 def speed(text: str, names: list[str], repeats: int, out: Path, peers: bool = True, file: str = SPEED_FILES[0]):

@@ -123,7 +123,13 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         cal = penalties.get(name, {}).get("calibration_recovery")
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
         tps, wall = speeds.get(name), walls.get(name)
-        evaluated = ["calibration only" if name in OPTIONS else "not rerun here (Quality section)"] + [""] * 4
+        evaluated = [
+            "calibration only"
+            if name in penalties
+            else "speed only (quality: bench.quality.windows)"
+            if name in OPTIONS
+            else "not rerun here (Quality section)"
+        ] + [""] * 4
         if rows is not None:
             recovery = values(rows)
             evaluated = [

