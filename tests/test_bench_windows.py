@@ -90,6 +90,9 @@ def test_another_models_levers_get_their_own_pick_and_never_the_default_models(t
     result = windows.report(streams, tmp_path, resamples=200, seed=0)
     assert result["pick"] == "lr@w128"  # the default model's levers only
     assert result["other_picks"] == {"gemma3-270m": "gemma3-270m:lr@w160"}
+    # each model's rule, resampled, is a race among its own levers: both picks win all of their model's races
+    rows = result["rows"]
+    assert rows["lr@w128"]["cal_noise"]["wins"] == rows["gemma3-270m:lr@w160"]["cal_noise"]["wins"] == 1.0
     assert result["rows"]["gemma3-270m:lr@w160"]["eval"]["minus_pick"][0] == 0.0
     assert windows.lever_options("gemma3-270m:lr@w192s2") == {
         "readout": "lr",

@@ -126,7 +126,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         evaluated = [
             "calibration only"
             if name in penalties
-            else "speed only (quality: bench.quality.windows)"
+            else "speed only"
             if name in OPTIONS
             else "not rerun here (Quality section)"
         ] + [""] * 4

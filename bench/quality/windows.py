@@ -1,14 +1,17 @@
-"""Longer and several reset windows (issue 16's levers), from one rr-fast run per stream at the longest window.
+"""Longer and several reset windows, the skip, the reset prefix and the other bundled model (issue 16's levers),
+from one rr-fast run per stream at the longest window.
 
 With causal attention the first W' positions of a W-token reset window are exactly a W'-token window, so one
 run of the product's engine at W = 192 (``ScoreConfig.windows``) gives RR and LR at 96, 128, 160 and 192 tokens
 for the cost of the longest, and with other skips s (``ScoreConfig.skips``: positions left out at the start of
 each window) for free. Every lever below is a utility of those readouts: one readout (or the rank sum of RR and
 LR, as ``--readout rr+lr``) at one window and skip, or the rank sum of a readout over several windows
-(multi-scale). Each gets its own ρ on the calibration streams (bench.quality.calibration's rule), the rule
-picks the lever with the best calibration recovery, and every lever is scored on the evaluation streams with a
-paired interval against ``lr`` at W = 96 (the default until this benchmark's pick replaced it) and against the
-embedding boundary at its calibrated window. Steps, each cached per stream under ``--out``:
+(multi-scale); ``+bos`` levers read a run with a BOS before every reset window, ``gemma3-270m:`` levers a run
+of Gemma 3 (``OTHER_MODELS``). Each gets its own ρ on the calibration streams (bench.quality.calibration's
+rule), the rule picks each model's lever with the best calibration recovery (the default model's pick is the
+default), and every lever is scored on the evaluation and OCR streams with paired intervals against ``lr`` at
+W = 96 (the default until this benchmark's pick replaced it), against the embedding boundary at its calibrated
+window, and (OCR) against the same streams' original text. Steps, each cached per stream under ``--out``:
 
     flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split cal
     python -m bench.quality.windows report  # the pick and its ρ, from the calibration streams alone
@@ -17,11 +20,15 @@ embedding boundary at its calibrated window. Steps, each cached per stream under
         --options lr@w96,lr@w128,lr@w160,lr@w192s4  # the speed column: lr at each window, one run
     python -m bench.quality.windows report
 
+W = 256–384, the BOS runs, Gemma 3 and the OCR streams take hours here: bench/quality/windows_device.sh scores
+them on a lent GPU (``score --device cuda --longest 384 [--reset-prefix bos] [--model gemma3-270m]``) and
+``merge --source DIR`` adds its files to these, keeping what is here and printing the largest difference.
+
 The speed column is the Presets benchmark's (``Chunker.chunk`` end to end at each window, in one process,
 CPU-time ratios to lr@w96; the skip costs nothing); a multi-scale lever costs its longest window (its shorter
 windows are read from the same forward passes). ``report`` also gives the rule's noise floor over these levers
-(calibration streams resampled within domain, ρ and the pick chosen again on each resample) and writes
-bench/out/windows/report.json.
+(calibration streams resampled within domain, ρ and the pick chosen again on each resample, among each model's
+levers) and writes bench/out/windows/report.json.
 """
 
 from __future__ import annotations
@@ -320,8 +327,12 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
 
     pick = best([n for n in every_lever if model_of(n) is None])
     other_picks = {m: best([n for n in every_lever if model_of(n) == m]) for m in OTHER_MODELS}
-    for name, noise in noise_floor(grids, [s.domain for s in calibration], resamples, seed).items():
-        rows[name]["cal_noise"] = noise
+    # the rule chooses within each model, so each model's levers compete only with each other on a resample
+    # (the default model's with the embedding boundary too, as before)
+    for model in (None, *OTHER_MODELS):
+        group = {n: g for n, g in grids.items() if model_of(n) == model}
+        for name, noise in noise_floor(group, [s.domain for s in calibration], resamples, seed).items():
+            rows[name]["cal_noise"] = noise
 
     indices = bootstrap_indices([s.domain for s in evaluation], resamples, seed)
     per_stream: dict[str, np.ndarray] = {}
