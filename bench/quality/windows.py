@@ -337,17 +337,10 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     indices = bootstrap_indices([s.domain for s in evaluation], resamples, seed)
     per_stream: dict[str, np.ndarray] = {}
     for name in rows:
-        scores = (
-            load_embedding(evaluation, EMBEDDING, out)
-            if name == "embedding-boundary"
-            else load(evaluation, every_lever[name], out)
-        )
+        scores = _row_scores(name, evaluation, every_lever, out)
         if scores is None:
             continue
-        metrics = [
-            stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rows[name]["penalty"]))
-            for s in evaluation
-        ]
+        metrics = _metrics(evaluation, scores, rows[name]["penalty"])
         per_stream[name] = np.array([m["clean_unit_recovery"] for m in metrics])
         domains = np.array([s.domain for s in evaluation])
         rows[name]["eval"] = {
@@ -398,23 +391,25 @@ def _ocr_rows(
     paired = [by_source[s.id] for s in evaluation]  # the evaluation streams' order, so pairs line up
     indices = bootstrap_indices([s.domain for s in paired], resamples, seed)
     for name in original:
-        scores = (
-            load_embedding(paired, EMBEDDING, out)
-            if name == "embedding-boundary"
-            else load(paired, every_lever[name], out)
-        )
+        scores = _row_scores(name, paired, every_lever, out)
         if scores is None:
             continue
-        recovery = np.array(
-            [
-                stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rows[name]["penalty"]))[
-                    "clean_unit_recovery"
-                ]
-                for s in paired
-            ]
-        )
+        recovery = np.array([m["clean_unit_recovery"] for m in _metrics(paired, scores, rows[name]["penalty"])])
         rows[name]["eval"]["ocr"] = interval(recovery, indices)
         rows[name]["eval"]["ocr_minus_original"] = interval(recovery - original[name], indices)
+
+
+def _row_scores(
+    name: str, streams: list[Stream], every_lever: dict[str, tuple[str, ...]], out: Path
+) -> dict[str, EdgeScores] | None:
+    """A row's scores on the streams given (the embedding boundary's, or a lever's), or None where any is missing."""
+    if name == "embedding-boundary":
+        return load_embedding(streams, EMBEDDING, out)
+    return load(streams, every_lever[name], out)
+
+
+def _metrics(streams: list[Stream], scores: dict[str, EdgeScores], penalty: float) -> list[dict]:
+    return [stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], penalty)) for s in streams]
 
 
 def _share_pick(result: dict, penalty_file: Path) -> None:
