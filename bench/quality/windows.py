@@ -59,7 +59,7 @@ LONG_WINDOWS = (256, 320, 384)  # scored on a lent GPU (one run at W = 384 gives
 PREFIXES = ("none", "bos")  # --reset-prefix of a run; "bos" readouts are stored as ``lr@w192s4+bos``
 # the other bundled model, scored on a lent GPU at its longest window; its levers are named ``gemma3-270m:lr@w96``
 # and its pick is its own (the default model's pick comes from the default model's levers only)
-OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192)}
+OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192, 256, 320, 384)}
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
 EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
@@ -102,8 +102,9 @@ def levers() -> dict[str, tuple[str, ...]]:
         for w in model_windows
     }
     other_skips = {
-        f"{model}:lr@w{model_windows[-1]}s{s}": (f"{model}:lr@w{model_windows[-1]}s{s}",)
+        f"{model}:lr@w{w}s{s}": (f"{model}:lr@w{w}s{s}",)
         for model, model_windows in OTHER_MODELS.items()
+        for w in sorted({WINDOWS[-1], model_windows[-1]})
         for s in SKIPS
     }
     return {**single, **multi, **skipped, **prefixed, **prefixed_skips, **others, **other_skips}

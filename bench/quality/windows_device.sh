@@ -2,7 +2,7 @@
 # bench.quality.windows' levers on a lent GPU, with the exact fp32 engine (this CPU would need hours for them):
 #   smollm2-135m: W up to 384 with and without a BOS reset prefix on the calibration, evaluation and OCR streams,
 #                 and bench.structure's Wiki-50 documents at W = 192 (the default's window)
-#   gemma3-270m:  W 48 to 192 on the same streams
+#   gemma3-270m:  W 48 to 384 on the same streams (the eleventh session ran LONGEST=192 first, then 384 without OCR)
 #
 # A bundled GGUF (98 MB; Gemma's 253 MB) is over the device tool's 64 MiB a call, so it travels in parts, one a
 # call, and every call after the first must come while the machine is still warm (the tool keeps /tmp between
@@ -71,7 +71,7 @@ EOF
     if [ $model = smollm2-135m ]; then
         jobs="none:cal,eval none:ocr bos:cal,eval wiki50 bos:ocr" options="--longest 384"
     else
-        jobs="none:cal,eval none:ocr" options="--longest 192 --model $model"
+        jobs="none:cal,eval none:ocr" options="--longest ${LONGEST:-384} --model $model"
     fi
     # in order of value, each stopped in time to leave the later ones and the packing some
     for job in $jobs; do
