@@ -27,20 +27,21 @@ def test_presets_follow_calibration_recovery_above_each_speed_floor():
 
 
 def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
-    monkeypatch.setattr(pareto, "OPTIONS", {"lr@w96": {}, "fast-one": {"step": 16}})
+    monkeypatch.setattr(pareto, "OPTIONS", {"lr@w96": {}, "fast-one": {"step": 16}, "timed-only": {"step": 32}})
     monkeypatch.setattr(pareto_report, "OPTIONS", pareto.OPTIONS)
     streams = [toy_stream("cal", 0)] + [toy_stream("eval", i) for i in range(4)]
     (tmp_path / "penalties.json").write_text(
         json.dumps(
             {
-                "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.6},
-                "fast-one": {"penalty": 1.0, "calibration_recovery": 0.3},
+                "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.6, "streams": 45},
+                "fast-one": {"penalty": 1.0, "calibration_recovery": 0.3, "streams": 15},
             }
         )
     )
     rows = [
         {"name": "lr@w96", "seconds": 10.0, "cpu_seconds": 20.0, "tokens_per_second": 10.0},
         {"name": "fast-one", "seconds": 0.5, "cpu_seconds": 1.0, "tokens_per_second": 200.0},
+        {"name": "timed-only", "seconds": 2.0, "cpu_seconds": 4.0, "tokens_per_second": 50.0},
     ]
     for row in rows:
         row["tokens_per_cpu_second"] = 100 / row["cpu_seconds"]
@@ -60,6 +61,11 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     fast_row = next(line for line in table.splitlines() if line.startswith("| fast-one"))
     assert "20.00" in fast_row  # 20× the default's CPU-time speed
     assert "-1.000" in fast_row  # paired gap to the default
+    # calibration recovery with the number of streams behind it; gaps to the default and to the quality pick
+    assert "| 0.600 (45) |" in default_row and "| 0.300 (15) |" in fast_row
+    assert fast_row.count("-1.000 [-1.000, -1.000]") == 2  # the default is also the quality pick here
+    timed_row = next(line for line in table.splitlines() if line.startswith("| timed-only"))
+    assert "| speed only |" in timed_row and "5.00" in timed_row  # no ρ, no evaluation: only its speed
 
 
 def test_unknown_option_is_a_usage_error():

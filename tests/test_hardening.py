@@ -397,3 +397,16 @@ def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monke
         chunker = Chunker(model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12), penalty=0.5)
         warnings = chunker.chunk(SAMPLE_TEXT).warnings
         assert any("no native bfloat16" in w for w in warnings) is noted, (native, warnings)
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+    from rr_fast.backends.torch import native_cpu_bf16
+
+    cpuinfo = tmp_path / "cpuinfo"
+    flags = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f {}\nbogomips\t: 4000\n"
+    for extra, native in (("avx512_bf16", True), ("amx_bf16 amx_tile", True), ("avx512_vnni", False)):
+        cpuinfo.write_text(flags.format(extra))
+        assert native_cpu_bf16(cpuinfo) is native, extra
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # an Arm CPU: its flags say nothing here
+    assert native_cpu_bf16(cpuinfo) is None
+    assert native_cpu_bf16(tmp_path / "missing") is None

@@ -60,11 +60,11 @@ def check_device(device: str = "auto") -> None:
         raise UsageError(f"--device {device} is not supported: use auto, cpu, cuda or mps")
 
 
-def native_cpu_bf16() -> bool | None:
+def native_cpu_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool | None:
     """Whether this x86 CPU has bf16 matmul instructions (torch's bf16 on a CPU is fast only with them); None
     where /proc/cpuinfo does not say (other systems and architectures)."""
     try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        flags = next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags"))
     except (OSError, StopIteration):
         return None
     return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
