@@ -127,7 +127,8 @@ def test_real_signal_while_reading_stdin(signum, status, tmp_path):
     output = tmp_path / "out.jsonl"
     output.write_text("old\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "rr_fast.chunk", "-", "-o", str(output)],
+        # faulthandler: a SIGABRT makes it print every thread's stack, for the failure message below
+        [sys.executable, "-X", "faulthandler", "-m", "rr_fast.chunk", "-", "-o", str(output)],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
@@ -138,6 +139,16 @@ def test_real_signal_while_reading_stdin(signum, status, tmp_path):
     process.send_signal(signum)
     try:
         _, err = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        # seen a few times under load, never reproduced: say where the CLI was stuck, or that it had exited
+        # while something it started still held its stderr
+        running = process.poll() is None
+        process.send_signal(signal.SIGABRT)
+        try:
+            _, err = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            err = b"(stderr still open)"
+        pytest.fail(f"no exit 20 s after the signal (still running: {running}); stderr:\n{err.decode()[-6000:]}")
     finally:
         process.kill()
     assert process.returncode == status and err.decode() == "rr-fast: interrupted (nothing written)\n"
