@@ -179,16 +179,9 @@ def score(
     if model:
         options["model"] = model
     chunks = None
-    if (
-        pick is not None
-        and model is None
-        and {k: lever_options(pick["name"])[k] for k in ("window", "reset_prefix")}
-        == {
-            "window": longest,
-            "reset_prefix": reset_prefix,
-        }
-    ):
-        options = {**lever_options(pick["name"]), "penalty": pick["penalty"]}
+    picked = lever_options(pick["name"]) if pick is not None and model is None else None
+    if picked is not None and (picked["window"], picked["reset_prefix"]) == (longest, reset_prefix):
+        options = {**picked, "penalty": pick["penalty"]}
         chunks = out / "pareto" / "chunks" / pick["name"]
         chunks.mkdir(parents=True, exist_ok=True)
     if device.startswith("cuda"):
@@ -295,11 +288,14 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
 def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, EdgeScores] | None:
     """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing."""
     folder = scores_folder(out, model_of(parts[0]))
-    if not all(_has(folder / f"{s.id}.npz", list(parts)) for s in streams):
-        return None
     scores = {}
     for stream in streams:
-        with np.load(folder / f"{stream.id}.npz") as saved:
+        path = folder / f"{stream.id}.npz"
+        if not path.exists():
+            return None
+        with np.load(path) as saved:
+            if not set(parts) <= set(saved.files):
+                return None
             combined = rank_sum(*(saved[p].astype(np.float64) for p in parts))
             scores[stream.id] = EdgeScores(
                 int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], combined
