@@ -61,13 +61,18 @@ def test_levers_rank_sum_their_readouts_and_the_rule_picks_on_calibration(tmp_pa
 def test_the_ocr_condition_is_paired_with_the_evaluation_stream_it_was_read_from(tmp_path):
     streams = [toy_stream("cal", i) for i in range(4)] + [toy_stream("eval", i) for i in range(4)]
     ocr = [Stream(f"{s.id}-ocr-0a1b", s.domain, "ocr", s.text, s.records) for s in streams[4:]]
-    for k, stream in enumerate(streams + ocr):
+    for k, stream in enumerate(streams):
+        _write_scores(tmp_path, stream, "lr@w384+bos", seed=k)
+    for k, stream in enumerate(ocr, 4):  # the same scores as the stream it was read from
         _write_scores(tmp_path, stream, "lr@w384+bos", seed=k)
     result = windows.report(streams + ocr[::-1], tmp_path, resamples=200, seed=0)
     assert result["pick"] == "lr@w384+bos"
     row = result["rows"]["lr@w384+bos"]["eval"]
     assert row["ocr"][0] == 1.0 and row["ocr_minus_original"][0] == 0.0
     assert result["rows"]["lr@w96"]["eval"]["ocr"][0] < 1.0  # random scores: not the pick's
+    # random scores that differ between streams but match each OCR stream's source: only the right pairs cancel
+    random_row = result["rows"]["lr@w96"]["eval"]
+    assert len(set(random_row["by_domain"].values())) > 1 and tuple(random_row["ocr_minus_original"]) == (0.0, 0.0, 0.0)
     assert windows.lever_options("lr@w384s4+bos") == {"readout": "lr", "window": 384, "skip": 4, "reset_prefix": "bos"}
 
 
