@@ -11,6 +11,10 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The model of the benchmarks' unprefixed options and their token unit (chunk lengths, the peers' chunk sizes):
+# SmolLM2, rr-fast's default model until session 12. Every stored score and cache under bench/out is keyed to it;
+# the other bundled model's options say its name.
+BENCH_MODEL = "smollm2-135m"
 
 
 def data_dir(argument: str | Path | None = None) -> Path:

@@ -9,6 +9,7 @@ from toy_streams import toy_stream
 
 from bench.quality import windows
 from bench.quality.streams import Stream
+from rr_fast.segment import rank_sum
 
 
 def _write_scores(out, stream: Stream, good: str | tuple[str, ...], seed: int) -> None:
@@ -73,7 +74,13 @@ def test_the_ocr_condition_is_paired_with_the_evaluation_stream_it_was_read_from
     # random scores that differ between streams but match each OCR stream's source: only the right pairs cancel
     random_row = result["rows"]["lr@w96"]["eval"]
     assert len(set(random_row["by_domain"].values())) > 1 and tuple(random_row["ocr_minus_original"]) == (0.0, 0.0, 0.0)
-    assert windows.lever_options("lr@w384s4+bos") == {"readout": "lr", "window": 384, "skip": 4, "reset_prefix": "bos"}
+    assert windows.lever_options("lr@w384s4+bos") == {
+        "model": "smollm2-135m",
+        "readout": "lr",
+        "window": 384,
+        "skip": 4,
+        "reset_prefix": "bos",
+    }
 
 
 def test_merging_another_machines_scores_keeps_what_is_there_and_reports_the_difference(tmp_path):
@@ -88,25 +95,51 @@ def test_merging_another_machines_scores_keeps_what_is_there_and_reports_the_dif
         windows.merge_scores(path, np.array([3, 10]), edges[1], 20, {"lr@w128": np.zeros(2)})
 
 
-def test_another_models_levers_get_their_own_pick_and_never_the_default_models(tmp_path):
+def test_the_rule_picks_across_both_models_and_shows_each_models_best(tmp_path):
     streams = [toy_stream("cal", i) for i in range(4)] + [toy_stream("eval", i) for i in range(4)]
     for k, stream in enumerate(streams):
-        _write_scores(tmp_path, stream, ("gemma3-270m:lr@w160", "lr@w128"), seed=k)
+        _write_scores(tmp_path, stream, ("gemma3-270m:lr@w160", "lr@w192s4"), seed=k)
     result = windows.report(streams, tmp_path, resamples=200, seed=0)
-    assert result["pick"] == "lr@w128"  # the default model's levers only
-    assert result["other_picks"] == {"gemma3-270m": "gemma3-270m:lr@w160"}
-    # each model's rule, resampled, is a race among its own levers: both picks win all of their model's races
+    # both perfect on calibration: the rule takes the first model's on the tie, and each model shows its best
+    assert result["pick"] == "lr@w192s4"
+    assert result["model_picks"] == {"smollm2-135m": "lr@w192s4", "gemma3-270m": "gemma3-270m:lr@w160"}
     rows = result["rows"]
-    assert rows["lr@w128"]["cal_noise"]["wins"] == rows["gemma3-270m:lr@w160"]["cal_noise"]["wins"] == 1.0
-    assert result["rows"]["gemma3-270m:lr@w160"]["eval"]["minus_pick"][0] == 0.0
+    assert rows["gemma3-270m:lr@w160"]["eval"]["minus_pick"][0] == 0.0
+    assert rows["lr@w96"]["eval"]["minus_pick"][0] < 0  # random scores, against the pick
+    # a multi-window lever can be perfect too, but rr-fast offers no such option: never the pick
+    assert not windows.runnable("lr@w96+192") and not windows.runnable("both:lr@w192")
+    assert windows.runnable("gemma3-270m:lr@w192s2")
     assert windows.lever_options("gemma3-270m:lr@w192s2") == {
+        "model": "gemma3-270m",
         "readout": "lr",
         "window": 192,
         "skip": 2,
         "reset_prefix": "none",
-        "model": "gemma3-270m",
     }
     table = windows.markdown(result, {"lr@w96": 1.0, "lr@w192s4": 0.56, "gemma3-270m:lr@w192": 0.2})
-    assert "gemma3-270m:lr@w160 (**its model's pick**)" in table
+    assert "gemma3-270m:lr@w160 (**its model's pick**)" in table and "lr@w192s4 (**pick**)" in table
     gemma_row = next(line for line in table.splitlines() if line.startswith("| gemma3-270m:lr@w192s2 "))
     assert gemma_row.endswith("| 0.20 |")  # its own model's speed, not SmolLM2's at the same window
+
+
+def test_a_lever_of_both_models_rank_sums_them_on_the_edges_both_hold(tmp_path):
+    stream = toy_stream("cal", 0)
+    smol = np.array([4, 8, 12, 16]), np.array([10, 20, 30, 40])  # token positions, character offsets
+    gemma = np.array([3, 9, 13]), np.array([10, 25, 40])  # another tokenizer: its own positions, two shared offsets
+    for model, (tokens, chars), values in ((None, smol, [1.0, 9.0, 5.0, 2.0]), ("gemma3-270m", gemma, [7.0, 0.0, 3.0])):
+        folder = windows.scores_folder(tmp_path, model)
+        folder.mkdir(parents=True)
+        name = "lr@w192s4" if model is None else "gemma3-270m:lr@w192"
+        np.savez(
+            folder / f"{stream.id}.npz",
+            edge_tokens=tokens,
+            edge_chars=chars,
+            num_tokens=np.int64(20),
+            **{name: np.array(values)},
+        )
+    parts = windows.levers()["both:lr@w192"]
+    assert parts == ("lr@w192s4", "gemma3-270m:lr@w192")
+    (scores,) = windows.load([stream], parts, tmp_path).values()
+    assert scores.edge_chars.tolist() == [10, 40] and scores.edge_tokens.tolist() == [3, 13]  # Gemma's positions
+    # at 10: SmolLM2 1.0 and Gemma 7.0; at 40: 2.0 and 3.0; ranked within the shared edges, then summed
+    assert scores.scores.tolist() == rank_sum(np.array([1.0, 2.0]), np.array([7.0, 3.0])).tolist()

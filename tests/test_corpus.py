@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,18 +120,23 @@ def test_resume_after_kill_9_equals_an_uninterrupted_run(tiny, tmp_path, kill_af
     whole = tmp_path / "whole"
     subprocess.run(corpus_command(data, whole, tiny), check=True, cwd=ROOT, timeout=600)
     out = tmp_path / "killed"
-    process = subprocess.Popen(corpus_command(data, out, tiny), cwd=ROOT)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:
-        if kill_after == "start" and (out / "manifest.json").exists():
+    for _ in range(3):  # on a loaded machine the poll below can wake after the last shard: then run it again
+        shutil.rmtree(out, ignore_errors=True)
+        process = subprocess.Popen(corpus_command(data, out, tiny), cwd=ROOT)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            if kill_after == "start" and (out / "manifest.json").exists():
+                break
+            if kill_after == "first shard" and (out / "part-00000.parquet").exists():
+                break
+            time.sleep(0.02)
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        done_before = {p.name for p in out.glob("part-*.parquet")}
+        if process.returncode == -signal.SIGKILL and len(done_before) < 20:
             break
-        if kill_after == "first shard" and (out / "part-00000.parquet").exists():
-            break
-        time.sleep(0.02)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
     assert process.returncode == -signal.SIGKILL
-    done_before = {p.name for p in out.glob("part-*.parquet")}
     assert len(done_before) < 20  # killed mid-run
     resumed = subprocess.run(corpus_command(data, out, tiny, "--resume"), cwd=ROOT, timeout=600)
     assert resumed.returncode == 0

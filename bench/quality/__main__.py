@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, data_dir
+from bench.common import BENCH_MODEL, REPO_ROOT, data_dir
 from bench.quality import report
 from bench.quality.baselines import default_tokenizer, embedding_boundary, fixed_grid, sentence_cuts
 from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans, utility
@@ -39,7 +39,7 @@ from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import Stream, build_streams, minilm_embedder, write_streams
 from rr_fast.config import ChunkerConfig
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
+from rr_fast.models import BUNDLED
 from rr_fast.segment import rank_sum
 from rr_fast.text import candidate_edges, tokenize
 
@@ -197,14 +197,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--reference",
-        default=report.bundled_method(DEFAULT_MODEL),
+        default=report.bundled_method(BENCH_MODEL),
         help="method every other is compared to (default: rr-fast's default configuration)",
     )
     parser.add_argument("--report", default=None, help="markdown file whose 'Quality' section is (re)written")
     args = parser.parse_args(argv)
     args.no_ocr = args.no_ocr or args.quick
     if args.models is None:
-        args.models = DEFAULT_MODEL if args.quick else f"{DEFAULT_MODEL},gemma3-270m"
+        args.models = BENCH_MODEL if args.quick else f"{BENCH_MODEL},gemma3-270m"
     return args
 
 

@@ -12,7 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from rr_fast.models import DEFAULT_MODEL, resolve
+from bench.common import BENCH_MODEL
+from rr_fast.models import resolve
 from rr_fast.text import Edges, Tokens, ends_sentence
 
 SPAN_TOKENS = 64  # the paper's embedding-boundary span on each side of an edge
@@ -28,7 +29,7 @@ def load_minilm():
 
 
 @lru_cache(maxsize=4)
-def default_tokenizer(model: str = DEFAULT_MODEL):
+def default_tokenizer(model: str = BENCH_MODEL):
     """The tokenizer whose tokens measure chunk lengths and define candidate edges."""
     from transformers import AutoTokenizer
 

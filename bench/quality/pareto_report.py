@@ -92,16 +92,18 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         "",
         "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
         "with its own ρ calibrated on the calibration streams: the first 15 for the options of sessions 7 and 8, all "
-        "45 for those added or rescored since (the count is beside each calibration recovery; `lr@w192s4`, today's "
-        "default, comes from bench.quality.windows, whose evaluation run is that `Chunker` end to end); speed is the "
+        "45 for those added or rescored since (the count is beside each calibration recovery; `lr@w192s4`, "
+        "SmolLM2's choice, and `gemma3-270m:lr@w192`, today's default, come from bench.quality.windows, whose "
+        "evaluation run is that `Chunker` end to end, the default's on a lent GPU); speed is the "
         "whole `chunk` call on the first "
         f"evaluation stream ({tokens:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
         "(a warm-up call on its first 2,000 characters, then one timed call); the ratio to `lr@w96`, "
         "measured in the same run, is over process CPU "
         "time, which other jobs on this shared machine disturb far less than wall time. The rows at longer windows "
-        "(today's default `lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
+        "(`lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
         "(`pareto speed --no-peers --speed-file windows_speed.json`), and the coarser grids and bf16 rows from a "
-        "third (`step_speed.json`), `lr@w96+bos-step32-bf16` from a fourth (`bos_speed.json`); rows are compared "
+        "third (`step_speed.json`), `lr@w96+bos-step32-bf16` from a fourth (`bos_speed.json`), today's default "
+        "from a fifth (`gemma_speed.json`); rows are compared "
         "by their ratio to their own run's `lr@w96`. "
         "Peers run as shipped (bench/quality/peers.py) on the same text.",
         "",

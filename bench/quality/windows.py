@@ -6,16 +6,19 @@ run of the product's engine at W = 192 (``ScoreConfig.windows``) gives RR and LR
 for the cost of the longest, and with other skips s (``ScoreConfig.skips``: positions left out at the start of
 each window) for free. Every lever below is a utility of those readouts: one readout (or the rank sum of RR and
 LR, as ``--readout rr+lr``) at one window and skip, or the rank sum of a readout over several windows
-(multi-scale); ``+bos`` levers read a run with a BOS before every reset window, ``gemma3-270m:`` levers a run
-of Gemma 3 (``OTHER_MODELS``). Each gets its own ρ on the calibration streams (bench.quality.calibration's
-rule), the rule picks each model's lever with the best calibration recovery (the default model's pick is the
-default), and every lever is scored on the evaluation and OCR streams with paired intervals against ``lr`` at
-W = 96 (the default until this benchmark's pick replaced it), against the embedding boundary at its calibrated
-window, and (OCR) against the same streams' original text. Steps, each cached per stream under ``--out``:
+(multi-scale); unprefixed levers read SmolLM2 (``BENCH_MODEL``), ``+bos`` levers a run with a BOS before every
+reset window, ``gemma3-270m:`` levers a run of Gemma 3 (``OTHER_MODELS``), and ``both:`` the two models' picks
+rank-summed on the edges they share. Each gets its own ρ on the calibration streams (bench.quality.calibration's
+rule); the rule picks, among the levers rr-fast offers as options, the one with the best calibration recovery
+over both models (the CLI's default, model included), and every lever is scored on the evaluation and OCR
+streams with paired intervals against the pick, against SmolLM2's ``lr`` at W = 96 (the default until session
+9), against the embedding boundary at its calibrated window, and (OCR) against the same streams' original
+text. Steps, each cached per stream under ``--out``:
 
     flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split cal
     python -m bench.quality.windows report  # the pick and its ρ, from the calibration streams alone
-    flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split eval  # the pick's own Chunker, end to end
+    flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split eval --model gemma3-270m
+        # ^ the pick's own Chunker, end to end, when the run has the pick's model and window (hours here: GPU)
     flock /tmp/rr_cpu.lock python -m bench.quality.pareto speed --no-peers --speed-file windows_speed.json \
         --options lr@w96,lr@w128,lr@w160,lr@w192s4  # the speed column: lr at each window, one run
     python -m bench.quality.windows report
@@ -43,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, save_npz
+from bench.common import BENCH_MODEL, REPO_ROOT, save_npz, write_section
 from bench.quality.calibration import EdgeScores, chunk_spans
 from bench.quality.embedding_sweep import calibrated, noise_floor
 from bench.quality.embedding_sweep import load as load_embedding
@@ -58,7 +61,7 @@ WINDOWS = (96, 128, 160, 192)  # scored on this CPU (one run at W = 192)
 LONG_WINDOWS = (256, 320, 384)  # scored on a lent GPU (one run at W = 384 gives every window of both tuples)
 PREFIXES = ("none", "bos")  # --reset-prefix of a run; "bos" readouts are stored as ``lr@w192s4+bos``
 # the other bundled model, scored on a lent GPU at its longest window; its levers are named ``gemma3-270m:lr@w96``
-# and its pick is its own (the default model's pick comes from the default model's levers only)
+BOTH = "both"  # the model part of a lever that rank-sums both models' readouts
 OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192, 256, 320, 384)}
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
@@ -107,11 +110,14 @@ def levers() -> dict[str, tuple[str, ...]]:
         for w in sorted({WINDOWS[-1], model_windows[-1]})
         for s in SKIPS
     }
-    return {**single, **multi, **skipped, **prefixed, **prefixed_skips, **others, **other_skips}
+    # both models at once: each model's pick, rank-summed on the edges both tokenizations share (``load``)
+    both = {f"{BOTH}:lr@w192": ("lr@w192s4", *(f"{model}:lr@w192" for model in OTHER_MODELS))}
+    return {**single, **multi, **skipped, **prefixed, **prefixed_skips, **others, **other_skips, **both}
 
 
 def model_of(lever: str) -> str | None:
-    """The model a lever (or readout) reads: None for the default model, else the name before ``:``."""
+    """The model a lever (or readout) reads: None for BENCH_MODEL (SmolLM2), else the name before ``:`` (``both``
+    for a lever of both models)."""
     model, colon, _ = lever.partition(":")
     return model if colon else None
 
@@ -122,21 +128,23 @@ def scores_folder(out: Path, model: str | None) -> Path:
 
 
 def lever_options(name: str) -> dict:
-    """The Chunker options of a one-window lever: ``lr@w192s4+bos`` → readout lr, window 192, skip 4, a BOS
-    before every reset window."""
+    """The Chunker options of a one-window lever: ``lr@w192s4+bos`` → SmolLM2, readout lr, window 192, skip 4, a
+    BOS before every reset window."""
     model = model_of(name)
+    if model == BOTH:
+        raise ValueError(f"{name} reads two models: rr-fast has no such option")
     readout, _, rest = name.removeprefix(f"{model}:" if model else "").partition("@w")
     rest, _, prefix = rest.partition("+")
     window, _, skip = rest.partition("s")
     if not window.isdigit() or prefix not in ("", *PREFIXES[1:]):
         raise ValueError(f"{name} reads several windows: rr-fast has no such option")
-    options = {
+    return {
+        "model": model or BENCH_MODEL,
         "readout": readout,
         "window": int(window),
         "skip": int(skip) if skip else PAPER_SKIP,
         "reset_prefix": prefix or PREFIXES[0],
     }
-    return options if model is None else {**options, "model": model}
 
 
 def score(
@@ -175,11 +183,15 @@ def score(
     todo = [s for s in streams if not _has(folder / f"{s.id}.npz", wanted)]
     if not todo:
         return
-    options = {"readout": "rr+lr", "window": longest, "skip": PAPER_SKIP, "reset_prefix": reset_prefix}
-    if model:
-        options["model"] = model
+    options = {
+        "model": model or BENCH_MODEL,
+        "readout": "rr+lr",
+        "window": longest,
+        "skip": PAPER_SKIP,
+        "reset_prefix": reset_prefix,
+    }
     chunks = None
-    picked = lever_options(pick["name"]) if pick is not None and model is None else None
+    picked = lever_options(pick["name"]) if pick is not None and model_of(pick["name"]) == model else None
     if picked is not None and (picked["window"], picked["reset_prefix"]) == (longest, reset_prefix):
         options = {**picked, "penalty": pick["penalty"]}
         chunks = out / "pareto" / "chunks" / pick["name"]
@@ -272,12 +284,23 @@ def merge(source: Path, out: Path) -> dict[str, float]:
     return drift
 
 
+def runnable(name: str) -> bool:
+    """Whether rr-fast offers a lever as options (one model, one window), so that the rule may choose it."""
+    try:
+        lever_options(name)
+    except ValueError:
+        return False
+    return True
+
+
 def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
     """A lever's speed as a multiple of lr@w96's (``pareto.speed_ratios``): that of ``lr`` at its longest window,
     since rr+lr, the skip and the shorter windows of a multi-scale lever cost nothing more."""
     parts = levers().get(name)
     if not parts:
         return None
+    if model_of(name) == BOTH:
+        return None  # not an option rr-fast offers, so never timed
     window = max(lever_options(part)["window"] for part in parts)
     model = model_of(name)
     timed_as = re.compile(rf"{re.escape(f'{model}:' if model else '')}lr@w{window}(s\d+)?")  # fp32, same model
@@ -286,20 +309,30 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
 
 
 def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, EdgeScores] | None:
-    """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing."""
-    folder = scores_folder(out, model_of(parts[0]))
+    """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing.
+
+    Readouts of two models (a ``both:`` lever) are rank-summed on the edges both tokenizations share (the same
+    character offset), with the last model's token positions for the length limits.
+    """
     scores = {}
     for stream in streams:
-        path = folder / f"{stream.id}.npz"
-        if not path.exists():
-            return None
-        with np.load(path) as saved:
-            if not set(parts) <= set(saved.files):
+        edges, values = None, []
+        for model in dict.fromkeys(model_of(p) for p in parts):
+            path = scores_folder(out, model) / f"{stream.id}.npz"
+            names = [p for p in parts if model_of(p) == model]
+            if not path.exists():
                 return None
-            combined = rank_sum(*(saved[p].astype(np.float64) for p in parts))
-            scores[stream.id] = EdgeScores(
-                int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], combined
-            )
+            with np.load(path) as saved:
+                if not set(names) <= set(saved.files):
+                    return None
+                found = (int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"])
+                read = [saved[p].astype(np.float64) for p in names]
+            if edges is not None:  # keep the edges both models hold, each model's values at them
+                _, mine, theirs = np.intersect1d(found[2], edges[2], return_indices=True)
+                values = [v[theirs] for v in values]
+                found, read = (found[0], found[1][mine], found[2][mine]), [v[mine] for v in read]
+            edges, values = found, values + read
+        scores[stream.id] = EdgeScores(*edges, rank_sum(*values))
     return scores
 
 
@@ -322,14 +355,14 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     def best(names: list[str]) -> str:
         return max(names, key=lambda n: (round(rows[n]["cal_recovery"], 12), round(rows[n]["cal_f1"], 12)))
 
-    pick = best([n for n in every_lever if model_of(n) is None])
-    other_picks = {m: best([n for n in every_lever if model_of(n) == m]) for m in OTHER_MODELS}
-    # the rule chooses within each model, so each model's levers compete only with each other on a resample
-    # (the default model's with the embedding boundary too, as before)
-    for model in (None, *OTHER_MODELS):
-        group = {n: g for n, g in grids.items() if model_of(n) == model}
-        for name, noise in noise_floor(group, [s.domain for s in calibration], resamples, seed).items():
-            rows[name]["cal_noise"] = noise
+    # the rule chooses among the options rr-fast offers (one model, one window), over both bundled models; each
+    # model's own best is shown too
+    offered = [n for n in every_lever if runnable(n)]
+    model_picks = {m or BENCH_MODEL: best([n for n in offered if model_of(n) == m]) for m in (None, *OTHER_MODELS)}
+    pick = best(list(model_picks.values()))
+    # on a resample every lever races every other (and the embedding boundary), as the rule does
+    for name, noise in noise_floor(grids, [s.domain for s in calibration], resamples, seed).items():
+        rows[name]["cal_noise"] = noise
 
     indices = bootstrap_indices([s.domain for s in evaluation], resamples, seed)
     per_stream: dict[str, np.ndarray] = {}
@@ -354,11 +387,11 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
             rows[name]["eval"]["minus_embedding"] = interval(
                 per_stream[name] - per_stream["embedding-boundary"], indices
             )
-        if model_of(name) is not None and pick in per_stream:  # another model against the default's pick
+        if name != pick and pick in per_stream:
             rows[name]["eval"]["minus_pick"] = interval(per_stream[name] - per_stream[pick], indices)
     result = {
         "pick": pick,
-        "other_picks": other_picks,
+        "model_picks": model_picks,
         "rows": rows,
         "calibration_streams": len(calibration),
         "evaluation_streams": len(evaluation),
@@ -443,7 +476,7 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
             " (**pick**)"
             if name == result["pick"]
             else " (**its model's pick**)"
-            if name in result.get("other_picks", {}).values()
+            if name in result.get("model_picks", {}).values()
             else " (default until session 9)"
             if name == BASELINE
             else ""
@@ -483,6 +516,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", type=Path, help="merge: the --out folder of a run on another machine")
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--report", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md", help="report: file whose table it rewrites"
+    )
     args = parser.parse_args(argv)
     streams = read_streams(args.streams)
     if args.step == "score":
@@ -509,7 +545,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from bench.quality.pareto import speed_ratios
 
-        print(markdown(report(streams, args.out, args.resamples, args.seed), speed_ratios(args.out / "pareto")[0]))
+        table = markdown(report(streams, args.out, args.resamples, args.seed), speed_ratios(args.out / "pareto")[0])
+        write_section(args.report, "windows", table)
+        print(table)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # bench.quality.windows' levers on a lent GPU, with the exact fp32 engine (this CPU would need hours for them):
 #   smollm2-135m: W up to 384 with and without a BOS reset prefix on the calibration, evaluation and OCR streams,
 #                 and bench.structure's Wiki-50 documents at W = 192 (the default's window)
-#   gemma3-270m:  W 48 to 384 on the same streams (the eleventh session ran LONGEST=192 first, then 384 without OCR)
+#   gemma3-270m:  W 48 to 384 on the same streams (the eleventh session); since it is the default (twelfth), the
+#                 rule's pick end to end on the evaluation and OCR streams (its Chunker, with report.json's ρ, writes
+#                 the chunks the Presets table scores), bench.structure at W 192, then W 384 on the OCR streams
 #
 # A bundled GGUF (98 MB; Gemma's 253 MB) is over the device tool's 64 MiB a call, so it travels in parts, one a
 # call, and every call after the first must come while the machine is still warm (the tool keeps /tmp between
@@ -10,10 +12,13 @@
 #   here:      bash bench/quality/windows_device.sh prepare MODEL   # .dev/ (git-ignored): parts, tokenizer, data
 #   calls:     bash bench/quality/windows_device.sh stash MODEL K   # K = 1 .. N-1, each carrying .dev/MODEL/partK
 #   last call: bash bench/quality/windows_device.sh run MODEL 420   # carry .dev/MODEL/partN .dev/MODEL/tok
-#              .dev/whl bench/out/streams.jsonl (smollm2-135m also .dev/data bench/out/structure_w192/readmes)
+#              .dev/whl bench/out/streams.jsonl .dev/data bench/out/structure_w192/readmes (gemma3-270m also
+#              bench/out/windows/report.json)
 #   here:      for f in FILES_AT/*.tar.gz; do tar -C /tmp/gpu -xzf $f; done
 #              python -m bench.quality.windows merge --source /tmp/gpu   # prints the CPU/GPU difference
 #              FILES_AT/scores_w192.json: Wiki-50 edges to add to bench/out/structure_w192/scores_w192.json
+#              (gemma3-270m: tar -C bench/out -xzf FILES_AT/chunks.tar.gz; FILES_AT/structure.json.gz is
+#              bench/out/structure_gemma/scores_w192.json)
 set -uo pipefail
 stash=/tmp/windows_device
 part_bytes=60000000
@@ -70,26 +75,43 @@ EOF
     echo "model converted at ${SECONDS}s"
     if [ $model = smollm2-135m ]; then
         jobs="none:cal,eval none:ocr bos:cal,eval wiki50 bos:ocr" options="--longest 384"
-    else
-        jobs="none:cal,eval none:ocr" options="--longest ${LONGEST:-384} --model $model"
+    else  # the default model: its pick end to end first (report.json carried), then what W 384 adds on OCR
+        jobs="pick:eval,ocr structure long:ocr" options="--model $model"
+        mkdir -p /tmp/o/windows && cp bench/out/windows/report.json /tmp/o/windows/ || exit 1
     fi
     # in order of value, each stopped in time to leave the later ones and the packing some
     for job in $jobs; do
-        if [ $job = wiki50 ]; then
+        case $job in
+        wiki50)
             timeout $((deadline - SECONDS - 45)) python3 -m bench.structure score --window 192 \
                 --device "${DEVICE:-cuda}" --data-dir .dev/data --out bench/out/structure_w192 \
                 --wiki-structures auto --passage-structures '' 2>&1 | tail -2
-        else
-            python3 -m bench.quality.windows score --split ${job#*:} $options --reset-prefix ${job%%:*} \
-                --device "${DEVICE:-cuda}" --out /tmp/o --budget $((deadline - SECONDS - 30)) 2>&1 | tail -3
-        fi
+            ;;
+        structure)
+            mkdir -p /tmp/o/structure_gemma && cp -r bench/out/structure_w192/readmes /tmp/o/structure_gemma/
+            timeout $((deadline - SECONDS - 60)) python3 -m bench.structure score --model $model --window 192 \
+                --device "${DEVICE:-cuda}" --data-dir .dev/data --out /tmp/o/structure_gemma \
+                --wiki-structures auto --passage-structures auto 2>&1 | tail -2
+            ;;
+        *)
+            case $job in pick:*) longest=192 ;; long:*) longest=384 ;; *) longest=${LONGEST:-384} ;; esac
+            prefix=${job%%:*} && [ "$prefix" = bos ] || prefix=none
+            python3 -m bench.quality.windows score --split ${job#*:} $options --longest $longest \
+                --reset-prefix $prefix --device "${DEVICE:-cuda}" --out /tmp/o \
+                --budget $((deadline - SECONDS - 40)) 2>&1 | tail -3
+            ;;
+        esac
         echo "$job done at ${SECONDS}s"
     done
     root=$PWD
     cd /tmp/o && scores=$(find windows -name '*.npz' | sort)
     for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" $(echo "$scores" | grep -- "-$split-"); done
     tar -czf "$OUT/eval.tar.gz" $(echo "$scores" | grep -- -eval- | grep -v -- -ocr-)
-    [ $model = gemma3-270m ] || cp "$root/bench/out/structure_w192/scores_w192.json" "$OUT/"
+    if [ $model = gemma3-270m ]; then
+        tar -czf "$OUT/chunks.tar.gz" pareto/chunks && gzip -c structure_gemma/scores_w192.json >"$OUT/structure.json.gz"
+    else
+        cp "$root/bench/out/structure_w192/scores_w192.json" "$OUT/"
+    fi
     ls -la "$OUT"
     ;;
 *)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import data_dir
+from bench.common import BENCH_MODEL, data_dir
 from bench.structure.data import chapter_boundaries, passages, wiki50
 from bench.structure.scoring import cached_chunker
 from rr_fast import Limits
@@ -20,7 +20,9 @@ def score(args) -> None:
     need them), then Wiki-50's evaluation documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
     docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.out / "readmes")
-    chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS) for s in ("auto", "none")}
+    chunkers = {
+        s: cached_chunker(args.out, args.window, args.device, s, LIMITS, model=args.model) for s in ("auto", "none")
+    }
     # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
     by_kind = {"wiki50": args.wiki_structures, "chapters": "auto" if "auto" in args.wiki_structures.split(",") else ""}
     for doc in docs:
@@ -47,6 +49,11 @@ def main(argv: list[str] | None = None) -> None:
         "--window", type=int, default=None, help="reset window (default: lr at 96, skip 1: see scoring.SCORED)"
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--model",
+        default=BENCH_MODEL,
+        help="with --window: the model scored (another than SmolLM2 counts the limits in SmolLM2's tokens)",
+    )
     parser.add_argument(
         "--wiki-structures",
         default="auto",

@@ -13,9 +13,11 @@ from __future__ import annotations
 import itertools
 import json
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
+from bench.common import BENCH_MODEL
 from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
@@ -67,8 +69,9 @@ def chunk_starts(text: str, cuts) -> list[int]:
 
 def methods(args, limits) -> dict:
     """name → function(text) → internal character cuts."""
-    rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, strict=True) for s in ("auto", "none")}
-    plain = cached_chunker(args.out, args.window, args.device, "auto", limits, strict=True)
+    options = {"strict": True, "model": args.model, "length_unit": _unit(args.model)}
+    rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, **options) for s in ("auto", "none")}
+    plain = cached_chunker(args.out, args.window, args.device, "auto", limits, **options)
     plain.engine = ConstantEngine(plain.config.readout)
     out = {
         "rr-fast auto": lambda t: [c.start for c in rr["auto"].chunk(t)[1:]],
@@ -78,6 +81,11 @@ def methods(args, limits) -> dict:
     for name, make in PEERS.items():
         out[name] = make(limits.max_tokens)
     return out
+
+
+def _unit(model: str) -> str:
+    """The limits' unit: a model other than SmolLM2 counts them in SmolLM2's tokens, like every peer."""
+    return "model" if model == BENCH_MODEL else str(Path(default_tokenizer().name_or_path))
 
 
 def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
@@ -198,6 +206,7 @@ def report(args) -> None:
     limits = Limits()
     run = methods(args, limits)
     result = {
+        "model": args.model if args.window else SCORED["model"],
         "window": args.window or SCORED["window"],
         "limits": [limits.min_tokens, limits.max_tokens],
         "passages": {},
@@ -268,7 +277,7 @@ def markdown(result: dict) -> str:
         f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
         f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens), summed over "
         f"each group's documents (per document in report.json). "
-        f"rr-fast: lr at window {result['window']}.",
+        f"rr-fast: {result.get('model', BENCH_MODEL)}, lr at window {result['window']}.",
         "",
         "| Method | " + " | ".join(f"{g} ({len(ids)})" for g, ids in groups.items()) + " | total |",
         "| --- |" + " --- |" * (len(groups) + 1),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import BENCH_MODEL
 from rr_fast import Chunker, Limits
 
 
@@ -64,20 +65,30 @@ class CachedEngine:
         temporary.replace(self.path)
 
 
-# lr at W 96 with its ρ of that time (the default model's default until session 9): the structure priors were
-# calibrated on its scores and at that ρ, and were not redone at today's default (lr at W 192, skip 4, ρ 0.95);
-# session 9's recalibration on 45 streams moved lr at W 96 to ρ 1.00, which the priors never saw
-SCORED = {"readout": "lr", "window": 96, "skip": 1, "penalty": 0.95}
+# SmolLM2's lr at W 96 with its ρ of that time (the default until session 9): the structure priors were calibrated
+# on its scores and at that ρ, and were not redone at later defaults (SmolLM2's lr at W 192, skip 4; Gemma 3's lr
+# at W 192, both ρ 0.95); session 9's recalibration on 45 streams moved lr at W 96 to ρ 1.00, which the priors
+# never saw
+SCORED = {"model": BENCH_MODEL, "readout": "lr", "window": 96, "skip": 1, "penalty": 0.95}
 
 
 def cached_chunker(
-    out: Path, window: int | None, device: str, structure: str, limits: Limits, strict: bool = False
+    out: Path,
+    window: int | None,
+    device: str,
+    structure: str,
+    limits: Limits,
+    strict: bool = False,
+    model: str = BENCH_MODEL,
+    length_unit: str = "model",
 ) -> Chunker:
-    """A default-model Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``.
+    """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``.
 
-    Without a window it runs ``SCORED``, the configuration the stored scores and priors were made with.
+    Without a window it runs ``SCORED``, the configuration the stored scores and priors were made with; with one,
+    ``model``'s own configuration at that window. ``length_unit`` counts the limits in another model's tokens
+    (the peers' unit), which changes the cuts but not which edges are scored.
     """
-    options = {"window": window} if window is not None else SCORED
-    chunker = Chunker(device=device, structure=structure, limits=limits, **options)
+    options = {"model": model, "window": window} if window is not None else SCORED
+    chunker = Chunker(device=device, structure=structure, limits=limits, length_unit=length_unit, **options)
     chunker.engine = CachedEngine(chunker.engine, out / f"scores_w{chunker.config.window}.json", strict)
     return chunker
