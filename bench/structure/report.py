@@ -69,7 +69,7 @@ def chunk_starts(text: str, cuts) -> list[int]:
 
 def methods(args, limits) -> dict:
     """name → function(text) → internal character cuts."""
-    options = {"strict": True, "model": args.model, "length_unit": _unit(args.model)}
+    options = _cached_options(args)
     rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, **options) for s in ("auto", "none")}
     plain = cached_chunker(args.out, args.window, args.device, "auto", limits, **options)
     plain.engine = ConstantEngine(plain.config.readout)
@@ -83,9 +83,11 @@ def methods(args, limits) -> dict:
     return out
 
 
-def _unit(model: str) -> str:
-    """The limits' unit: a model other than SmolLM2 counts them in SmolLM2's tokens, like every peer."""
-    return "model" if model == BENCH_MODEL else str(Path(default_tokenizer().name_or_path))
+def _cached_options(args) -> dict:
+    """A report's or calibration's chunker reads the cache only, and a model other than SmolLM2 counts the limits
+    in SmolLM2's tokens, like every peer."""
+    unit = "model" if args.model == BENCH_MODEL else str(Path(default_tokenizer().name_or_path))
+    return {"strict": True, "model": args.model, "length_unit": unit}
 
 
 def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
@@ -166,7 +168,7 @@ def calibrate(args) -> dict:
     """
     from rr_fast import Limits
 
-    chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits(), strict=True)
+    chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits(), **_cached_options(args))
     wiki, _ = wiki50(args.data_dir)
     wiki = [d for d in wiki if scored(chunker.chunk, d.text)]
     chapters = [d for d in chapter_boundaries(args.data_dir) if scored(chunker.chunk, d.text)]
