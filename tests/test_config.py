@@ -126,6 +126,8 @@ def test_presets_are_named_configs_that_explicit_options_override():
 
     assert set(PRESETS) == {"quality", "balanced", "fast"}
     assert PRESETS["quality"] == ChunkerConfig()  # the default is the quality preset
+    # the speed presets were chosen among SmolLM2's options: they keep it whatever the default model is
+    assert PRESETS["balanced"].model == PRESETS["fast"].model == "smollm2-135m" != DEFAULT_MODEL
     for name, preset in PRESETS.items():
         assert chunker_config(name) == preset
         assert preset.penalty is not None or name == "quality"  # each speed preset carries its calibrated ρ
