@@ -73,7 +73,7 @@ def _calibrated(table: dict[int, tuple[float, float, float]], step: int = 8) -> 
 # each (readout, window)'s own calibrated penalty, at candidate step 8 and skip 1 (the default's skip 4 calibrates
 # to the same ρ as skip 1 at W 192). ρ lands at the top of the percentile range, so cuts go where the length
 # limits demand them and the scores decide where. SmolLM2: windows 12–64 on the first 15 calibration streams,
-# 96–192 (and the default, lr at W 192 skipping 4) on all 45 (bench.quality.windows); Gemma 3: windows 12–32 and
+# 96–192 (and its choice, lr at W 192 skipping 4) on all 45 (bench.quality.windows); Gemma 3: windows 12–32 and
 # its RR layers on the first 15, windows 48–384 on all 45 (bench.quality.windows, scored on a lent GPU).
 BUNDLED: dict[str, Bundled] = {
     "smollm2-135m": Bundled(

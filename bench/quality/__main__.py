@@ -198,7 +198,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--reference",
         default=report.bundled_method(BENCH_MODEL),
-        help="method every other is compared to (default: rr-fast's default configuration)",
+        help="method every other is compared to (default: SmolLM2's configuration, the benchmark's model)",
     )
     parser.add_argument("--report", default=None, help="markdown file whose 'Quality' section is (re)written")
     args = parser.parse_args(argv)

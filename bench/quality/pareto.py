@@ -48,7 +48,7 @@ BASELINE = "lr@w96"
 BASE = {"model": BENCH_MODEL, "readout": "lr", "window": 96, "skip": 1}
 OPTIONS: dict[str, dict] = {
     BASELINE: {},
-    "lr@w192s4": {"window": 192, "skip": 4},  # today's default (bench.quality.windows): its chunks come from there
+    "lr@w192s4": {"window": 192, "skip": 4},  # SmolLM2's choice (bench.quality.windows): its chunks come from there
     "lr@w128": {"window": 128},
     "lr@w160": {"window": 160},
     "lr@w192": {"window": 192},

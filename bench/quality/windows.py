@@ -30,8 +30,8 @@ them on a lent GPU (``score --device cuda --longest 384 [--reset-prefix bos] [--
 The speed column is the Presets benchmark's (``Chunker.chunk`` end to end at each window, in one process,
 CPU-time ratios to lr@w96; the skip costs nothing); a multi-scale lever costs its longest window (its shorter
 windows are read from the same forward passes). ``report`` also gives the rule's noise floor over these levers
-(calibration streams resampled within domain, ρ and the pick chosen again on each resample, among each model's
-levers) and writes bench/out/windows/report.json.
+(calibration streams resampled within domain, ρ and the pick chosen again on each resample, every row racing every
+other) and writes bench/out/windows/report.json.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ WINDOWS = (96, 128, 160, 192)  # scored on this CPU (one run at W = 192)
 LONG_WINDOWS = (256, 320, 384)  # scored on a lent GPU (one run at W = 384 gives every window of both tuples)
 PREFIXES = ("none", "bos")  # --reset-prefix of a run; "bos" readouts are stored as ``lr@w192s4+bos``
 # the other bundled model, scored on a lent GPU at its longest window; its levers are named ``gemma3-270m:lr@w96``
-BOTH = "both"  # the model part of a lever that rank-sums both models' readouts
 OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192, 256, 320, 384)}
+BOTH = "both"  # the model part of a lever that rank-sums both models' readouts
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
 EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
@@ -123,7 +123,7 @@ def model_of(lever: str) -> str | None:
 
 
 def scores_folder(out: Path, model: str | None) -> Path:
-    """Where one model's score files live: the default model's at windows/scores, another's under its name."""
+    """Where one model's score files live: SmolLM2's at windows/scores, another's under its name."""
     return out / "windows" / "scores" if model is None else out / "windows" / model / "scores"
 
 
@@ -299,8 +299,6 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
     parts = levers().get(name)
     if not parts:
         return None
-    if model_of(name) == BOTH:
-        return None  # not an option rr-fast offers, so never timed
     window = max(lever_options(part)["window"] for part in parts)
     model = model_of(name)
     timed_as = re.compile(rf"{re.escape(f'{model}:' if model else '')}lr@w{window}(s\d+)?")  # fp32, same model
@@ -511,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--longest", type=int, default=WINDOWS[-1], help="score: the run's window (192 or 384)")
     parser.add_argument("--reset-prefix", default=PREFIXES[0], choices=PREFIXES)
     parser.add_argument("--device", default="cpu", help="score: torch device (cuda on a lent GPU)")
-    parser.add_argument("--model", choices=tuple(OTHER_MODELS), help="score: another bundled model than the default")
+    parser.add_argument("--model", choices=tuple(OTHER_MODELS), help="score: another bundled model than SmolLM2")
     parser.add_argument("--budget", type=float, default=None, help="score: seconds after which no stream starts")
     parser.add_argument("--source", type=Path, help="merge: the --out folder of a run on another machine")
     parser.add_argument("--resamples", type=int, default=10_000)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
 from bench.structure.scoring import SCORED, NotCached, cached_chunker
+from rr_fast.models import resolve
 from rr_fast.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
@@ -86,7 +86,7 @@ def methods(args, limits) -> dict:
 def _cached_options(args) -> dict:
     """A report's or calibration's chunker reads the cache only, and a model other than SmolLM2 counts the limits
     in SmolLM2's tokens, like every peer."""
-    unit = "model" if args.model == BENCH_MODEL else str(Path(default_tokenizer().name_or_path))
+    unit = "model" if args.model == BENCH_MODEL else resolve(BENCH_MODEL)
     return {"strict": True, "model": args.model, "length_unit": unit}
 
 
