@@ -109,6 +109,10 @@ def test_the_rule_picks_across_both_models_and_shows_each_models_best(tmp_path):
     # a multi-window lever can be perfect too, but rr-fast offers no such option: never the pick
     assert not windows.runnable("lr@w96+192") and not windows.runnable("both:lr@w192")
     assert windows.runnable("gemma3-270m:lr@w192s2")
+    # with only the other model's lever perfect, the rule picks it over every SmolLM2 lever
+    for k, stream in enumerate(streams):
+        _write_scores(tmp_path / "gemma_only", stream, "gemma3-270m:lr@w160", seed=k)
+    assert windows.report(streams, tmp_path / "gemma_only", resamples=50, seed=0)["pick"] == "gemma3-270m:lr@w160"
     assert windows.lever_options("gemma3-270m:lr@w192s2") == {
         "model": "gemma3-270m",
         "readout": "lr",
