@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.common import REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
-from bench.quality.pareto import BASELINE, OPTIONS, SPEED_FLOORS, pick_presets, speed_ratios
+from bench.quality.pareto import BASELINE, DEFAULT, OPTIONS, SPEED_FLOORS, pick_presets, speed_ratios
 from bench.quality.streams import Stream
 
 RESAMPLES = 10_000
@@ -103,13 +103,17 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         "(`lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
         "(`pareto speed --no-peers --speed-file windows_speed.json`), and the coarser grids and bf16 rows from a "
         "third (`step_speed.json`), `lr@w96+bos-step32-bf16` from a fourth (`bos_speed.json`), today's default "
-        "from a fifth (`gemma_speed.json`); rows are compared "
-        "by their ratio to their own run's `lr@w96`. "
+        "from a fifth (`gemma_speed.json`); the Gemma 3 options of session 13, with the default and "
+        "`lr@w96+bos-step32-bf16` again, from a sixth (`gemma_presets_speed.json`), whose rows take precedence; rows "
+        "are compared by their ratio to their own run's `lr@w96`, and the last column divides that by the "
+        "default's. The Gemma 3 options in float32 were scored and chunked on a lent GPU (`bench/quality/"
+        "windows_device.sh`, job `presets`; the exact fp32 engine, TF32 off), those in bfloat16 on this CPU. "
         "Peers run as shipped (bench/quality/peers.py) on the same text.",
         "",
         "| row | options | ρ | calibration recovery (streams) | clean-unit recovery (eval) | partition F1 "
-        "| Δ vs lr@w96 | Δ vs quality | Δ vs embedding boundary | source tok/s (wall) | × lr@w96 (CPU time) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Δ vs lr@w96 | Δ vs quality | Δ vs embedding boundary | source tok/s (wall) | × lr@w96 (CPU time) "
+        "| × default (CPU time) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     tried = [n for n in OPTIONS if n in lm or n in penalties or speeds.get(n)]
     timed_peers = [n for n in speeds if n not in OPTIONS and n not in others and n != "embedding-boundary"]
@@ -151,13 +155,14 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
             *evaluated,
             "" if wall is None else f"{wall:,.1f}",
             "" if tps is None else f"{tps:.2f}",
+            "" if tps is None or DEFAULT not in speeds else f"{tps / speeds[DEFAULT]:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Preset rule (bench.quality.pareto.pick_presets): `quality` is the option with the best calibration "
         "recovery; "
-        + "; ".join(f"`{p}` the best among options at least {f:g}× the speed of `lr@w96`" for p, f in FLOORS)
+        + "; ".join(f"`{p}` the best among options at least {f:g}× the speed of `{DEFAULT}`" for p, f in FLOORS)
         + ". Evaluation numbers are reported, never used to choose. Picks: "
         + ", ".join(f"{p} = `{n}`" for p, n in picks.items())
         + ".",

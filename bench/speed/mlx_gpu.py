@@ -82,7 +82,7 @@ def compare(arm: dict, reference: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a converted model folder (real weights); default random weights with SmolLM2's config")
+    parser.add_argument("--model", help="a converted model folder; default: random weights, SmolLM2's config")
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder")
     parser.add_argument("--streams", type=int, default=24, help="benchmark streams to score")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
