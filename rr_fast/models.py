@@ -115,7 +115,17 @@ BUNDLED: dict[str, Bundled] = {
                 160: (0.95, 0.95, 0.95),
                 192: (0.95, 0.95, 0.95),
             }
-        ),
+        )
+        # lr on coarser word grids (bench.quality.pareto, session 13; all 45 calibration streams): the presets'
+        # settings and their neighbours; bfloat16 calibrates to the same ρ as float32 at both presets' settings
+        | {
+            ("lr", 160, 32): 0.95,
+            ("lr", 160, 64): 0.90,
+            ("lr", 128, 32): 0.90,
+            ("lr", 128, 64): 0.90,
+            ("lr", 96, 64): 0.95,
+            ("lr", 64, 64): 0.95,
+        },
     ),
 }
 # The rule's pick over both bundled models' configurations on the calibration streams (bench.quality.windows):

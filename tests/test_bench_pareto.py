@@ -9,26 +9,48 @@ import pytest
 from toy_streams import toy_stream
 
 from bench.quality import pareto, pareto_report
+from rr_fast.config import PRESETS, ChunkerConfig
 
 
 def test_presets_follow_calibration_recovery_above_each_speed_floor():
+    default = pareto.DEFAULT  # the floors are multiples of the default's speed, not of lr@w96's
     penalties = {
-        "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.56},
+        default: {"penalty": 0.95, "calibration_recovery": 0.56},
+        "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.50},
         "mid": {"penalty": 1.0, "calibration_recovery": 0.45},
         "quick": {"penalty": 1.0, "calibration_recovery": 0.40},
         "fastest": {"penalty": 1.0, "calibration_recovery": 0.30},
         "fastest-twin": {"penalty": 1.0, "calibration_recovery": 0.30},
     }
-    speeds = {"lr@w96": 10.0, "mid": 29.0, "quick": 35.0, "fastest": 101.0, "fastest-twin": 120.0}
+    speeds = {default: 10.0, "lr@w96": 1.0, "mid": 29.0, "quick": 35.0, "fastest": 101.0, "fastest-twin": 120.0}
     picks = pareto.pick_presets(penalties, speeds)
     # balanced needs 3× (30): "mid" is just below it; fast needs 10×: a tie goes to the faster option
-    assert picks == {"quality": "lr@w96", "balanced": "quick", "fast": "fastest-twin"}
+    assert picks == {"quality": default, "balanced": "quick", "fast": "fastest-twin"}
     assert "fast" not in pareto.pick_presets(penalties, {**speeds, "fastest": 99.0, "fastest-twin": 99.0})
+
+
+@pytest.mark.parametrize(
+    ("preset", "option"),
+    [
+        ("quality", pareto.DEFAULT),
+        ("balanced", "gemma3-270m:lr@w128-step64-bf16"),
+        ("fast", "gemma3-270m:lr@w64-step64-bf16"),
+    ],
+)
+def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
+    """``--preset`` runs exactly the option whose row the Presets table shows, and the rule's floors are multiples
+    of the default's speed, so the default must be the option named DEFAULT."""
+    fields = ("model", "readout", "window", "skip", "step", "layer", "reset_prefix", "dtype", "penalty")
+    scored = ChunkerConfig(**pareto.option_config(option)).resolved()  # ρ: the option's, from the bundled table
+    chosen = PRESETS[preset].replace(device="cpu").resolved()
+    assert {f: getattr(chosen, f) for f in fields} == {f: getattr(scored, f) for f in fields}
 
 
 def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     monkeypatch.setattr(pareto, "OPTIONS", {"lr@w96": {}, "fast-one": {"step": 16}, "timed-only": {"step": 32}})
     monkeypatch.setattr(pareto_report, "OPTIONS", pareto.OPTIONS)
+    monkeypatch.setattr(pareto, "DEFAULT", "lr@w96")
+    monkeypatch.setattr(pareto_report, "DEFAULT", "lr@w96")
     streams = [toy_stream("cal", 0)] + [toy_stream("eval", i) for i in range(4)]
     (tmp_path / "penalties.json").write_text(
         json.dumps(
