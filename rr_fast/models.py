@@ -130,7 +130,7 @@ BUNDLED: dict[str, Bundled] = {
 }
 # The rule's pick over both bundled models' configurations on the calibration streams (bench.quality.windows):
 # Gemma 3 at W 192 recovers 0.786 there against SmolLM2's best 0.681. SmolLM2 (Apache-2.0, faster on a CPU) stays
-# one option away, and the speed presets run it.
+# one option away.
 DEFAULT_MODEL = "gemma3-270m"
 
 

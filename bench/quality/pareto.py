@@ -42,8 +42,8 @@ from bench.quality.streams import Stream, read_streams
 
 OUT = REPO_ROOT / "bench" / "out" / "pareto"
 STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
-# Every option starts from BASE, the default until session 9 (SmolLM2, lr, W 96, skip 1, step 8, fp32): issue 14's
-# speed targets are multiples of its speed, and every option below is a change from it.
+# Every option starts from BASE, the default until session 9 (SmolLM2, lr, W 96, skip 1, step 8, fp32): every option
+# below is a change from it, and every speed run times it, so that rows of several runs compare by their ratio to it.
 BASELINE = "lr@w96"
 BASE = {"model": BENCH_MODEL, "readout": "lr", "window": 96, "skip": 1}
 OPTIONS: dict[str, dict] = {

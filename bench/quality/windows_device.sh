@@ -128,9 +128,12 @@ EOF
         echo "$job done at ${SECONDS}s"
     done
     root=$PWD
-    cd /tmp/o && scores=$(find windows -name '*.npz' | sort)
-    for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" $(echo "$scores" | grep -- "-$split-"); done
-    tar -czf "$OUT/eval.tar.gz" $(echo "$scores" | grep -- -eval- | grep -v -- -ocr-)
+    cd /tmp/o
+    if [ -d windows ]; then  # JOBS="presets mlx" writes no windows scores
+        scores=$(find windows -name '*.npz' | sort)
+        for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" $(echo "$scores" | grep -- "-$split-"); done
+        tar -czf "$OUT/eval.tar.gz" $(echo "$scores" | grep -- -eval- | grep -v -- -ocr-)
+    fi
     if [ -n "${JOBS:-}" ]; then
         [ -d pareto ] && tar -czf "$OUT/presets.tar.gz" pareto
     elif [ $model = gemma3-270m ]; then
