@@ -336,6 +336,7 @@ def checked_parts(config: ChunkerConfig) -> tuple[Limits, ScoreConfig]:
             reindex=config.reindex,
             shortlist=config.shortlist,
             shortlist_window=config.shortlist_window,
+            normalizer=config.normalizer,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None

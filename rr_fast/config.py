@@ -20,7 +20,7 @@ from typing import Any
 from rr_fast.backends import BACKENDS, DTYPES
 from rr_fast.errors import UsageError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.readouts import READOUT_CHOICES
+from rr_fast.readouts import NORMALIZERS, READOUT_CHOICES
 from rr_fast.structure import STRUCTURE_CHOICES
 
 # A model that is not bundled gets the paper's configuration; bundled models bring their own choices.
@@ -113,6 +113,14 @@ class ChunkerConfig:
     shortlist_window: int = option(24, "scoring", "reset window of the cheap first stage of --shortlist", "positive")
     positions: str = option(
         "auto", "scoring", "window position ids; auto re-indexes RoPE models, where it is exact", choices=POSITIONS
+    )
+    normalizer: str = option(
+        "full",
+        "scoring",
+        "lr's log-normalizer in the reset windows: full (the whole vocabulary, exact) or focused (the full "
+        "pass's 128 most probable tokens at each window position and the window's own tokens: far less LM-head "
+        "work per window token, scores within a few hundredths of a nat)",
+        choices=NORMALIZERS,
     )
     # chunk lengths, in model tokens
     min_tokens: int = option(48, "lengths", "shortest chunk", "positive")

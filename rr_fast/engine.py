@@ -27,7 +27,11 @@ import numpy as np
 from rr_fast.backends.base import Backend
 from rr_fast.config import PAPER_READOUT, PAPER_SKIP, PAPER_WINDOW, ChunkerConfig
 from rr_fast.errors import UsageError
-from rr_fast.readouts import HOST_READOUTS, READOUTS
+from rr_fast.readouts import HOST_READOUTS, NORMALIZERS, READOUTS
+
+# Tokens of the full pass's distribution that join a reset window's focused normalizer, per position. Over a
+# window's positions they cover nearly all of the probability mass that a reset window spreads (bench/RESULTS.md)
+FOCUS_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class ScoreConfig:
     context: int = ChunkerConfig.context  # guaranteed left context of the full pass, in tokens
     batch_tokens: int | None = None  # window tokens per forward call; None: the backend's preference
     reindex: bool | None = None  # None: re-index windows from 0 exactly when that cannot change states
+    # LR's log-normalizer in the reset windows: "full" sums over the whole vocabulary (the paper); "focused" over
+    # the FOCUS_TOKENS most probable tokens of the full pass at each window position, and the window's own tokens
+    normalizer: str = "full"
     # two-stage scoring: RR at ``shortlist_window`` on every edge, the readouts only on this fraction of edges
     shortlist: float | None = None
     shortlist_window: int = 24
@@ -69,6 +76,8 @@ class ScoreConfig:
             raise ValueError(f"readouts must be a non-empty subset of {READOUTS}, got {self.readouts}")
         if self.context < self.window:
             raise ValueError(f"context must be at least the window ({self.window}), got {self.context}")
+        if self.normalizer not in NORMALIZERS:
+            raise ValueError(f"normalizer must be one of {', '.join(NORMALIZERS)}, got {self.normalizer!r}")
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
         if self.shortlist is not None and not 0 < self.shortlist <= 1:
@@ -279,13 +288,16 @@ class Engine:
     def _rows_per_batch(self, width: int) -> int:
         return max(1, self.batch_tokens // (width + self.window_prefix))
 
-    def _forward(self, ids, positions, need_states: bool, targets, final: bool = False):
+    def _forward(self, ids, positions, need_states: bool, targets, final: bool = False, **head):
         """One backend call: the RR layer's states ([B, T, d]), or with a layer sweep those of
-        ``state_layers`` stacked ([B, T, L, d]); final states only for an ``on_windows`` observer."""
+        ``state_layers`` stacked ([B, T, L, d]); final states only for an ``on_windows`` observer. ``head``:
+        the focused normalizer's ``vocabulary`` or ``top_tokens`` (see ``Backend.forward``)."""
         if self.state_layers is None and not final:
             return self.backend.forward(
-                ids, positions, self.layer if need_states else None, targets, **self._forward_options
+                ids, positions, self.layer if need_states else None, targets, **self._forward_options, **head
             )
+        if head:
+            raise UsageError("the focused normalizer does not combine with layer sweeps or final states")
         forward_layers = getattr(self.backend, "forward_layers", None)
         if forward_layers is None:
             raise UsageError(f"the {self.backend.name} backend has no layer sweeps or final states (use the torch one)")
@@ -345,20 +357,24 @@ class Engine:
             targets = np.full(rows.shape, -1, dtype=np.int64)
             for i, (_, (in_start, _, out_end)) in enumerate(jobs):
                 targets[i, : p + out_end - in_start - 1] = rows[i, 1 : p + out_end - in_start]
-        full = self._forward(rows, np.arange(width)[None], need_states, targets)
+        focus = {"top_tokens": FOCUS_TOKENS} if need_logprobs and self.config.normalizer == "focused" else {}
+        full = self._forward(rows, np.arange(width)[None], need_states, targets, **focus)
         for i, (doc, (in_start, out_start, out_end)) in enumerate(jobs):
             first = p + out_start - in_start  # row index of the first output token
             count = out_end - out_start
-            token_logprobs = None
+            token_logprobs = top_tokens = None
             if full.logprobs is not None:
                 # row index j predicts j + 1: index j - 1 holds log p(row token j | before it)
                 token_logprobs = self.ops.shifted(full.logprobs[i], first, count)
+            if full.top_tokens is not None:
+                top_tokens = _shifted_top_tokens(full.top_tokens[i], first, count)
             doc.buffer.append(
                 out_start,
                 None if full.hidden is None else full.hidden[i, first : first + count],
                 first + np.arange(count),
                 token_logprobs,
                 self.ops,
+                top_tokens,
             )
             doc.block_done(out_end)
         self.timings["full pass"] += time.perf_counter() - started
@@ -376,6 +392,7 @@ class Engine:
         picked = pool[: self._rows_per_batch(width)]
         started = time.perf_counter()
         docs = [doc for doc, _ in picked]
+        runs = _runs(docs)
         edges = np.array([doc.edges[k] for doc, k in picked], dtype=np.int64)
         counts = np.array([len(d.ids) for d in docs], dtype=np.int64)
         layout = window_layout(counts, edges, width, cfg.skip)
@@ -404,11 +421,14 @@ class Engine:
             )
             targets[:, p:] = np.where(predicted, _gather(docs, next_index, lambda d: d.ids), -1)
         need_states = "rr" in cfg.readouts or self.state_layers is not None
-        reset = self._forward(row_ids, positions, need_states, targets, final=on_windows is not None)
+        head = {}
+        if targets is not None and cfg.normalizer == "focused":
+            tops = [doc.buffer.top_tokens_at(next_index[a:b]) for doc, a, b in runs]
+            head["vocabulary"] = focused_vocabulary(np.concatenate(tops), targets[:, p:])
+        reset = self._forward(row_ids, positions, need_states, targets, final=on_windows is not None, **head)
         now = time.perf_counter()
         self.timings["reset windows"] += now - started
         values = {}
-        runs = _runs(docs)
         variants = [(w, s, window_layout(counts, edges, min(w, width), s)) for w, s in self.variants]
         if need_states:
             full = self.ops.concat([doc.buffer.states_at(token_index[a:b]) for doc, a, b in runs])
@@ -438,6 +458,34 @@ class Engine:
         for doc, a, b in runs:
             doc.record(b - a, {name: v[a:b] for name, v in values.items()})
         self.timings["readouts"] += time.perf_counter() - now
+
+
+def focused_vocabulary(top_tokens: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Each reset window's own vocabulary for its focused normalizer: the full pass's most probable next tokens at
+    the window's scored positions and the window's observed next tokens, one sorted row per window ([B, V], -1
+    padding). A window's vocabulary depends only on its own text, never on the windows batched with it.
+
+    top_tokens: [B, W, k] the full pass's top tokens predicting each window position's next token;
+    targets: [B, W] the observed next tokens, -1 where a position is not scored.
+    """
+    scored = targets >= 0
+    rows = [
+        np.unique(np.concatenate([top[keep].ravel(), target[keep]]))
+        for top, target, keep in zip(top_tokens, targets, scored)
+    ]
+    rows = [row[row >= 0] for row in rows]
+    out = np.full((len(rows), max((len(row) for row in rows), default=0)), -1, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def _shifted_top_tokens(row_top: np.ndarray, first: int, count: int) -> np.ndarray:
+    """Per-token top tokens of the distribution that predicted row tokens first..first+count-1 (as
+    ``HostReadouts.shifted`` for log-probabilities; the row's first token has none: -1)."""
+    if first >= 1:
+        return row_top[first - 1 : first - 1 + count]
+    return np.concatenate([np.full((1, row_top.shape[1]), -1, dtype=row_top.dtype), row_top[: count - 1]])
 
 
 def shortlist(cheap: np.ndarray, fraction: float) -> np.ndarray:
@@ -564,8 +612,9 @@ class _StateBuffer:
         self.states = None
         self.positions = np.zeros(0, dtype=np.int64)
         self.logprobs = None
+        self.top_tokens = None  # [tokens, k] the full pass's most probable tokens where each token was predicted
 
-    def append(self, start, states, positions, logprobs, ops) -> None:
+    def append(self, start, states, positions, logprobs, ops, top_tokens=None) -> None:
         assert start == self.start + len(self.positions), "blocks must be contiguous"
         self.positions = np.concatenate([self.positions, positions])
         if states is not None:
@@ -573,6 +622,8 @@ class _StateBuffer:
         if logprobs is not None:
             # logprobs[i] belongs to the token at start + i: log p(x_j | x_<j)
             self.logprobs = logprobs if self.logprobs is None else ops.concat([self.logprobs, logprobs])
+        if top_tokens is not None:
+            self.top_tokens = top_tokens if self.top_tokens is None else np.concatenate([self.top_tokens, top_tokens])
 
     @property
     def end(self):
@@ -587,6 +638,8 @@ class _StateBuffer:
             self.states = self.states[drop:]
         if self.logprobs is not None:
             self.logprobs = self.logprobs[drop:]
+        if self.top_tokens is not None:
+            self.top_tokens = self.top_tokens[drop:]
         self.start += drop
 
     def states_at(self, token_index):
@@ -597,6 +650,9 @@ class _StateBuffer:
 
     def logprobs_at(self, token_index):
         return self.logprobs[token_index - self.start]
+
+    def top_tokens_at(self, token_index):
+        return self.top_tokens[np.minimum(token_index, self.end - 1) - self.start]
 
 
 def blocks(count: int, context: int):

@@ -11,6 +11,8 @@ import numpy as np
 READOUTS = ("rr", "lr")  # what the engine computes
 COMBINED = "rr+lr"  # ranks edges by the sum of the two readouts' percentiles (segment.utility)
 READOUT_CHOICES = (*READOUTS, COMBINED)  # what a user may ask for
+# lr's log-normalizer in the reset windows: the whole vocabulary, or the focused one (rr_fast.engine.FOCUS_TOKENS)
+NORMALIZERS = ("full", "focused")
 
 
 def readout_parts(readout: str) -> tuple[str, ...]:

@@ -229,3 +229,61 @@ def test_reset_prefix_controls_are_checked(tiny_model_factory):
     assert np.isfinite(Engine(ForwardOnly(), [1]).score(ids, edges)["rr"][:-1]).all()
     with pytest.raises(UsageError, match="layer sweeps"):
         Engine(ForwardOnly(), [1], ScoreConfig(layers=(1,))).score(ids, edges)
+
+
+def test_focused_normalizer_covering_the_vocabulary_is_the_full_one(backend, monkeypatch):
+    """With as many focus tokens as the vocabulary has, every window's vocabulary is all of it: exact lr."""
+    import rr_fast.engine
+
+    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", backend.vocab_size)
+    ids, edges = random_text(80, seed=11)
+    full = Engine(backend, [1], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    focused = Engine(backend, [1], ScoreConfig(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
+    np.testing.assert_allclose(focused["lr"], full, rtol=0, atol=1e-5)
+
+
+def test_focused_normalizer_sums_over_fewer_tokens(backend, monkeypatch):
+    """A normalizer over part of the vocabulary is smaller, so every reset log-probability and lr utility is at
+    least the full one's; with few focus tokens some are clearly larger."""
+    import rr_fast.engine
+
+    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 4)
+    ids, edges = random_text(80, seed=12)
+    full = Engine(backend, [], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    focused = Engine(backend, [], ScoreConfig(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
+    assert np.array_equal(np.isnan(focused["lr"]), np.isnan(full))
+    assert np.nanmin(focused["lr"] - full) > -1e-5
+    assert np.nanmax(focused["lr"] - full) > 1e-2
+
+
+def test_focused_scores_do_not_depend_on_the_batch(backend, monkeypatch):
+    """Each window's vocabulary is its own: a text's scores are the same alone and batched with another."""
+    import rr_fast.engine
+
+    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 4)
+    texts = [random_text(70, seed=13), random_text(50, seed=14)]
+    config = ScoreConfig(window=12, readouts=("lr",), normalizer="focused", batch_tokens=48)
+    together = list(Engine(backend, [1], config).score_many(texts))
+    for (ids, edges), got in zip(texts, together):
+        alone = Engine(backend, [1], config).score(ids, edges)
+        np.testing.assert_allclose(got["lr"], alone["lr"], rtol=0, atol=1e-6)
+
+
+def test_head_readout_top_tokens_are_the_largest_logits(backend, monkeypatch):
+    """The CPU head's running top tokens over vocabulary tiles equal a top-k of the whole logit row."""
+    import torch
+
+    import rr_fast.backends.torch as torch_backend
+
+    monkeypatch.setattr(torch_backend, "CPU_VOCAB", 96)  # several tiles over the 512-token vocabulary
+    final = torch.randn(2, 7, backend.hidden_size)
+    targets = np.full((2, 7), -1)
+    targets[:, :5] = 3
+    head = backend.model.get_output_embeddings()
+    with torch.no_grad():
+        logprobs, top = backend.head_readout(final, targets, top_tokens=6)
+        logits = backend.cap_logits(torch.nn.functional.linear(final, head.weight, head.bias))
+    expected = logits.topk(6, dim=-1).indices.numpy()
+    assert np.array_equal(np.sort(top[:, :5], -1), np.sort(expected[:, :5], -1))
+    assert (top[:, 5:] == -1).all() and np.isnan(logprobs[:, 5:].numpy()).all()
+    np.testing.assert_allclose(logprobs[:, :5].numpy(), torch.log_softmax(logits, -1)[:, :5, 3].numpy(), atol=1e-5)

@@ -105,6 +105,21 @@ OPTIONS: dict[str, dict] = {
     "gemma3-270m:lr@w128-step64-bf16": {"model": "gemma3-270m", "window": 128, "step": 64, "dtype": "bfloat16"},
     "gemma3-270m:lr@w96-step64-bf16": {"model": "gemma3-270m", "window": 96, "step": 64, "dtype": "bfloat16"},
     "gemma3-270m:lr@w64-step64-bf16": {"model": "gemma3-270m", "window": 64, "step": 64, "dtype": "bfloat16"},
+    # the focused normalizer: each reset window's lr normalized over the full pass's most probable tokens there
+    "gemma3-270m:lr@w128-step64-bf16-focused": {
+        "model": "gemma3-270m",
+        "window": 128,
+        "step": 64,
+        "dtype": "bfloat16",
+        "normalizer": "focused",
+    },
+    "gemma3-270m:lr@w96-step64-bf16-focused": {
+        "model": "gemma3-270m",
+        "window": 96,
+        "step": 64,
+        "dtype": "bfloat16",
+        "normalizer": "focused",
+    },
 }
 # issue 14's targets are multiples of "the current default's" speed: since session 12 that is Gemma 3's lr at W 192
 # (ChunkerConfig(); a test keeps the two equal), 0.27-0.31× BASELINE's speed on this CPU

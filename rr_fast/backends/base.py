@@ -18,12 +18,15 @@ class Forward:
     logprobs: [B, T], log p(targets[:, t] | ids[:, :t + 1]); only the observed tokens, never [B, T, V].
     final: [B, T, d] states after the final norm (what the LM head reads), from ``forward_layers``.
     attention: [B, T, T] head-averaged attention weights of one layer, from ``forward_layers``.
+    top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1
+        elsewhere), when ``forward`` was asked for them (the focused normalizer's vocabulary).
     """
 
     hidden: np.ndarray | None
     logprobs: np.ndarray | None
     final: np.ndarray | None = None
     attention: np.ndarray | None = None
+    top_tokens: np.ndarray | None = None
 
 
 class Backend(Protocol):
@@ -43,10 +46,15 @@ class Backend(Protocol):
         positions: np.ndarray,
         layer: int | None,
         targets: np.ndarray | None = None,
+        vocabulary: np.ndarray | None = None,
+        top_tokens: int = 0,
     ) -> Forward:
         """Run right-padded rows [B, T] at ``positions`` ([B, T] or [1, T]).
 
-        Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities.
+        Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities. Their
+        normalizer runs over the whole vocabulary, or over ``vocabulary`` ([B, V] token ids per row, -1 as
+        padding: the focused normalizer); ``top_tokens`` = k also returns each position's k most probable
+        next tokens.
         Padding needs no mask: attention is causal, so padded positions at the right never reach
         the real ones.
         """

@@ -159,6 +159,8 @@ class TorchBackend:
         layer: int | None,
         targets: np.ndarray | None = None,
         on_device: bool = False,
+        vocabulary: np.ndarray | None = None,
+        top_tokens: int = 0,
     ) -> Forward:
         """See ``Backend.forward``; ``on_device`` returns torch tensors where they were computed
         (hidden in the model's dtype, log-probabilities in float32) for ``device_readouts``."""
@@ -170,8 +172,8 @@ class TorchBackend:
             return Forward(out_of(out.last_hidden_state), None)
         out = self.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None)
         hidden = out_of(out.hidden_states[layer]) if layer is not None else None
-        logprobs = self.observed_logprobs(out.last_hidden_state, targets)
-        return Forward(hidden, logprobs if on_device else logprobs.cpu().numpy())
+        logprobs, top = self.head_readout(out.last_hidden_state, targets, vocabulary, top_tokens)
+        return Forward(hidden, logprobs if on_device else logprobs.cpu().numpy(), top_tokens=top)
 
     @torch.inference_mode()
     def forward_layers(
@@ -235,11 +237,19 @@ class TorchBackend:
             hook.remove()
 
     def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
-        """log p(target) per position: the target's logit minus the log-normalizer over the vocabulary.
+        """log p(target) per position over the whole vocabulary (see ``head_readout``). Public: a runtime that
+        runs only the decoder elsewhere (bench/speed/runtimes.py) reads its log-probabilities through it."""
+        return self.head_readout(final, targets)[0]
 
-        The target's logit is one dot product per row; the normalizer never holds more than a bounded
-        block of [rows, V] logits (see log_normalizer). Public: a runtime that runs only the decoder elsewhere
-        (bench/speed/runtimes.py) reads its log-probabilities through the same head.
+    def head_readout(
+        self, final: torch.Tensor, targets: np.ndarray, vocabulary: np.ndarray | None = None, top_tokens: int = 0
+    ) -> tuple[torch.Tensor, np.ndarray | None]:
+        """log p(target) per position: the target's logit minus the log-normalizer, and with ``top_tokens`` = k
+        the ids of the k most probable tokens at each position ([B, T, k], -1 where there is no target).
+
+        The normalizer runs over the whole vocabulary, or with ``vocabulary`` ([B, V] token ids per row, -1 as
+        padding) over that row's tokens only (``focused_normalizer``). The target's logit is one dot product
+        per position; no more than a bounded block of [positions, V] logits is alive at a time.
         """
         targets_t = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(final.device)
         wanted = (targets_t >= 0).reshape(-1).nonzero().squeeze(1)
@@ -249,39 +259,97 @@ class TorchBackend:
         chosen = (rows.float() * head.weight[picked].float()).sum(dim=1)
         if head.bias is not None:
             chosen = chosen + head.bias[picked].float()
-        values = self.cap_logits(chosen) - self.log_normalizer(rows, head.weight, head.bias)
+        top = None
+        if vocabulary is not None:
+            row_of = torch.div(wanted, targets_t.shape[1], rounding_mode="floor")
+            normalizer = self.focused_normalizer(rows, row_of, vocabulary, head.weight, head.bias)
+        else:
+            normalizer, top_ids = self.log_normalizer(rows, head.weight, head.bias, top_tokens)
+            if top_tokens:
+                top = np.full((targets_t.numel(), top_tokens), -1, dtype=np.int64)
+                top[wanted.cpu().numpy()] = top_ids.cpu().numpy()
+                top = top.reshape(*targets_t.shape, top_tokens)
         out = torch.full((targets_t.numel(),), float("nan"), device=final.device)
-        out[wanted] = values
-        return out.reshape(targets_t.shape)
+        out[wanted] = self.cap_logits(chosen) - normalizer
+        return out.reshape(targets_t.shape), top
 
-    def log_normalizer(self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """logsumexp of each row's logits over the vocabulary.
+    def log_normalizer(
+        self, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, top_tokens: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """logsumexp of each row's logits over the vocabulary, and the ids of its ``top_tokens`` largest logits.
 
         On a CPU the logits are formed in [CPU_ROWS, CPU_VOCAB] tiles that stay in cache, with a running
-        max and sum across vocabulary tiles: the elementwise passes over a [rows, V] block are memory-bound
-        and cost as much as the head's matmul (1.5× faster on SmolLM2's head, bench/RESULTS.md). A GPU gets
-        large row chunks of the whole vocabulary instead, which keep it busy with few launches.
+        max and sum (and running top tokens) across vocabulary tiles: the elementwise passes over a [rows, V]
+        block are memory-bound and cost as much as the head's matmul (1.5× faster on SmolLM2's head,
+        bench/RESULTS.md). A GPU gets large row chunks of the whole vocabulary instead, which keep it busy
+        with few launches.
         """
         out = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
+        top = torch.empty((rows.shape[0], top_tokens), dtype=torch.int64, device=rows.device) if top_tokens else None
         if rows.device.type != "cpu":
             step = max(1, LOGIT_BUDGET // self.vocab_size)
             for start in range(0, rows.shape[0], step):
                 logits = self.cap_logits(torch.nn.functional.linear(rows[start : start + step], weight, bias).float())
                 out[start : start + step] = torch.logsumexp(logits, dim=-1)
-            return out
+                if top is not None:
+                    top[start : start + step] = logits.topk(top_tokens, dim=-1).indices
+            return out, top
         for start in range(0, rows.shape[0], CPU_ROWS):
             block = rows[start : start + CPU_ROWS]
-            top = torch.full((block.shape[0],), -torch.inf)
+            peak = torch.full((block.shape[0],), -torch.inf)
             total = torch.zeros(block.shape[0])
+            best_values = best_ids = None
             for vocab in range(0, weight.shape[0], CPU_VOCAB):
                 tile_bias = None if bias is None else bias[vocab : vocab + CPU_VOCAB]
                 logits = self.cap_logits(
                     torch.nn.functional.linear(block, weight[vocab : vocab + CPU_VOCAB], tile_bias).float()
                 )
-                new_top = torch.maximum(top, logits.amax(dim=1))
-                total = total * torch.exp(top - new_top) + torch.exp(logits - new_top[:, None]).sum(dim=1)
-                top = new_top
-            out[start : start + CPU_ROWS] = top + total.log()
+                new_peak = torch.maximum(peak, logits.amax(dim=1))
+                total = total * torch.exp(peak - new_peak) + torch.exp(logits - new_peak[:, None]).sum(dim=1)
+                peak = new_peak
+                if top_tokens:
+                    values, ids = logits.topk(min(top_tokens, logits.shape[1]), dim=1)
+                    if best_values is not None:
+                        values, ids = torch.cat([best_values, values], 1), torch.cat([best_ids, ids + vocab], 1)
+                        values, keep = values.topk(top_tokens, dim=1)
+                        ids = ids.gather(1, keep)
+                    best_values, best_ids = values, ids
+            out[start : start + CPU_ROWS] = peak + total.log()
+            if top is not None:
+                top[start : start + CPU_ROWS] = best_ids
+        return out, top
+
+    def focused_normalizer(
+        self,
+        rows: torch.Tensor,
+        row_of: torch.Tensor,
+        vocabulary: np.ndarray,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """logsumexp of each position's logits over its batch row's own tokens (``vocabulary[row_of]``).
+
+        One matmul against the union of the rows' tokens serves every row; a row's sum leaves out the tokens
+        of the others, so a row's value does not depend on which rows share its batch.
+        """
+        valid = vocabulary >= 0
+        union, inverse = np.unique(vocabulary[valid], return_inverse=True)
+        member = np.zeros((vocabulary.shape[0], len(union)), dtype=bool)
+        member[np.nonzero(valid)[0], inverse] = True
+        union_t = torch.from_numpy(union).to(rows.device)
+        sub_weight = weight.index_select(0, union_t)
+        sub_bias = None if bias is None else bias.index_select(0, union_t)
+        outside = torch.from_numpy(~member).to(rows.device)
+        out = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
+        step = max(1, LOGIT_BUDGET // max(1, len(union)))
+        if rows.device.type == "cpu":
+            step = min(step, CPU_ROWS)
+        for start in range(0, rows.shape[0], step):
+            logits = self.cap_logits(
+                torch.nn.functional.linear(rows[start : start + step], sub_weight, sub_bias).float()
+            )
+            logits.masked_fill_(outside[row_of[start : start + step]], -torch.inf)
+            out[start : start + step] = torch.logsumexp(logits, dim=-1)
         return out
 
     def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
