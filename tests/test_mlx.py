@@ -204,3 +204,17 @@ def test_irregular_layer_types_are_refused(tiny_model_factory, tmp_path):
     (tmp_path / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes())
     with pytest.raises(mlx_backend.RRFastError, match="layer_types"):
         MLXBackend.load(tmp_path)
+
+
+def test_focused_normalizer_matches_torch(pair, monkeypatch):
+    """The focused normalizer (top tokens of the full pass, per-window vocabularies) gives torch's lr on MLX."""
+    import rr_fast.engine
+
+    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 8)
+    monkeypatch.setattr(mlx_backend, "LOGIT_BUDGET", 7 * 64)  # several row chunks
+    config = ScoreConfig(window=12, readouts=("lr",), normalizer="focused", batch_tokens=60)
+    ids, edges = _text()
+    ours, theirs = (Engine(side, [1], config).score(ids, edges)["lr"] for side in pair)
+    assert _max_diff(ours, theirs) < TOL
+    full = Engine(pair[1], [1], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    assert _max_diff(ours, full) > 1e-3  # the focused normalizer was really used

@@ -69,6 +69,7 @@ class MLXBackend:
         self.embed = self.decoder.wte if self.family == "gpt2" else self.decoder.embed_tokens
         self.norm = self.decoder.ln_f if self.family == "gpt2" else self.decoder.norm
         self.head = model.lm_head if "lm_head" in model else self.embed.as_linear
+        self.head_weight = (model.lm_head if "lm_head" in model else self.embed).weight  # [V, d]
         self.hidden_size = int(config.get("hidden_size") or config["n_embd"])
         self.vocab_size = int((model.lm_head if "lm_head" in model else self.embed).weight.shape[0])
         self.uses_rope = _relative_positions_only(config)
@@ -101,7 +102,10 @@ class MLXBackend:
         positions: np.ndarray,
         layer: int | None,
         targets: np.ndarray | None = None,
+        vocabulary: np.ndarray | None = None,
+        top_tokens: int = 0,
     ) -> Forward:
+        """See ``Backend.forward``."""
         if layer is None and targets is None:
             raise ValueError("nothing to compute: give a layer, targets or both")
         if layer is not None and not 0 <= layer <= self.depth:
@@ -123,12 +127,14 @@ class MLXBackend:
         final = self.norm(h) if last == self.depth else None
         if layer == self.depth:
             hidden = final
-        logprobs = None if targets is None else self._observed_logprobs(final, targets)
+        logprobs = top = None
+        if targets is not None:
+            logprobs, top = self._observed_logprobs(final, targets, vocabulary, top_tokens)
         if hidden is not None:
             hidden = hidden.astype(mx.float32)
             mx.eval(hidden)
             hidden = np.array(hidden)
-        return Forward(hidden, logprobs)
+        return Forward(hidden, logprobs, top_tokens=top)
 
     def _embed(self, ids: mx.array, positions: np.ndarray) -> mx.array:
         h = self.embed(ids)
@@ -152,25 +158,53 @@ class MLXBackend:
             raise RRFastError(f"the mlx backend cannot reproduce layer_types {types}; use --backend torch")
         return int(self.config["sliding_window"]) if sliding else None
 
-    def _observed_logprobs(self, final: mx.array, targets: np.ndarray) -> np.ndarray:
-        """log p(target) per position, in row chunks so [rows, V] logits stay within LOGIT_BUDGET."""
+    def _observed_logprobs(
+        self, final: mx.array, targets: np.ndarray, vocabulary: np.ndarray | None, top_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """log p(target) per position, in row chunks so [rows, V] logits stay within LOGIT_BUDGET; the normalizer
+        over the whole vocabulary or each row's ``vocabulary``, and the ``top_tokens`` most probable tokens
+        (as the torch backend's ``head_readout``)."""
         flat = np.asarray(targets, dtype=np.int64).reshape(-1)
         wanted = np.flatnonzero(flat >= 0)
         rows = final.reshape(-1, final.shape[-1])[mx.array(wanted.astype(np.int32))]
         picked = mx.array(flat[wanted].astype(np.int32))
-        step = max(1, LOGIT_BUDGET // self.vocab_size)
+        head, outside = self.head, None
+        if vocabulary is not None:
+            valid = vocabulary >= 0
+            union, inverse = np.unique(vocabulary[valid], return_inverse=True)
+            member = np.zeros((vocabulary.shape[0], len(union)), dtype=bool)
+            member[np.nonzero(valid)[0], inverse] = True
+            weight = self.head_weight[mx.array(union.astype(np.int32))]
+            head = lambda x: x @ weight.T  # noqa: E731 - the head over the union of the rows' vocabularies
+            outside = ~member[wanted // np.shape(targets)[1]]  # [positions, union]
+            chosen_all = (rows.astype(mx.float32) * self.head_weight[picked].astype(mx.float32)).sum(axis=-1)
+        width = len(union) if vocabulary is not None else self.vocab_size
+        step = max(1, LOGIT_BUDGET // width)
         values = np.empty(len(wanted), dtype=np.float32)
+        top = np.full((len(flat), top_tokens), -1, dtype=np.int64) if top_tokens else None
         for start in range(0, len(wanted), step):
-            logits = self.head(rows[start : start + step]).astype(mx.float32)
+            logits = head(rows[start : start + step]).astype(mx.float32)
             if self.softcap:
                 logits = mx.tanh(logits / self.softcap) * self.softcap
-            chosen = mx.take_along_axis(logits, picked[start : start + step, None], axis=1).squeeze(1)
+            if outside is None:
+                chosen = mx.take_along_axis(logits, picked[start : start + step, None], axis=1).squeeze(1)
+            else:
+                chosen = chosen_all[start : start + step]
+                if self.softcap:
+                    chosen = mx.tanh(chosen / self.softcap) * self.softcap
+                logits = mx.where(mx.array(outside[start : start + step]), -mx.inf, logits)
             chunk = chosen - logsumexp(logits)
+            if top is not None:
+                best = mx.argpartition(-logits, kth=top_tokens - 1, axis=-1)[:, :top_tokens]
+                mx.eval(chunk, best)
+                top[wanted[start : start + step]] = np.array(best)
             mx.eval(chunk)  # one chunk of logits at a time
             values[start : start + step] = np.array(chunk)
         out = np.full(flat.shape, np.nan, dtype=np.float32)
         out[wanted] = values
-        return out.reshape(np.shape(targets))
+        if top is not None:
+            top = top.reshape(*np.shape(targets), top_tokens)
+        return out.reshape(np.shape(targets)), top
 
 
 def logsumexp(logits: mx.array, block: int = 512) -> mx.array:
