@@ -12,8 +12,8 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The model of the benchmarks' unprefixed options and their token unit (chunk lengths, the peers' chunk sizes):
-# SmolLM2, rr-fast's default model until session 12. Every stored score and cache under bench/out is keyed to it;
-# the other bundled model's options say its name.
+# SmolLM2, the Apache-2.0 bundled model: every stored score and cache under bench/out is keyed to it, so an option
+# without a model prefix means SmolLM2 and the other bundled model's options say its name.
 BENCH_MODEL = "smollm2-135m"
 
 

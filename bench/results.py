@@ -2,8 +2,8 @@
 the inputs for, rebuilt in one command, without running a model (run it under the CPU lock; about 10 minutes).
 
 In order, since each feeds the next:
-1. ``windows``: ``bench.quality.windows report``, issue 16's levers on the calibration, evaluation and OCR
-   streams and the rule's pick (it also hands the pick's ρ to the Presets table);
+1. ``windows``: ``bench.quality.windows report``, the levers that choose the default on the calibration,
+   evaluation and OCR streams and the rule's pick (it also hands the pick's ρ to the Presets table);
 2. ``presets``: ``bench.quality.pareto report``, each preset option end to end against its speed (the peers
    from their caches; the embedding peers only with ``--semantic-peers``, minutes of MiniLM);
 3. ``quality``: ``bench.quality --no-lm-scoring``, only where its LM score files (bench/out/lm_scores, made on a

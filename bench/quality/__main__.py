@@ -44,7 +44,8 @@ from rr_fast.segment import rank_sum
 from rr_fast.text import candidate_edges, tokenize
 
 STEP = ChunkerConfig.step  # candidate grid, tokens
-EVAL_PER_DOMAIN, CAL_PER_DOMAIN = 20, 15  # streams per domain of a full run (issue 16: 15, was 5)
+# streams per domain of a full run; 45 calibration streams in all, since 15 could not tell close options apart
+EVAL_PER_DOMAIN, CAL_PER_DOMAIN = 20, 15
 QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)
 META_KEYS = ("edge_tokens", "edge_chars", "num_tokens")
 # Combinations of readouts across models and with the embedding boundary (issue: "what did not help" too)

@@ -12,8 +12,9 @@ window) is scored on the evaluation streams. Steps, each cached per variant and 
 
 ``report`` also measures the rule's noise floor on these variants: the calibration streams are resampled
 (within domain), ρ and the pick are chosen again on each resample, and the spread of each variant's
-calibrated recovery and how often each variant wins are reported. Paired gaps against rr-fast's default (lr at
-W 96 until session 9) use its evaluation chunks stored by the Presets benchmark (bench/out/pareto/chunks/lr@w96).
+calibrated recovery and how often each variant wins are reported. Paired gaps against SmolLM2's lr at W 96 (the
+reference option of the quality benchmark's levers) use its evaluation chunks stored by the Presets benchmark
+(bench/out/pareto/chunks/lr@w96).
 Where that benchmark's ``rr+lr@w96`` scores cover the calibration streams
 (``python -m bench.quality.pareto score --split cal --options rr+lr@w96``), the default (its ``lr``) and
 ``rr+lr@w96`` get the same calibration rows and noise floor, among themselves.
@@ -141,7 +142,7 @@ def load_lm(streams: list[Stream], option: str, key: str, out: Path) -> dict[str
 
 
 def default_chunks(evaluation: list[Stream], out: Path) -> list[list[tuple[int, int]]] | None:
-    """lr at W 96 (rr-fast's default until session 9) end to end on the evaluation streams (Presets' stored chunks)."""
+    """SmolLM2's lr at W 96 end to end on the evaluation streams (Presets' stored chunks)."""
     folder = out / "pareto" / "chunks" / "lr@w96"
     if not all((folder / f"{s.id}.json").exists() for s in evaluation):
         return None

@@ -1,5 +1,5 @@
-"""Longer and several reset windows, the skip, the reset prefix and the other bundled model (issue 16's levers),
-from one rr-fast run per stream at the longest window.
+"""Longer and several reset windows, the skip, the reset prefix and the other bundled model: the levers
+that choose the default, from one rr-fast run per stream at the longest window.
 
 With causal attention the first W' positions of a W-token reset window are exactly a W'-token window, so one
 run of the product's engine at W = 192 (``ScoreConfig.windows``) gives RR and LR at 96, 128, 160 and 192 tokens
@@ -11,9 +11,9 @@ reset window, ``gemma3-270m:`` levers a run of Gemma 3 (``OTHER_MODELS``), and `
 rank-summed on the edges they share. Each gets its own ρ on the calibration streams (bench.quality.calibration's
 rule); the rule picks, among the levers rr-fast offers as options, the one with the best calibration recovery
 over both models (the CLI's default, model included), and every lever is scored on the evaluation and OCR
-streams with paired intervals against the pick, against SmolLM2's ``lr`` at W = 96 (the default until session
-9), against the embedding boundary at its calibrated window, and (OCR) against the same streams' original
-text. Steps, each cached per stream under ``--out``:
+streams with paired intervals against the pick, against SmolLM2's ``lr`` at W = 96 (``BASELINE``, the option
+the benchmark started from), against the embedding boundary at its calibrated window, and (OCR) against the same
+streams' original text. Steps, each cached per stream under ``--out``:
 
     flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split cal
     python -m bench.quality.windows report  # the pick and its ρ, from the calibration streams alone
@@ -64,7 +64,7 @@ PREFIXES = ("none", "bos")  # --reset-prefix of a run; "bos" readouts are stored
 OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192, 256, 320, 384)}
 BOTH = "both"  # the model part of a lever that rank-sums both models' readouts
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
-BASELINE = "lr@w96"  # the default until this benchmark chose another: every paired gap is against it
+BASELINE = "lr@w96"  # SmolLM2 at W 96, where this benchmark started: every paired gap is against it
 EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
 
 
@@ -411,8 +411,8 @@ def _ocr_rows(
     seed: int,
 ) -> None:
     """Each lever's recovery on the OCR condition (the evaluation streams rendered and read back by Tesseract,
-    bench.quality.ocr) at its calibrated ρ, and the paired gap to the same streams' original text: issue 16
-    wants the OCR condition within 0.05 of the original. Rows whose OCR scores are missing get no OCR values."""
+    bench.quality.ocr) at its calibrated ρ, and the paired gap to the same streams' original text (the target:
+    the OCR condition within 0.05 of the original). Rows whose OCR scores are missing get no OCR values."""
     by_source = {s.id.split("-ocr-")[0]: s for s in ocr}
     if not ocr or any(s.id not in by_source for s in evaluation):
         return

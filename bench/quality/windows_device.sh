@@ -2,9 +2,9 @@
 # bench.quality.windows' levers on a lent GPU, with the exact fp32 engine (this CPU would need hours for them):
 #   smollm2-135m: W up to 384 with and without a BOS reset prefix on the calibration, evaluation and OCR streams,
 #                 and bench.structure's Wiki-50 documents at W = 192 (the default's window)
-#   gemma3-270m:  W 48 to 384 on the same streams (the eleventh session); since it is the default (twelfth), the
-#                 rule's pick end to end on the evaluation and OCR streams (its Chunker, with report.json's ρ, writes
-#                 the chunks the Presets table scores), bench.structure at W 192, then W 384 on the OCR streams
+#   gemma3-270m:  W 48 to 384 on the same streams; as the default model, also the rule's pick end to end on the
+#                 evaluation and OCR streams (its Chunker, with report.json's ρ, writes the chunks the Presets table
+#                 scores), bench.structure at W 192, then W 384 on the OCR streams
 #
 # A bundled GGUF (98 MB; Gemma's 253 MB) is over the device tool's 64 MiB a call, so it travels in parts, one a
 # call, and every call after the first must come while the machine is still warm (the tool keeps /tmp between
@@ -19,7 +19,7 @@
 #              FILES_AT/scores_w192.json: Wiki-50 edges to add to bench/out/structure_w192/scores_w192.json
 #              (gemma3-270m: tar -C bench/out -xzf FILES_AT/chunks.tar.gz; FILES_AT/structure.json.gz is
 #              bench/out/structure_gemma/scores_w192.json)
-# Other jobs (thirteenth session), chosen with JOBS="presets mlx" on the last call:
+# Other jobs, chosen with JOBS="presets mlx" on the last call:
 #   presets:   bench.quality.pareto's options named in PRESETS (a comma list): calibration scores, ρ and evaluation
 #              chunks, packed as FILES_AT/presets.tar.gz (its pareto/ folder goes under bench/out)
 #   mlx:       bench.speed.mlx_gpu with the model's real weights (FILES_AT/mlx_gpu.json); MLX's CUDA wheel travels

@@ -1,4 +1,4 @@
-"""One short GPU benchmark of corpus mode (issue 13), for a lent CUDA machine; about 5 minutes on an H100.
+"""One short GPU benchmark of corpus mode, for a lent CUDA machine; about 5 minutes on an H100.
 
     python -m bench.speed.gpu_corpus --prepare            # here: writes bench/out/gpu_corpus/ (data, tokenizer)
     python -m bench.speed.gpu_corpus [--model FOLDER]     # there: carry bench/out/gpu_corpus

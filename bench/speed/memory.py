@@ -7,7 +7,7 @@ repository) every measurement runs in a fresh process, so its peak RSS (``ru_max
 
 - ``stages``: read the file (rr_fast.io), tokenize it in pieces (rr_fast.text.tokenize), find candidate and
   fallback edges; the peak after each stage, with the SmolLM2 tokenizer.
-- ``whole``: the same file tokenized in one call, as rr-fast did before (the baseline, same run).
+- ``whole``: the same file tokenized in one call (the baseline, same run: what a naive reader does).
 - ``cli``: the whole command line, ``python -m rr_fast.chunk FILE -o /tmp/...``, with a tiny random Llama behind
   the SmolLM2 tokenizer (hidden size 32, 4 layers: the model's own memory is negligible, so what remains is
   what rr-fast keeps per token) and ``--readout rr --window 8`` to keep the model pass short on a CPU.

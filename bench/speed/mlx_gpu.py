@@ -1,4 +1,4 @@
-"""MLX on an NVIDIA GPU beside torch on the same GPU (issue 13, item 6): the closest stand-in for Metal here.
+"""MLX on an NVIDIA GPU beside torch on the same GPU: the closest stand-in for Metal here.
 
     python -m bench.speed.gpu_corpus --prepare      # here: streams and SmolLM2's tokenizer (bench/out/gpu_corpus)
     python -m bench.speed.mlx_gpu [--model FOLDER]  # there, MLX for CUDA installed (below); carry bench/out/gpu_corpus

@@ -1,6 +1,6 @@
 """Optimised CPU runtimes (ONNX Runtime, OpenVINO) against the torch backend, end to end on benchmark streams.
 
-Issue 14 admits an optimised CPU runtime only if it is at least 1.5× faster for the same scores. Each arm here
+An optimised CPU runtime is worth adopting only if it is at least 1.5× faster for the same scores. Each arm here
 is a backend for the unchanged ``Engine``, so every arm runs exactly the engine's full-pass blocks and
 right-padded reset-window batches ([B, W], positions re-indexed from 0):
 

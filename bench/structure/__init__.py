@@ -1,4 +1,4 @@
-"""Structured-documents benchmark (issue 17): Markdown and prose passages, and Wiki-50 with its line breaks
+"""Structured-documents benchmark: Markdown and prose passages, and Wiki-50 with its line breaks
 and headings intact, for rr-fast (``--structure auto`` and ``none``) and the peers as shipped.
 
 ``python -m bench.structure score`` fills the model-score cache (the only slow step; ``--device``),
