@@ -28,6 +28,7 @@ PAPER_READOUT = "rr"
 PAPER_WINDOW = 24
 PAPER_SKIP = 1
 PAPER_PENALTY = 1.0
+PAPER_STEP = 8
 POSITIONS = ("auto", "original", "reindex")
 RESET_PREFIXES = ("none", "bos", "sep")
 
@@ -57,10 +58,11 @@ class ChunkerConfig:
     )
     backend: str = option("auto", "model", "auto: mlx on Apple silicon, else torch", choices=BACKENDS)
     dtype: str = option(
-        "float32",
+        "auto",
         "model",
-        "weights and activations; int8: dynamic int8 decoder matmuls on a CPU (faster, but scores drift: see README)",
-        choices=DTYPES,
+        "weights and activations; auto: bfloat16 where the hardware has it natively (CUDA, Apple silicon, x86 with "
+        "AVX-512 BF16 or AMX), else float32; int8: dynamic int8 decoder matmuls on a CPU (scores drift: see docs)",
+        choices=("auto", *DTYPES),
     )
     device: str = option("auto", "model", "torch device: auto, cpu, cuda, mps")
     allow_pickle: bool = option(
@@ -89,8 +91,12 @@ class ChunkerConfig:
         f"else {PAPER_SKIP})",
         "non_negative",
     )
-    step: int = option(
-        8, "scoring", "word-boundary grid step in tokens (sentence ends are candidates at any step)", "positive"
+    step: int | None = option(
+        None,
+        "scoring",
+        f"word-boundary grid step in tokens; sentence ends are candidates at any step (default: the bundled model's "
+        f"choice, else {PAPER_STEP})",
+        "positive",
     )
     context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
     batch_tokens: int | None = option(
@@ -114,10 +120,11 @@ class ChunkerConfig:
     positions: str = option(
         "auto", "scoring", "window position ids; auto re-indexes RoPE models, where it is exact", choices=POSITIONS
     )
-    normalizer: str = option(
-        "full",
+    normalizer: str | None = option(
+        None,
         "scoring",
-        "lr's log-normalizer in the reset windows: full (the whole vocabulary, exact) or focused (the full "
+        "lr's log-normalizer in the reset windows (default: the bundled model's choice, else full): full (the "
+        "whole vocabulary, exact) or focused (the full "
         "pass's 128 most probable tokens at each window position and the window's own tokens: far less LM-head "
         "work per window token, scores within a few hundredths of a nat)",
         choices=NORMALIZERS,
@@ -170,15 +177,21 @@ class ChunkerConfig:
         against the context) is checked by ``Limits`` and ``ScoreConfig``, which the ``Chunker`` builds before
         it loads the model.
         """
+        from rr_fast.backends import pick_dtype
+
         bundled = BUNDLED.get(self.model)
         readout, window = self._readout_and_window()
         _check(self, "readout", readout)
+        _check(self, "dtype", self.dtype)
         config = replace(
             self,
             readout=readout,
             layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
             window=window,
             skip=self.skip if self.skip is not None else self._default_skip(window),
+            step=self._step(),
+            normalizer=self.normalizer or (bundled.normalizer if bundled else "full"),
+            dtype=pick_dtype(self.dtype, self.backend, self.device),
             penalty=self.penalty if self.penalty is not None else self._default_penalty(readout, window)[0],
         )
         for spec in fields(config):
@@ -211,6 +224,11 @@ class ChunkerConfig:
         window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         return readout, window
 
+    def _step(self) -> int:
+        """The given word-grid step, else the bundled model's, else the paper's."""
+        bundled = BUNDLED.get(self.model)
+        return self.step if self.step is not None else (bundled.step if bundled else PAPER_STEP)
+
     def _default_skip(self, window: int) -> int:
         """The bundled model's skip at its own window, where it was chosen; the paper's s = 1 elsewhere (at the
         shorter windows, skipping more positions lost recovery on the calibration streams)."""
@@ -221,7 +239,7 @@ class ChunkerConfig:
         bundled = BUNDLED.get(self.model)
         if bundled is None:
             return PAPER_PENALTY, None  # any other model: the paper's ρ, as the option's help says
-        return bundled.penalty(readout, window, self.step)
+        return bundled.penalty(readout, window, self._step())
 
     @property
     def reindex(self) -> bool | None:
@@ -230,21 +248,42 @@ class ChunkerConfig:
 
 
 # Named configurations for a speed/quality trade-off, chosen by bench.quality.pareto (bench/RESULTS.md, "Presets"):
-# quality has the best recovery on the calibration streams, balanced and fast the best among options at least 3×
-# and 10× the default's speed on a laptop-class CPU (issue 14). Each pins its model, readout, window and skip, and
-# carries its own calibrated ρ.
+# quality has the best recovery on the calibration streams; balanced, the default, is the fastest configuration
+# within the measured noise of it; fast the best among configurations at least 1.5× the default's speed. Each pins
+# its model, readout, window, skip, step and normalizer, and carries its own calibrated ρ.
 PRESETS: dict[str, ChunkerConfig] = {
-    # Gemma 3, lr at W 192 on every candidate: the best recovery on the 45 calibration streams (0.786)
-    "quality": ChunkerConfig(),
-    # Gemma 3, lr at W 128 on sentence ends and a 64-token word grid, in bfloat16: a third of the reset windows,
-    # each shorter (0.773 on calibration, the same as its float32 twin: the rule's tie goes to the faster)
-    "balanced": ChunkerConfig(
-        model="gemma3-270m", readout="lr", window=128, skip=1, step=64, dtype="bfloat16", penalty=0.90
+    # Gemma 3, lr at W 192 on every 8th token, the exact normalizer, float32: the best recovery on the 45
+    # calibration streams (0.786), at a tenth of the default's speed
+    "quality": ChunkerConfig(
+        model="gemma3-270m",
+        readout="lr",
+        window=192,
+        skip=1,
+        step=8,
+        dtype="float32",
+        normalizer="full",
+        penalty=0.95,
     ),
-    # Gemma 3, lr at W 64 on the same grid, in bfloat16. bfloat16 is fast where the CPU has native bf16 (AVX-512
-    # BF16, AMX, Apple silicon, GPUs); elsewhere it is emulated, results say so, and --dtype float32 is faster
+    # the default: Gemma 3, lr at W 128 on sentence ends and a 64-token word grid, normalizer focused, bfloat16
+    # where native (0.773 on calibration: within the noise, ±0.068, of quality's)
+    "balanced": ChunkerConfig(
+        model="gemma3-270m",
+        readout="lr",
+        window=128,
+        skip=1,
+        step=64,
+        normalizer="focused",
+        penalty=0.90,
+    ),
+    # Gemma 3, lr at W 64 on the same grid, normalizer focused, bfloat16 where native
     "fast": ChunkerConfig(
-        model="gemma3-270m", readout="lr", window=64, skip=1, step=64, dtype="bfloat16", penalty=0.95
+        model="gemma3-270m",
+        readout="lr",
+        window=64,
+        skip=1,
+        step=64,
+        normalizer="focused",
+        penalty=0.95,
     ),
 }
 

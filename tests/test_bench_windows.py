@@ -54,7 +54,7 @@ def test_levers_rank_sum_their_readouts_and_the_rule_picks_on_calibration(tmp_pa
     speeds = {"lr@w96": 1.0, "lr@w192": 0.5}  # CPU-time speed as a multiple of lr@w96's
     assert windows.lever_speed("rr+lr@w96+192", speeds) == 0.5
     table = windows.markdown(result, speeds)
-    assert "lr@w160 (**pick**)" in table and "lr@w96 (default until session 9)" in table
+    assert "lr@w160 (**pick**)" in table and "lr@w96 (reference of the paired gaps)" in table
     pick_row = next(line for line in table.splitlines() if line.startswith("| lr@w160 "))
     assert ci_text(row["eval"]["minus_baseline"]) in pick_row
 

@@ -51,7 +51,8 @@ def test_resolved_fills_the_bundled_choices(name):
     spec = BUNDLED[name]
     assert (config.readout, config.window, config.layer) == (spec.readout, spec.window, spec.layer)
     assert config.penalty == spec.penalties[spec.readout, spec.window, config.step]
-    rr = ChunkerConfig(model=name, readout="rr")
+    assert (config.step, config.normalizer) == (spec.step, spec.normalizer)
+    rr = ChunkerConfig(model=name, readout="rr", step=8)  # rr's ρ is calibrated on the 8-token grid
     assert rr.resolved().penalty == spec.penalties["rr", spec.window, 8] and rr.notes() == ()
     assert ChunkerConfig(model=name, window=12, penalty=0.3).resolved().window == 12
 
@@ -125,12 +126,12 @@ def test_presets_are_named_configs_that_explicit_options_override():
     from rr_fast.config import chunker_config
 
     assert set(PRESETS) == {"quality", "balanced", "fast"}
-    assert PRESETS["quality"] == ChunkerConfig()  # the default is the quality preset
-    # every preset runs the default's model (the speed presets ran SmolLM2 until session 13), named explicitly
+    assert PRESETS["balanced"].resolved() == ChunkerConfig().resolved()  # the default is the balanced preset
+    # every preset runs the default's model, named explicitly
     assert {preset.model for preset in PRESETS.values()} == {DEFAULT_MODEL}
     for name, preset in PRESETS.items():
         assert chunker_config(name) == preset
-        assert preset.penalty is not None or name == "quality"  # each speed preset carries its calibrated ρ
+        assert preset.penalty is not None  # each preset carries its calibrated ρ
         assert preset.resolved()  # every value passes the option checks
     assert chunker_config("fast", window=96).window == 96
     with pytest.raises(RRFastError, match="preset must be one of quality, balanced, fast"):

@@ -2,7 +2,7 @@
 
 Recovery is each option's end-to-end chunks on the 60 evaluation streams (bench.quality.pareto ``chunk``);
 intervals are 95% domain-stratified paired stream-bootstrap intervals (10,000 resamples), the same resamples
-for every row, so the gaps against lr@w96 (the default until session 9) and against the embedding boundary are
+for every row, so the gaps against lr@w96 (the reference configuration) and against the embedding boundary are
 paired. The embedding boundary and the peers are scored exactly as in the Quality section (bench.quality's
 caches are reused).
 """
@@ -16,11 +16,10 @@ import numpy as np
 
 from bench.common import REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
-from bench.quality.pareto import BASELINE, DEFAULT, OPTIONS, SPEED_FLOORS, pick_presets, speed_ratios
+from bench.quality.pareto import BASELINE, DEFAULT, FAST_FLOOR, OPTIONS, pick_presets, speed_ratios
 from bench.quality.streams import Stream
 
 RESAMPLES = 10_000
-FLOORS = tuple(SPEED_FLOORS.items())
 
 
 def _ci(triple: tuple[float, float, float]) -> str:
@@ -91,7 +90,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         "## Presets: what speed costs in boundary quality",
         "",
         "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
-        "with its own ρ calibrated on the calibration streams: the first 15 for the options of sessions 7 and 8, all "
+        "with its own ρ calibrated on the calibration streams: the first 15 for the earliest options, all "
         "45 for those added or rescored since (the count is beside each calibration recovery; `lr@w192s4`, "
         "SmolLM2's choice, and `gemma3-270m:lr@w192`, today's default, come from bench.quality.windows, whose "
         "evaluation run is that `Chunker` end to end, the default's on a lent GPU); speed is the "
@@ -103,7 +102,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         "(`lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
         "(`pareto speed --no-peers --speed-file windows_speed.json`), and the coarser grids and bf16 rows from a "
         "third (`step_speed.json`), `lr@w96+bos-step32-bf16` from a fourth (`bos_speed.json`), today's default "
-        "from a fifth (`gemma_speed.json`); the Gemma 3 options of session 13, with the default and "
+        "from a fifth (`gemma_speed.json`); the Gemma 3 options on coarser grids, with Gemma's W 192 and "
         "`lr@w96+bos-step32-bf16` again, from a sixth (`gemma_presets_speed.json`), whose rows take precedence; rows "
         "are compared by their ratio to their own run's `lr@w96`, and the last column divides that by the "
         "default's. The Gemma 3 options in float32 were scored and chunked on a lent GPU (`bench/quality/"
@@ -124,7 +123,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
         if name == "embedding-boundary":
             setting = "MiniLM, 64 tokens each side, the same DP, its own ρ"
         if option == {}:
-            setting = "(the default until session 9: lr, W 96, skip 1, step 8, fp32)"
+            setting = "(the reference configuration: lr, W 96, skip 1, step 8, fp32)"
         rho = penalties.get(name, {}).get("penalty")
         cal = penalties.get(name, {}).get("calibration_recovery")
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
@@ -161,9 +160,10 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
     lines += [
         "",
         "Preset rule (bench.quality.pareto.pick_presets): `quality` is the option with the best calibration "
-        "recovery; "
-        + "; ".join(f"`{p}` the best among options at least {f:g}× the speed of `{DEFAULT}`" for p, f in FLOORS)
-        + ". Evaluation numbers are reported, never used to choose. Picks: "
+        "recovery; `balanced`, the default, the fastest option whose calibration recovery is within the measured "
+        "noise of the best (the widest 95% stream-bootstrap half-width among the options); `fast` the best among "
+        f"options at least {FAST_FLOOR:g}× the default's speed. "
+        "Evaluation numbers are reported, never used to choose. Picks: "
         + ", ".join(f"{p} = `{n}`" for p, n in picks.items())
         + ".",
     ]

@@ -475,7 +475,7 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
             if name == result["pick"]
             else " (**its model's pick**)"
             if name in result.get("model_picks", {}).values()
-            else " (default until session 9)"
+            else " (reference of the paired gaps)"
             if name == BASELINE
             else ""
         )

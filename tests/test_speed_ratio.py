@@ -1,0 +1,67 @@
+"""Speed as same-run ratios with generous floors: they cannot flake on a busy machine the way absolute timings do,
+yet fail if the batched engine or the default's cheaper configuration stop paying.
+
+Each ratio is process CPU time (all threads) of two runs in this process, one after the other; the measured ratios
+go to .benchmarks/speed_ratios.json for the record. pytest-benchmark times the fast side when enabled
+(``--benchmark-enable``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import Engine, ScoreConfig
+from rr_fast.reference import reference_scores
+
+ROOT = Path(__file__).resolve().parents[1]
+RATIOS = ROOT / ".benchmarks" / "speed_ratios.json"
+
+
+def cpu_seconds(run, repeats: int = 3) -> float:
+    run()  # warm-up: first-call allocations and lazy imports are not the steady cost
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        run()
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def record(name: str, ratio: float) -> None:
+    RATIOS.parent.mkdir(exist_ok=True)
+    saved = json.loads(RATIOS.read_text()) if RATIOS.exists() else {}
+    RATIOS.write_text(json.dumps({**saved, name: round(ratio, 2)}, indent=1))
+
+
+def test_engine_is_faster_than_the_per_edge_loop(tiny_model_factory, stock_model, benchmark):
+    """Many windows per forward call against one model call per edge (the paper's loop), same scores."""
+    tiny_model_dir = tiny_model_factory("llama")
+    ids = np.random.default_rng(0).integers(3, 512, 240)
+    edges = np.arange(1, 239, 2)
+    engine = Engine(TorchBackend.load(tiny_model_dir, device="cpu"), [1], ScoreConfig(window=24, readouts=("lr",)))
+    model = stock_model(tiny_model_dir)
+    loop = cpu_seconds(lambda: reference_scores(model, ids, edges, [1], engine.layer, 24, readouts=("lr",)), 1)
+    batched = cpu_seconds(lambda: engine.score(ids, edges))
+    record("engine_vs_per_edge_loop", loop / batched)
+    assert loop / batched > 2.0, f"the batched engine is only {loop / batched:.1f}× the per-edge loop"
+    benchmark(engine.score, ids, edges)
+
+
+@pytest.mark.bundled
+def test_default_is_faster_than_the_quality_preset(benchmark):
+    """The default (the rule's pick within the calibration noise of the best) against ``--preset quality``."""
+    from rr_fast import Chunker
+
+    text = (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8")
+    default, quality = Chunker(), Chunker(preset="quality")
+    slow = cpu_seconds(lambda: quality.chunk(text), 1)
+    fast = cpu_seconds(lambda: default.chunk(text), 1)
+    record("default_vs_quality", slow / fast)
+    assert slow / fast > 3.0, f"the default is only {slow / fast:.1f}× the quality preset"
+    benchmark(default.chunk, text)
