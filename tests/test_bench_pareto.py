@@ -59,8 +59,8 @@ def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
 def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     monkeypatch.setattr(pareto, "OPTIONS", {"lr@w96": {}, "fast-one": {"step": 16}, "timed-only": {"step": 32}})
     monkeypatch.setattr(pareto_report, "OPTIONS", pareto.OPTIONS)
-    monkeypatch.setattr(pareto, "DEFAULT", "lr@w96")
-    monkeypatch.setattr(pareto_report, "DEFAULT", "lr@w96")
+    monkeypatch.setattr(pareto, "QUALITY", "lr@w96")
+    monkeypatch.setattr(pareto_report, "QUALITY", "lr@w96")
     streams = [toy_stream("cal", 0)] + [toy_stream("eval", i) for i in range(4)]
     (tmp_path / "penalties.json").write_text(
         json.dumps(
@@ -91,7 +91,7 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     default_row = next(line for line in table.splitlines() if line.startswith("| lr@w96"))
     assert "1.000 [1.000, 1.000]" in default_row  # every record recovered as one clean chunk
     fast_row = next(line for line in table.splitlines() if line.startswith("| fast-one"))
-    assert "20.00" in fast_row  # 20× the default's CPU-time speed
+    assert "20.00" in fast_row  # 20× the quality pick's CPU-time speed
     assert "-1.000" in fast_row  # paired gap to the default
     # calibration recovery with the number of streams behind it; gaps to the default and to the quality pick
     assert "| 0.600 (45) |" in default_row and "| 0.300 (15) |" in fast_row

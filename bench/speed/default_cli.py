@@ -1,0 +1,83 @@
+"""The default against the quality preset end to end, as a user meets them: ``python -m rr_fast.chunk FILE`` on one
+flattened evaluation text of about 2,500 tokens, each a fresh process, model load included.
+
+Speed is source tokens per second of process CPU time (the child's user + system time, all threads) and per wall
+second; the ratio of CPU times in the same run is what compares, since this machine is shared.
+
+    python -m bench.speed.default_cli [--tokens 2500] [--presets quality,balanced,fast] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import REPO_ROOT
+from bench.quality.streams import read_streams
+
+STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
+
+
+def flattened_text(tokens: int, streams: Path = STREAMS) -> str:
+    """Evaluation streams joined by a space until the default model counts at least ``tokens`` tokens."""
+    from rr_fast.models import resolve
+    from rr_fast.text import tokenize
+    from rr_fast.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(resolve("gemma3-270m"))
+    text = ""
+    for stream in (s for s in read_streams(streams) if s.split == "eval"):
+        text = f"{text} {stream.text}" if text else stream.text
+        if len(tokenize(tokenizer, text)) >= tokens:
+            return text
+    return text
+
+
+def run(path: Path, preset: str | None) -> dict:
+    """One CLI process; CPU seconds from the children's resource usage around it."""
+    command = [sys.executable, "-m", "rr_fast.chunk", str(path), "--quiet", "-o", os.devnull]
+    command += ["--preset", preset] if preset else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(command, check=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"preset": preset or "default", "wall_seconds": wall, "cpu_seconds": cpu}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.default_cli", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=2500)
+    parser.add_argument("--presets", default="quality,fast", help="besides the default, comma-separated")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "cpu_default_cli.json")
+    args = parser.parse_args(argv)
+    from rr_fast.models import resolve
+    from rr_fast.text import tokenize
+    from rr_fast.tokenizer import load_tokenizer
+
+    text = flattened_text(args.tokens)
+    tokens = len(tokenize(load_tokenizer(resolve("gemma3-270m")), text))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "stream.txt"
+        path.write_text(text, encoding="utf-8")
+        run(path, "fast")  # warm the page cache and Numba's on-disk cache, as a user's second run would be
+        rows = [run(path, None)] + [run(path, p) for p in args.presets.split(",") if p]
+    for row in rows:
+        row["source_tokens_per_cpu_second"] = tokens / row["cpu_seconds"]
+        row["source_tokens_per_second"] = tokens / row["wall_seconds"]
+        row["cpu_ratio_to_default"] = rows[0]["cpu_seconds"] / row["cpu_seconds"]
+    result = {"tokens": tokens, "rows": rows}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
