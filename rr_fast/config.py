@@ -60,8 +60,9 @@ class ChunkerConfig:
     dtype: str = option(
         "auto",
         "model",
-        "weights and activations; auto: bfloat16 where the hardware has it natively (CUDA, Apple silicon, x86 with "
-        "AVX-512 BF16 or AMX), else float32; int8: dynamic int8 decoder matmuls on a CPU (scores drift: see docs)",
+        "weights and activations; auto: bfloat16 for a bundled model calibrated in it where the hardware has it "
+        "natively (CUDA, Apple silicon, x86 with AVX-512 BF16 or AMX), else float32; int8: dynamic int8 decoder "
+        "matmuls on a CPU (scores drift: see docs)",
         choices=("auto", *DTYPES),
     )
     device: str = option("auto", "model", "torch device: auto, cpu, cuda, mps")
@@ -177,8 +178,6 @@ class ChunkerConfig:
         against the context) is checked by ``Limits`` and ``ScoreConfig``, which the ``Chunker`` builds before
         it loads the model.
         """
-        from rr_fast.backends import pick_dtype
-
         bundled = BUNDLED.get(self.model)
         readout, window = self._readout_and_window()
         _check(self, "readout", readout)
@@ -191,7 +190,7 @@ class ChunkerConfig:
             skip=self.skip if self.skip is not None else self._default_skip(window),
             step=self._step(),
             normalizer=self.normalizer or (bundled.normalizer if bundled else "full"),
-            dtype=pick_dtype(self.dtype, self.backend, self.device),
+            dtype=self._dtype(),
             penalty=self.penalty if self.penalty is not None else self._default_penalty(readout, window)[0],
         )
         for spec in fields(config):
@@ -223,6 +222,16 @@ class ChunkerConfig:
         readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
         window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         return readout, window
+
+    def _dtype(self) -> str:
+        """``auto``: bfloat16 for a bundled model calibrated in it, where the hardware has it natively; else float32
+        (any other model runs the paper's exact float32 unless asked)."""
+        if self.dtype != "auto":
+            return self.dtype
+        from rr_fast.backends import native_bfloat16
+
+        bundled = BUNDLED.get(self.model)
+        return "bfloat16" if bundled and bundled.bfloat16 and native_bfloat16(self.backend, self.device) else "float32"
 
     def _step(self) -> int:
         """The given word-grid step, else the bundled model's, else the paper's."""

@@ -41,6 +41,8 @@ class Bundled:
     skip: int = 1  # reset positions left out of the readout's mean, chosen with the readout and window
     step: int = 8  # word-boundary grid of the candidates, in tokens (sentence ends are candidates at any step)
     normalizer: str = "full"  # lr's log-normalizer in the reset windows (rr_fast.engine.ScoreConfig)
+    # calibrated in bfloat16 to the same recovery as float32: ``--dtype auto`` runs it where bf16 is native
+    bfloat16: bool = False
 
     def penalty(self, readout: str, window: int, step: int) -> tuple[float, str | None]:
         """ρ for this scoring configuration, and a note when it was not calibrated for exactly it.
@@ -110,6 +112,7 @@ BUNDLED: dict[str, Bundled] = {
         window=128,
         step=64,
         normalizer="focused",
+        bfloat16=True,
         penalties=_calibrated(
             {
                 12: (0.95, 1.00, 1.10),

@@ -54,20 +54,15 @@ def _installed(module: str) -> bool:
         return False
 
 
-def pick_dtype(dtype: str = "auto", backend: str = "auto", device: str = "auto") -> str:
-    """``auto``: bfloat16 where the hardware computes it natively (CUDA GPUs, Apple silicon under MLX, x86 CPUs
-    with AVX-512 BF16 or AMX), float32 elsewhere: emulated bfloat16 (AVX2-only CPUs) is slower than float32,
-    and both calibrate to the same recovery at the default's settings (bench/RESULTS.md, "Presets")."""
-    if dtype != "auto":
-        return dtype
+def native_bfloat16(backend: str = "auto", device: str = "auto") -> bool:
+    """Whether bfloat16 runs natively here: CUDA GPUs, Apple silicon under MLX, x86 CPUs with AVX-512 BF16 or AMX.
+    Elsewhere (AVX2-only CPUs, MPS) it is emulated or unproven, and slower than float32."""
     if pick_backend(backend) == "mlx":
-        return "bfloat16"
+        return True
     from rr_fast.backends.torch import native_cpu_bf16, pick_device
 
     where = pick_device(device)
-    if where.startswith("cuda") or (where == "cpu" and native_cpu_bf16()):
-        return "bfloat16"
-    return "float32"
+    return where.startswith("cuda") or (where == "cpu" and bool(native_cpu_bf16()))
 
 
 def load_backend(
@@ -87,4 +82,13 @@ def load_backend(
     raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
 
 
-__all__ = ["BACKENDS", "DTYPES", "Backend", "Forward", "check_backend", "load_backend", "pick_backend", "pick_dtype"]
+__all__ = [
+    "BACKENDS",
+    "DTYPES",
+    "Backend",
+    "Forward",
+    "check_backend",
+    "load_backend",
+    "native_bfloat16",
+    "pick_backend",
+]
