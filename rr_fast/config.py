@@ -162,9 +162,12 @@ class ChunkerConfig:
         against the context) is checked by ``Limits`` and ``ScoreConfig``, which the ``Chunker`` builds before
         it loads the model.
         """
+        for spec in fields(self):  # the given values first: the defaults below are computed from them
+            value = getattr(self, spec.name)
+            if value is not None or spec.default is not None:  # None only where it means "the model's default"
+                _check(self, spec.name, value)
         bundled = BUNDLED.get(self.model)
         readout, window = self._readout_and_window()
-        _check(self, "readout", readout)
         config = replace(
             self,
             readout=readout,
@@ -259,7 +262,11 @@ def chunker_config(preset: str | None = None, config: ChunkerConfig | None = Non
 
 
 def _check(config: ChunkerConfig, name: str, value: Any) -> None:
-    meta = config.__dataclass_fields__[name].metadata
+    spec = config.__dataclass_fields__[name]
+    meta = spec.metadata
+    for kind in (bool, str):  # a flag or a name: the type of its default
+        if isinstance(spec.default, kind) and not isinstance(value, kind):
+            raise UsageError(f"{name} must be a {kind.__name__}, got {value!r}")
     if meta["choices"] is not None and value not in meta["choices"]:
         raise UsageError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
     if meta["check"] is not None:
