@@ -3,7 +3,8 @@
 The model, scoring and length flags are generated from ``ChunkerConfig``. Every option is checked, the output
 opened and the input read before the model loads; every failure, of any exception class, is one line on
 stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and exit 2 for usage errors, 1 otherwise, 130 on
-Ctrl-C (143 on SIGTERM). Input and output live in ``rr_fast.io``.
+Ctrl-C (143 on SIGTERM). stdout carries the result and nothing else: what a library prints while the model loads
+and runs goes to stderr. Input and output live in ``rr_fast.io``.
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     safety.add_argument("--rebuild-cache", action="store_true", help="convert a cached GGUF model again")
     safety.add_argument(
-        "--verify-cache", action="store_true", help="check the cached weights' checksums too, not only sizes"
+        "--verify-cache",
+        action="store_true",
+        help="hash every file of the cached model, a bundled model's against the checksums recorded in rr-fast",
     )
     safety.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
     return parser
