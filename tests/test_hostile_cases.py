@@ -140,3 +140,27 @@ def test_what_a_library_prints_while_the_model_runs_goes_to_stderr(tiny, sample,
     code, out, err = run_cli([sample, *tiny_options(tiny), "--quiet"], capsys)
     assert code == 0 and "custom code" in err and "custom code" not in out
     assert all(json.loads(line)["text"] for line in out.splitlines())
+
+
+def test_transformers_itself_is_told_never_to_run_a_folders_code(tiny, tmp_path):
+    """The second guard, behind the auto_map check: the loader refuses too, with no prompt, whatever stdin says."""
+    folder, marker = custom_code_folder(tiny, tmp_path, "tokenizer_config.json")
+    load = f"from rr_fast.tokenizer import load_tokenizer; load_tokenizer({str(folder)!r})"
+    done = subprocess.run([sys.executable, "-c", load], input=b"y\n" * 20, capture_output=True, cwd=ROOT, timeout=300)
+    assert done.returncode != 0 and b"trust_remote_code" in done.stderr
+    assert done.stdout == b"" and not marker.exists()
+
+
+def test_every_transformers_load_passes_trust_remote_code_false():
+    """Read from the source, so a new loading call cannot forget it (tokenizers' own loader runs no code)."""
+    import ast
+
+    calls = []
+    for path in sorted((ROOT / "rr_fast").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "from_pretrained":
+                if getattr(node.func.value, "id", None) == "Tokenizer":
+                    continue
+                flags = {k.arg: getattr(k.value, "value", None) for k in node.keywords}
+                calls.append((f"{path.name}:{node.lineno}", flags.get("trust_remote_code", "missing")))
+    assert len(calls) >= 5 and [call for call in calls if call[1] is not False] == []
