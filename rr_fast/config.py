@@ -12,6 +12,7 @@ the CLI flag ``--name-with-dashes`` and its validation follow from it.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
@@ -264,9 +265,10 @@ def chunker_config(preset: str | None = None, config: ChunkerConfig | None = Non
 def _check(config: ChunkerConfig, name: str, value: Any) -> None:
     spec = config.__dataclass_fields__[name]
     meta = spec.metadata
-    for kind in (bool, str):  # a flag or a name: the type of its default
-        if isinstance(spec.default, kind) and not isinstance(value, kind):
-            raise UsageError(f"{name} must be a {kind.__name__}, got {value!r}")
+    if isinstance(spec.default, bool) and not isinstance(value, bool):
+        raise UsageError(f"{name} must be a bool, got {value!r}")
+    if isinstance(spec.default, str) and not isinstance(value, (str, os.PathLike)):  # a name, or a model's path
+        raise UsageError(f"{name} must be a str, got {value!r}")
     if meta["choices"] is not None and value not in meta["choices"]:
         raise UsageError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
     if meta["check"] is not None:
