@@ -144,7 +144,9 @@ class Chunker:
 
         Texts are read lazily, so an unbounded iterable streams in bounded memory; the chunks equal per-text
         ``chunk`` calls'. ``errors="return"`` yields an ``RRFastError`` in place of a text that cannot be
-        chunked (empty, not a str, not tokenizable, impossible limits) instead of raising it.
+        chunked (empty, not a str, not tokenizable, impossible limits) instead of raising it. An error of the
+        iterable itself (a generator that fails halfway) ends the results: every text read before it is
+        yielded first, then that error is raised.
         """
         for document, values in self._scored(texts, progress, errors):
             if isinstance(document, RRFastError):
@@ -209,9 +211,18 @@ class Chunker:
             raise UsageError(f"errors must be 'raise' or 'return', got {errors!r}")
         bar = _progress_bar() if progress else None
         queue: deque = deque()
+        source_failure: list[BaseException] = []  # the iterable's own error, raised after the texts before it
 
         def feed():
-            for text in texts:
+            source = iter(texts)
+            while True:
+                try:
+                    text = next(source)
+                except StopIteration:
+                    return
+                except Exception as error:
+                    source_failure.append(error)
+                    return
                 try:
                     document = self._prepare(text)
                 except RRFastError as error:
@@ -237,6 +248,8 @@ class Chunker:
                 if not isinstance(document, RRFastError):
                     self._check_finite(values, len(document.tokens), document.scored.tokens)
                 yield document, values
+            if source_failure:
+                raise source_failure[0]
         finally:
             if bar:
                 bar.close()

@@ -3,21 +3,23 @@
 The model, scoring and length flags are generated from ``ChunkerConfig``. Every option is checked, the output
 opened and the input read before the model loads; every failure, of any exception class, is one line on
 stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and exit 2 for usage errors, 1 otherwise, 130 on
-Ctrl-C (143 on SIGTERM). Input and output live in ``rr_fast.io``.
+Ctrl-C (143 on SIGTERM). stdout carries the result and nothing else: what a library prints while the model loads
+and runs goes to stderr. Input and output live in ``rr_fast.io``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -38,18 +40,20 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+def _checked(convert, passes, words: str):
+    """An argparse type: ``convert(text)`` when it ``passes``, else the one line of what the value must be
+    (argparse's own message for a failed conversion would name this function)."""
 
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{words}, got {text!r}") from None
+        if not passes(value):
+            raise argparse.ArgumentTypeError(f"{words}, got {text!r}")
+        return value
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    return parse
 
 
 def _size(text: str) -> int:
@@ -59,18 +63,10 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
-    return value
+_positive = _checked(int, lambda value: value >= 1, "must be a positive integer")
+_non_negative_int = _checked(int, lambda value: value >= 0, "must be an integer >= 0")
+_finite = _checked(float, math.isfinite, "must be a finite number")
+_fraction = _checked(float, lambda value: 0 < value <= 1, "must be a fraction in (0, 1]")
 
 
 CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite, "fraction": _fraction}
@@ -107,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     safety.add_argument("--rebuild-cache", action="store_true", help="convert a cached GGUF model again")
     safety.add_argument(
-        "--verify-cache", action="store_true", help="check the cached weights' checksums too, not only sizes"
+        "--verify-cache",
+        action="store_true",
+        help="hash every file of the cached model, a bundled model's against the checksums recorded in rr-fast",
     )
     safety.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
     return parser
@@ -183,24 +181,32 @@ def run(args: argparse.Namespace) -> None:
         text = read_text(args.input, args.errors, args.max_input)
         if config.num_chunks is not None:
             _check_num_chunks_fits(config.num_chunks, text, config)
-        folder = resolve(config.model, verify=args.verify_cache, rebuild=args.rebuild_cache, quiet=args.quiet)
-        chunker = Chunker(config, model=config.model if config.model in BUNDLED else folder)
-        progress = not args.quiet
-        if args.emit == "scores":
-            result = chunker.score(text, progress=progress)
-            pieces = format_scores(result, args.format)
-        elif args.format == "html":
-            result, scores = chunker.explain(text, progress=progress)
-            title = "rr-fast: " + ("stdin" if args.input == "-" else Path(args.input).name)
-            label = unit_label(config.length_unit)
-            pieces = [render_html(text, scores, result, chunker.limits, chunker.config.penalty, label, title)]
-        else:
-            result = chunker.chunk(text, progress=progress)
-            pieces = format_chunks(result, args.format, args.separator)
-        if not args.quiet:
-            for warning in result.warnings:
-                sys.stderr.write(f"{PROG}: warning: {warning}\n")
+        with redirect_stdout(sys.stderr):  # whatever a library prints goes to stderr: stdout is for the result
+            pieces = result_pieces(args, config, text)
         output.write(pieces)
+
+
+def result_pieces(args: argparse.Namespace, config: ChunkerConfig, text: str) -> Iterable[str]:
+    """The model loaded and run on ``text``: the output as text pieces (formatted as they are written), its
+    warnings said on stderr."""
+    folder = resolve(config.model, verify=args.verify_cache, rebuild=args.rebuild_cache, quiet=args.quiet)
+    chunker = Chunker(config, model=config.model if config.model in BUNDLED else folder)
+    progress = not args.quiet
+    if args.emit == "scores":
+        result = chunker.score(text, progress=progress)
+        pieces = format_scores(result, args.format)
+    elif args.format == "html":
+        result, scores = chunker.explain(text, progress=progress)
+        title = "rr-fast: " + ("stdin" if args.input == "-" else Path(args.input).name)
+        label = unit_label(config.length_unit)
+        pieces = [render_html(text, scores, result, chunker.limits, chunker.config.penalty, label, title)]
+    else:
+        result = chunker.chunk(text, progress=progress)
+        pieces = format_chunks(result, args.format, args.separator)
+    if not args.quiet:
+        for warning in result.warnings:
+            sys.stderr.write(f"{PROG}: warning: {warning}\n")
+    return pieces
 
 
 def report(error: BaseException, debug: bool = False) -> int:

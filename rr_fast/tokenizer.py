@@ -58,4 +58,4 @@ def load_tokenizer(folder: str | Path):
     from transformers import AutoTokenizer
 
     with quiet_transformers():
-        return AutoTokenizer.from_pretrained(str(folder))
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)

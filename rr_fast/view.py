@@ -21,6 +21,10 @@ from rr_fast.segment import Limits
 
 # One background per chunk, cycling; light enough to read black text on.
 PALETTE = ("#dbeafe", "#fde68a", "#d1fae5", "#fbcfe8", "#e0e7ff", "#fed7aa")
+# Characters an HTML parser would not keep one for one in text, so every later offset on the page would shift:
+# a raw CR is read as a newline (CRLF as one), a NUL is dropped (as the reference &#0;, it turns into U+FFFD).
+# Each becomes one character the page shows as it is: CR by reference, NUL as the visible symbol ␀.
+PAGE_SAFE = str.maketrans({"\r": "&#13;", "\0": "\u2400"})
 WIDTH, CURVE_TOP, CURVE_HEIGHT, STRIP_TOP, STRIP_HEIGHT, LEFT, RIGHT = 1000, 16, 170, 212, 72, 44, 12
 
 
@@ -241,7 +245,7 @@ def _chunk_span(text: str, chunk: Chunk, unit: str) -> str:
         f"chunk {chunk.index} · chars {chunk.start}–{chunk.end} · {chunk.token_count} model tokens"
         f"{'' if unit == 'model tokens' else f' · {length} {unit}'} · cut score {score}"
     )
-    body = html.escape(chunk.text, quote=False).replace("\r", "&#13;")  # a raw CR would be read as a newline
+    body = html.escape(chunk.text, quote=False).translate(PAGE_SAFE)
     return (
         f'<span class="chunk" data-index="{chunk.index}" title="{html.escape(tip)}" '
         f'style="background:{PALETTE[chunk.index % len(PALETTE)]}">{body}</span>'

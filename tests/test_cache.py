@@ -1,5 +1,6 @@
-"""The model cache checks itself: manifest written last, sizes (and small files' checksums) checked on every load,
-damaged or incomplete entries rebuilt, staging folders of killed conversions removed.
+"""The model cache trusts only what it wrote: manifest written last, sizes (and small files' checksums) checked on
+every load, damaged, incomplete or manifest-less entries rebuilt (never adopted), --verify-cache held to the
+checksums recorded in the package for the bundled models, staging folders of killed conversions removed.
 
 The conversion itself is replaced by a copy of a tiny model folder (a real GGUF conversion takes a minute; the
 bundled-model tests run that one), so these tests exercise exactly the cache logic around it.
@@ -19,7 +20,7 @@ from tiny_models import tiny_llama_folder
 
 from rr_fast import models
 from rr_fast.errors import RRFastError
-from rr_fast.models import MANIFEST, cached_conversion, check_entry
+from rr_fast.models import BUNDLED, MANIFEST, cached_conversion, check_entry, reference_digest, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -128,14 +129,75 @@ def test_quiet_silences_what_the_conversion_prints(tiny, tmp_path, capfd):
     assert captured.err == "" and captured.out == ""
 
 
-def test_legacy_entry_is_adopted_and_its_gguf_copy_removed(tiny, tmp_path):
+def test_an_entry_without_a_manifest_is_rebuilt_however_whole_it_looks(tiny, tmp_path):
+    """A folder put into the cache by other means (or by an rr-fast that wrote no manifest) is never adopted."""
     converter = Converter(tiny)
     target = tmp_path / "gemma3-270m"
     shutil.copytree(tiny, target)
-    (tmp_path / "gguf").mkdir()
-    (tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"old copy")
-    assert convert(target, converter) == target and converter.calls == 0
-    assert (target / MANIFEST).exists() and not (tmp_path / "gguf").exists()
+    assert "no manifest" in check_entry(target)
+    assert convert(target, converter) == target and converter.calls == 1 and check_entry(target) is None
+
+
+def same_size_damage(weights: Path) -> None:
+    """Overwrite some tensor bytes with other finite float32 values: same size, a structurally whole file."""
+    data = bytearray(weights.read_bytes())
+    data[-4096:] = bytes(4096)
+    weights.write_bytes(bytes(data))
+
+
+def reference_of(folder: Path) -> dict[str, str]:
+    return {path.name: reference_digest(path) for path in folder.iterdir() if path.name != MANIFEST}
+
+
+def test_damaged_weights_with_the_manifest_deleted_are_rebuilt_not_adopted(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "CHECKSUM_BYTES", 1 << 20)  # the tiny weights (6 MB) stand for a big file
+    converter = Converter(tiny)
+    target = convert(tmp_path / "model", converter)
+    same_size_damage(target / "model.safetensors")
+    (target / MANIFEST).unlink()
+    convert(target, converter)
+    assert converter.calls == 2 and check_entry(target, verify=True) is None
+    assert (target / "model.safetensors").read_bytes() == (tiny / "model.safetensors").read_bytes()
+
+
+def test_verify_holds_an_entry_to_the_recorded_checksums_not_its_manifest(tiny, tmp_path, monkeypatch):
+    """Damaged weights under a manifest rewritten to match them pass the manifest, not the package's record."""
+    monkeypatch.setattr(models, "CHECKSUM_BYTES", 1 << 20)
+    converter, reference = Converter(tiny), reference_of(tiny)
+    target = convert(tmp_path / "model", converter, reference=reference)
+    same_size_damage(target / "model.safetensors")
+    write_manifest(target)
+    assert check_entry(target) is None and check_entry(target, verify=True) is None  # the manifest is fooled
+    assert "recorded" in check_entry(target, verify=True, reference=reference)
+    assert convert(target, converter, reference=reference) == target and converter.calls == 1  # a plain run: sizes
+    convert(target, converter, verify=True, reference=reference)
+    assert converter.calls == 2 and check_entry(target, verify=True, reference=reference) is None
+
+
+def test_a_fresh_conversion_unlike_the_record_is_an_error_under_verify(tiny, tmp_path):
+    reference = {**reference_of(tiny), "model.safetensors": "0" * 64}
+    with pytest.raises(RRFastError, match=r"model.safetensors differs from the conversion recorded") as error:
+        convert(tmp_path / "model", Converter(tiny), verify=True, reference=reference)
+    assert "\n" not in str(error.value) and "transformers" in str(error.value)
+    assert check_entry(tmp_path / "model") is None  # kept: it is what this transformers converts to
+
+
+def test_a_file_the_conversion_did_not_write_makes_the_entry_rebuilt(tiny, tmp_path):
+    converter = Converter(tiny)
+    target = convert(tmp_path / "model", converter)
+    (target / "modeling_custom.py").write_text("print('hello')")
+    assert "modeling_custom.py is not one of the files" in check_entry(target)
+    convert(target, converter)
+    assert converter.calls == 2 and not (target / "modeling_custom.py").exists()
+
+
+@pytest.mark.bundled
+@pytest.mark.parametrize("name", list(BUNDLED))
+def test_the_recorded_checksums_are_those_of_the_bundled_conversion(name):
+    """The conversion is deterministic: the cached entry (converted on first use) matches the package's record."""
+    folder = Path(models.resolve(name, quiet=True))
+    assert check_entry(folder, verify=True, reference=BUNDLED[name].conversion) is None
+    assert sorted(BUNDLED[name].conversion) == sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
 
 
 def test_assembled_gguf_is_not_kept(tiny, tmp_path):

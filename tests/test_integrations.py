@@ -252,3 +252,18 @@ def test_default_model_is_the_bundled_one():
     from rr_fast.integrations.common import LazyChunker
 
     assert "model" not in LazyChunker().options or LazyChunker().options["model"] == DEFAULT_MODEL
+
+
+def test_none_text_has_no_chunks_in_every_adapter(tiny):
+    """LangChain and chonkie answer None with no chunks, as LlamaIndex and Haystack do (their content may be None)."""
+    from haystack import Document
+
+    from rr_fast.integrations.chonkie import RRChunker
+    from rr_fast.integrations.langchain import RRTextSplitter
+
+    splitter = RRTextSplitter(model=tiny, **SMALL)
+    assert splitter.split_text(None) == [] and splitter.create_documents([None, "  "]) == []
+    chunker = RRChunker(model=tiny, **SMALL)
+    assert chunker.chunk(None) == [] and chunker.chunk_batch([None, "  "]) == [[], []]
+    empty = [Document(content=None, meta={"source": "a"})]
+    assert haystack_pipeline(model=tiny, **SMALL).run({"splitter": {"documents": empty}})["splitter"]["documents"] == []

@@ -130,6 +130,23 @@ def test_bad_texts_are_returned_as_errors_in_order(chunker):
         list(chunker.chunk_many(texts))
 
 
+@pytest.mark.parametrize("errors", ["return", "raise"])
+def test_a_failing_iterable_keeps_the_texts_read_before_it(chunker, errors):
+    """Every text the generator gave before it failed comes out, in order, and then its error is raised."""
+    texts = [TEXTS[0], "   ", *TEXTS[1:]] if errors == "return" else TEXTS
+
+    def failing_halfway():
+        yield from texts
+        raise OSError("the source went away")
+
+    got = []
+    with pytest.raises(OSError, match="the source went away"):
+        for result in chunker.chunk_many(failing_halfway(), errors=errors):
+            got.append(result)
+    assert len(got) == len(texts)
+    assert [r for r in got if not isinstance(r, RRFastError)] == [chunker.chunk(text) for text in TEXTS]
+
+
 @pytest.mark.bundled
 def test_chunk_many_equals_chunk_on_the_bundled_model():
     from pathlib import Path

@@ -10,9 +10,10 @@ import rr_fast
 from rr_fast import Chunker, Limits
 from rr_fast.cli import main
 
-# Prose, a long run with no word boundary (so some cuts are forced), markup characters and a CRLF.
+# Prose, a long run with no word boundary (so some cuts are forced), markup characters, a CRLF and a NUL (which
+# an HTML parser drops from text, shifting every later offset, unless the page writes it otherwise).
 TEXT = (
-    "The tide came in slowly over the flats. Gulls argued over a crab near the old pier. "
+    "The tide came in slowly over the flats. Gulls argued\0 over a crab near the old pier. "
     "A fishing boat rounded the point and cut its engine.\r\n"
     + "x"
     * 300
@@ -61,8 +62,16 @@ def test_page_renders_without_errors_or_network(page):
 
 
 def test_page_text_equals_the_input(page):
+    """Character for character, so the page's offsets are the chunks' (a NUL shows as the visible ␀)."""
     view = page[0]
-    assert view.eval_on_selector("#text", "node => node.textContent") == TEXT
+    assert view.eval_on_selector("#text", "node => node.textContent") == TEXT.replace("\0", "\u2400")
+
+
+def test_each_chunk_on_the_page_spans_its_offsets(page, explained):
+    view = page[0]
+    chunks, _ = explained
+    texts = view.eval_on_selector_all("#text span.chunk", "spans => spans.map(s => s.textContent)")
+    assert [len(text) for text in texts] == [chunk.end - chunk.start for chunk in chunks]
 
 
 def test_one_cut_line_per_cut_and_forced_cuts_marked(page, explained):

@@ -122,7 +122,11 @@ class TorchBackend:
 
             with quiet_transformers():
                 model = AutoModelForCausalLM.from_pretrained(
-                    str(folder), dtype=DTYPES[dtype], attn_implementation="sdpa", use_safetensors=not allow_pickle
+                    str(folder),
+                    dtype=DTYPES[dtype],
+                    attn_implementation="sdpa",
+                    use_safetensors=not allow_pickle,
+                    trust_remote_code=False,
                 )
         else:
             raise ValueError(f"implementation must be auto, plain or transformers, got {implementation!r}")

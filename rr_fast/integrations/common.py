@@ -46,14 +46,14 @@ class LazyChunker:
     def get(self) -> Chunker:
         return shared_chunker(tuple(self.options.items()))
 
-    def chunk(self, text: str) -> list[Chunk]:
-        """Chunks of one text; an empty or whitespace-only text has none (as the frameworks' splitters do)."""
-        return chunk_list(self.get().chunk(text)) if text.strip() else []
+    def chunk(self, text: str | None) -> list[Chunk]:
+        """Chunks of one text; None, an empty or a whitespace-only text has none (as the frameworks' splitters do)."""
+        return chunk_list(self.get().chunk(text)) if has_text(text) else []
 
-    def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
+    def chunk_many(self, texts: Sequence[str | None]) -> list[list[Chunk]]:
         """Chunks of each text, through ``Chunker.chunk_many`` where this rr-fast has it, else one by one."""
         chunker = self.get()
-        filled = [i for i, text in enumerate(texts) if text.strip()]
+        filled = [i for i, text in enumerate(texts) if has_text(text)]
         out: list[list[Chunk]] = [[] for _ in texts]
         if hasattr(chunker, "chunk_many"):
             results = chunker.chunk_many([texts[i] for i in filled])
@@ -62,6 +62,12 @@ class LazyChunker:
         for i, result in zip(filled, results):
             out[i] = chunk_list(result)
         return out
+
+
+def has_text(text: Any) -> bool:
+    """Is there anything to chunk? None and blank strings are nothing; any other value goes to the ``Chunker``,
+    which names what is wrong with it."""
+    return text is not None and not (isinstance(text, str) and not text.strip())
 
 
 def chunk_list(result: Any) -> list[Chunk]:
