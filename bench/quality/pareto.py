@@ -54,6 +54,7 @@ BASE = {
     "dtype": "float32",
     "normalizer": "full",
 }
+GEMMA_FOCUSED = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16", "normalizer": "focused"}
 OPTIONS: dict[str, dict] = {
     BASELINE: {},
     "lr@w192s4": {"window": 192, "skip": 4},  # SmolLM2's choice (bench.quality.windows): its chunks come from there
@@ -114,20 +115,8 @@ OPTIONS: dict[str, dict] = {
     "gemma3-270m:lr@w96-step64-bf16": {"model": "gemma3-270m", "window": 96, "step": 64, "dtype": "bfloat16"},
     "gemma3-270m:lr@w64-step64-bf16": {"model": "gemma3-270m", "window": 64, "step": 64, "dtype": "bfloat16"},
     # the focused normalizer: each reset window's lr normalized over the full pass's most probable tokens there
-    "gemma3-270m:lr@w128-step64-bf16-focused": {
-        "model": "gemma3-270m",
-        "window": 128,
-        "step": 64,
-        "dtype": "bfloat16",
-        "normalizer": "focused",
-    },
-    "gemma3-270m:lr@w64-step64-bf16-focused": {
-        "model": "gemma3-270m",
-        "window": 64,
-        "step": 64,
-        "dtype": "bfloat16",
-        "normalizer": "focused",
-    },
+    "gemma3-270m:lr@w128-step64-bf16-focused": {**GEMMA_FOCUSED, "window": 128},
+    "gemma3-270m:lr@w64-step64-bf16-focused": {**GEMMA_FOCUSED, "window": 64},
 }
 # The product's default (ChunkerConfig(); a test keeps the two equal) and the paper-faithful exact configuration
 # that the default is measured against (``--preset quality``)
