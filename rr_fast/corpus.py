@@ -51,10 +51,11 @@ from rr_fast.corpus_files import (
     done_shards,
     error_reason,
     finish,
-    prepare_output,
+    previous_run,
     pyarrow_modules,
     read_documents,
     scan_documents,
+    start_run,
     without_repeated_ids,
 )
 from rr_fast.errors import RRFastError, UsageError
@@ -76,10 +77,11 @@ def run(
     checked_inputs(config.inputs)
     output = Path(config.output)
     with OutputLock(output):
+        previous = previous_run(output, config, resume)
         # a first pass over the input: whether an id is shared is known only once every document has been seen
         documents = read_documents(list(config.inputs), config.id_field, config.text_field)
         found = scan_documents(documents, config.shard_docs)
-        already = prepare_output(output, config, found, resume)
+        already = start_run(output, config, found, previous)
         devices = devices or [None] * workers
         bar = _Progress(progress, already * config.shard_docs)
         if workers == 1:

@@ -395,16 +395,23 @@ def checked_inputs(inputs: Iterable[str]) -> None:
         input_kind(name)
 
 
-def prepare_output(output: Path, config: RunConfig, found: Scan, resume: bool) -> int:
-    """Check that ``output`` (locked) may take this run, drop the shards whose documents changed, and record the
-    run in a manifest marked running; returns how many shards are already done."""
-    key = config.manifest_key()
-    entries = [p for p in output.iterdir() if p.name != LOCK_NAME]
-    if entries:
-        if not resume:
-            raise RRFastError(f"{output} is not empty: add --resume to continue that run, or pick another --output")
-        previous = _previous_manifest(output)
-        _check_same_run(output, previous["run"], key)
+def previous_run(output: Path, config: RunConfig, resume: bool) -> dict | None:
+    """The manifest of the run ``output`` (locked) holds, when this run may continue it; None when it is empty.
+
+    A folder with files needs ``--resume``, a readable manifest, and the same inputs and configuration."""
+    if not any(p.name != LOCK_NAME for p in output.iterdir()):
+        return None
+    if not resume:
+        raise RRFastError(f"{output} is not empty: add --resume to continue that run, or pick another --output")
+    previous = _previous_manifest(output)
+    _check_same_run(output, previous["run"], config.manifest_key())
+    return previous
+
+
+def start_run(output: Path, config: RunConfig, found: Scan, previous: dict | None) -> int:
+    """Drop the shards whose documents changed since ``previous`` and record this run in a manifest marked
+    running; returns how many shards are already done."""
+    if previous is not None:
         kept = {
             k
             for k, (old, new) in enumerate(zip(previous.get("shards", []), found.digests))
@@ -419,7 +426,7 @@ def prepare_output(output: Path, config: RunConfig, found: Scan, resume: bool) -
     manifest = {
         "version": MANIFEST_VERSION,
         "status": "running",
-        "run": key,
+        "run": config.manifest_key(),
         "inputs": [input_identity(name) for name in config.inputs],
         "documents": found.documents,
         "shards": [

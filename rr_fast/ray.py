@@ -38,11 +38,12 @@ from rr_fast.corpus_files import (
     finish,
     folder_files,
     jsonl_documents,
-    prepare_output,
+    previous_run,
     pyarrow_modules,
     record_document,
     scan,
     schema,
+    start_run,
     without_repeated_ids,
 )
 from rr_fast.errors import RRFastError, UsageError
@@ -321,6 +322,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     checked_inputs(config.inputs)
     output = Path(config.output)
     with OutputLock(output):
+        previous_run(output, config, resume=False)
         if not ray.is_initialized():
             ray.init(address=address, log_to_driver=False)
         ray.data.DataContext.get_current().execution_options.preserve_order = True
@@ -328,7 +330,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
             num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.chunker.get("device") != "cpu" else 0
         datasets = read_datasets(list(config.inputs), config.id_field, config.text_field)
         found = scan_datasets(datasets, config.shard_docs)
-        prepare_output(output, config, found, resume=False)
+        start_run(output, config, found, previous=None)
         staging = output / STAGING
         for number, documents in enumerate(datasets):
             chunked = chunk_documents_dataset(documents, config.chunker, repeated=found.repeated, num_gpus=num_gpus)
