@@ -3,7 +3,8 @@
 The model, scoring and length flags are generated from ``ChunkerConfig``. Every option is checked, the output
 opened and the input read before the model loads; every failure, of any exception class, is one line on
 stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and exit 2 for usage errors, 1 otherwise, 130 on
-Ctrl-C (143 on SIGTERM). Input and output live in ``rr_fast.io``.
+Ctrl-C (143 on SIGTERM). Input and output live in ``rr_fast.io``; the flags and the one-line report of a failure,
+shared with the corpus command, in ``rr_fast.command``.
 """
 
 from __future__ import annotations

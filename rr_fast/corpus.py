@@ -89,7 +89,7 @@ def run(
         else:
             _run_processes(config, workers, devices, bar, found)
         bar.close()
-        return finish(output, config, found)
+        return finish(output, found)
 
 
 def run_worker(

@@ -475,7 +475,7 @@ def _check_same_run(output: Path, previous: dict, key: dict) -> None:
             )
 
 
-def finish(output: Path, config: RunConfig, found: Scan) -> dict:
+def finish(output: Path, found: Scan) -> dict:
     """Every shard done: gather the errors, count the chunks and mark the manifest complete."""
     _, pq = pyarrow_modules()
     manifest = json.loads((output / "manifest.json").read_text())

@@ -338,7 +338,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
         documents = _split_into_shards(staging, output, config.shard_docs)
         if documents != found.documents:
             raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
-        return finish(output, config, found)
+        return finish(output, found)
 
 
 def _split_into_shards(staging: Path, output: Path, shard_docs: int) -> int:
