@@ -552,7 +552,10 @@ class OutputLock:
         return handle
 
     def __exit__(self, *exc) -> None:
-        (self.output / LOCK_NAME).unlink(missing_ok=True)  # while still held: no other run holds this file
+        try:
+            (self.output / LOCK_NAME).unlink(missing_ok=True)  # while still held: no other run holds this file
+        except PermissionError:  # Windows cannot remove an open file: it stays, unlocked
+            pass
         self.handle.close()
         self.handle = None
         if self.created and not any(self.output.iterdir()):  # a run that failed before writing anything
@@ -566,6 +569,7 @@ def _try_lock(handle) -> bool:
         import msvcrt
 
         try:
+            handle.seek(0)  # msvcrt locks bytes from the current position: every run locks the first byte
             msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
         except OSError:
             return False
