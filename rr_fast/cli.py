@@ -4,77 +4,42 @@ The model, scoring and length flags are generated from ``ChunkerConfig``. Every 
 opened and the input read before the model loads; every failure, of any exception class, is one line on
 stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and exit 2 for usage errors, 1 otherwise, 130 on
 Ctrl-C (143 on SIGTERM). stdout carries the result and nothing else: what a library prints while the model loads
-and runs goes to stderr. Input and output live in ``rr_fast.io``.
+and runs goes to stderr. Input and output live in ``rr_fast.io``; the flags and the one-line report of a failure,
+shared with the corpus command, in ``rr_fast.command``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import signal
 import sys
-import threading
-import traceback
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, redirect_stdout
+from contextlib import redirect_stdout
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from rr_fast.backends import check_backend
 from rr_fast.chunker import Chunk, Chunker, Scores, checked_parts
-from rr_fast.config import PRESETS, ChunkerConfig, chunker_config
+from rr_fast.command import (
+    PROG,
+    OneLineParser,
+    add_config_options,
+    debugging,
+    given_options,
+    report,
+    sigterm_as_interrupt,
+    size_argument,
+)
+from rr_fast.config import ChunkerConfig, chunker_config
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
+from rr_fast.io import DEFAULT_MAX_INPUT, format_size, prepared_output, read_text
 from rr_fast.models import BUNDLED, resolve
 from rr_fast.view import render_html
 
-PROG = "rr-fast"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not usage + message
-        sys.stderr.write(f"{PROG}: error: {message} (see --help)\n")
-        sys.exit(2)
-
-
-def _checked(convert, passes, words: str):
-    """An argparse type: ``convert(text)`` when it ``passes``, else the one line of what the value must be
-    (argparse's own message for a failed conversion would name this function)."""
-
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{words}, got {text!r}") from None
-        if not passes(value):
-            raise argparse.ArgumentTypeError(f"{words}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-_positive = _checked(int, lambda value: value >= 1, "must be a positive integer")
-_non_negative_int = _checked(int, lambda value: value >= 0, "must be an integer >= 0")
-_finite = _checked(float, math.isfinite, "must be a finite number")
-_fraction = _checked(float, lambda value: 0 < value <= 1, "must be a fraction in (0, 1]")
-
-
-CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite, "fraction": _fraction}
-GROUP_TITLES = {"lengths": "chunk lengths (in --length-unit, model tokens by default)"}
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m rr_fast.chunk",
         description="Right Reset chunking: cut where the model's reading of what follows "
         "barely depends on what came before.",
@@ -96,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     safety = parser.add_argument_group("limits, cache and diagnostics")
     safety.add_argument(
         "--max-input",
-        type=_size,
+        type=size_argument,
         default=DEFAULT_MAX_INPUT,
         metavar="SIZE",
         help=f"refuse input beyond this many bytes, e.g. 500M (default {format_size(DEFAULT_MAX_INPUT)})",
@@ -111,57 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_config_options(parser: argparse.ArgumentParser) -> None:
-    """``--preset`` and one flag per ChunkerConfig field (``--name-with-dashes``), with its help, type and choices.
-
-    A flag left out stays None in the parsed arguments, so ``config_from_args`` can tell "not given" (the
-    preset's or the default value applies) from "given", even when given the default's value.
-    """
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for spec in fields(ChunkerConfig):
-        meta = spec.metadata
-        if meta["group"] not in groups:
-            groups[meta["group"]] = parser.add_argument_group(GROUP_TITLES.get(meta["group"], meta["group"]))
-            if meta["group"] == "model":
-                groups["model"].add_argument(
-                    "--preset",
-                    choices=tuple(PRESETS),
-                    help="a named configuration (quality is the default; bench/RESULTS.md, 'Presets', gives each "
-                    "one's measured recovery and speed); options given explicitly override its values",
-                )
-        shown = "" if spec.default is None else f" (default {spec.default})"
-        if isinstance(spec.default, bool):
-            groups[meta["group"]].add_argument(
-                "--" + spec.name.replace("_", "-"),
-                action="store_true",
-                default=None,
-                help=meta["help"].replace("%", "%%"),
-            )
-            continue
-        groups[meta["group"]].add_argument(
-            "--" + spec.name.replace("_", "-"),
-            type=CHECK_TYPES.get(meta["check"], str),
-            choices=meta["choices"],
-            default=None,
-            help=(meta["help"] + shown).replace("%", "%%"),
-        )
-
-
-def given_options(args: argparse.Namespace) -> dict:
-    """The ChunkerConfig fields set on the command line (not their defaults), plus ``preset`` when given."""
-    given = {spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}
-    given = {name: value for name, value in given.items() if value is not None}
-    return given | ({"preset": args.preset} if args.preset else {})
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0, 1 runtime error, 2 usage error, 130 interrupted)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed as one line
         return int(stop.code or 0)
-    debug = args.debug or os.environ.get("RR_FAST_DEBUG", "").strip() not in ("", "0")
-    with _sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
+    debug = debugging(args)
+    with sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
         try:
             run(args)
         except BaseException as error:  # the CLI boundary: whatever happened, one line and an exit status
@@ -207,63 +129,6 @@ def result_pieces(args: argparse.Namespace, config: ChunkerConfig, text: str) ->
         for warning in result.warnings:
             sys.stderr.write(f"{PROG}: warning: {warning}\n")
     return pieces
-
-
-def report(error: BaseException, debug: bool = False) -> int:
-    """One line on stderr for any exception (the traceback too with --debug); the exit status."""
-    if debug:
-        traceback.print_exception(error)
-    if isinstance(error, SystemExit):
-        return int(error.code or 0) if isinstance(error.code, int) or error.code is None else 1
-    if isinstance(error, KeyboardInterrupt):
-        sys.stderr.write(f"{PROG}: interrupted (nothing written)\n")
-        return 143 if isinstance(error, Terminated) else 130
-    if isinstance(error, BrokenPipeError):  # `... | head`: the reader left; not worth a message
-        _silence_stdout()
-        return 1
-    if isinstance(error, RRFastError):
-        message = _one_line(error)
-    elif isinstance(error, MemoryError):
-        message = "out of memory: split the input, or lower --batch-tokens or --context (and --num-chunks, if given)"
-    elif isinstance(error, OSError):
-        where = f": {error.filename}" if error.filename else ""
-        message = f"{error.strerror or _one_line(error)}{where}"
-    else:
-        message = (
-            f"internal error ({type(error).__name__}: {_one_line(error)}); "
-            "run again with --debug for the traceback and report it"
-        )
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    return 2 if isinstance(error, UsageError) else 1
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so every cleanup (temporary output, conversion staging) runs."""
-
-
-@contextmanager
-def _sigterm_as_interrupt():
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush does not fail a second time."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _check_num_chunks_fits(num_chunks: int, text: str, config: ChunkerConfig) -> None:
@@ -324,8 +189,3 @@ def _flag_names(message: str) -> str:
         if "_" in spec.name:
             message = message.replace(spec.name, spec.name.replace("_", "-"))
     return message
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 500 else text[:497] + "..."

@@ -7,35 +7,46 @@
 --ray auto|ADDRESS`` runs the whole pipeline on an existing cluster. No input is gathered on the driver or
 materialized in the object store: Ray tasks read, each actor loads the model once and chunks its batches
 with ``Chunker.chunk_many``, and the writers take the chunks as they come, so the rows and their order equal
-the single-machine run's. The driver sees the document ids once before chunking (as in ``rr_fast.corpus``,
-documents that share an id all go to the errors file), and at the end splits Ray's files, one at a time,
-into the chunk files and the errors file. Ray is imported only when this module is used.
+the single-machine run's. The driver sees each document's id and digest once before chunking (as in
+``rr_fast.corpus``, documents that share an id all go to the errors file), and at the end splits Ray's files,
+one at a time, into the shards of ``rr_fast.corpus_files``: the output folder, its manifest and its lock are the
+single-machine run's. Ray is imported only when this module is used.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rr_fast.corpus import (
-    COLUMNS,
+from rr_fast.corpus_files import (
+    JSONL_SUFFIXES,
+    STAGING,
     Document,
+    OutputLock,
     RunConfig,
+    Scan,
+    checked_inputs,
     chunk_documents,
     chunk_rows,
+    commit_shard,
+    document_digest,
     error_reason,
     file_document,
+    finish,
     folder_files,
     jsonl_documents,
+    previous_run,
+    pyarrow_modules,
     record_document,
-    repeated_ids,
+    scan,
+    schema,
+    start_run,
     without_repeated_ids,
 )
-from rr_fast.errors import RRFastError
+from rr_fast.errors import RRFastError, UsageError
 
 RAY_HINT = 'rr_fast.ray needs Ray Data: pip install "rr-fast[ray]"'
 DOCUMENT_COLUMNS = ("doc_id", "text", "error")  # the documents stage; error: the reader's reason, else null
@@ -58,8 +69,6 @@ def document_schema():
 
 def output_schema():
     import pyarrow as pa
-
-    from rr_fast.corpus import schema
 
     return schema().append(pa.field("error", pa.string()))
 
@@ -133,16 +142,36 @@ class ChunkActor:
         return pa.Table.from_pylist(rows, schema=output_schema())
 
 
-def shared_ids(*datasets: Any) -> frozenset[str]:
-    """The ids several readable documents carry; only the id and error columns travel to the driver."""
+def scan_datasets(datasets: list[Any], shard_docs: int = 1) -> Scan:
+    """``rr_fast.corpus_files.scan`` of the documents: Ray tasks hash each document, and only its id, whether it
+    was readable and its digest travel to the driver, in input order."""
 
-    def ids() -> Iterator[Document]:
+    def entries():
         for documents in datasets:
-            for batch in documents.select_columns(["doc_id", "error"]).iter_batches(batch_format="pyarrow"):
-                for doc_id, error in zip(batch.column("doc_id").to_pylist(), batch.column("error").to_pylist()):
-                    yield Document(doc_id, None, error)
+            digests = documents.map_batches(_digest_columns, batch_format="pyarrow")
+            for batch in digests.iter_batches(batch_format="pyarrow"):
+                ids, errors = batch.column("doc_id").to_pylist(), batch.column("error").to_pylist()
+                yield from zip(ids, (e is None for e in errors), batch.column("digest").to_pylist())
 
-    return frozenset(repeated_ids(ids()))
+    return scan(entries(), shard_docs)
+
+
+def shared_ids(*datasets: Any) -> frozenset[str]:
+    """The ids several readable documents carry."""
+    return scan_datasets(list(datasets)).repeated
+
+
+def _digest_columns(batch):
+    import pyarrow as pa
+
+    read = [Document(*row) for row in zip(*(batch.column(name).to_pylist() for name in DOCUMENT_COLUMNS))]
+    return pa.table(
+        {
+            "doc_id": pa.array([d.doc_id for d in read], pa.string()),
+            "error": pa.array([d.error for d in read], pa.string()),
+            "digest": pa.array([document_digest(d) for d in read], pa.binary()),
+        }
+    )
 
 
 def chunk_dataset(
@@ -225,7 +254,7 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any
         where = name if "://" in name else str(path.resolve())
         if path.suffix == ".parquet":
             kind, paths = "parquet", [where]
-        elif path.suffix in (".jsonl", ".json", ".ndjson"):
+        elif path.suffix in JSONL_SUFFIXES:
             kind, paths = "jsonl", [where]
         elif path.is_dir():
             kind, paths = "folder", [str(p.resolve()) for p in folder_files(path)]
@@ -282,68 +311,64 @@ def _lines(stream, size: int = 1 << 20) -> Iterator[bytes]:
 
 
 def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, num_gpus: float | None = None) -> dict:
-    """The corpus command on Ray: chunk files to ``config.output`` (Parquet, errors.jsonl, manifest.json)."""
+    """The corpus command on Ray: the same output folder as ``rr_fast.corpus.run`` (shards, errors.jsonl, manifest),
+    written under the same lock, so the same code reads it and ``--resume`` on one machine continues it."""
     ray = _ray()
+    pyarrow_modules()
     if resume:
-        raise RRFastError("--resume is not available with --ray (Ray retries failed tasks itself)")
+        raise UsageError(
+            "--resume runs on one machine: leave out --ray (a Ray run's output folder is the same as a local run's)"
+        )
+    checked_inputs(config.inputs)
     output = Path(config.output)
-    if output.exists() and any(output.iterdir()):
-        raise RRFastError(f"{output} is not empty: pick another --output")
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    if num_gpus is None:
-        num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.chunker.get("device") != "cpu" else 0
-    datasets = read_datasets(list(config.inputs), config.id_field, config.text_field)
-    repeated = shared_ids(*datasets)
-    staging = output / ".rows"
-    for number, documents in enumerate(datasets):
-        chunked = chunk_documents_dataset(documents, config.chunker, repeated=repeated, num_gpus=num_gpus)
-        chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
-    counts = _split_rows(staging, output / "chunks", output / "errors.jsonl")
-    manifest = {
-        "status": "complete",
-        "run": config.manifest_key() | {"ray": address},
-        **counts,
-        "columns": list(COLUMNS),
-        "chunks_folder": "chunks",
-    }
-    (output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    return manifest
+    with OutputLock(output):
+        previous_run(output, config, resume=False)
+        if not ray.is_initialized():
+            ray.init(address=address, log_to_driver=False)
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        if num_gpus is None:
+            num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.chunker.get("device") != "cpu" else 0
+        datasets = read_datasets(list(config.inputs), config.id_field, config.text_field)
+        found = scan_datasets(datasets, config.shard_docs)
+        start_run(output, config, found, previous=None)
+        staging = output / STAGING
+        for number, documents in enumerate(datasets):
+            chunked = chunk_documents_dataset(documents, config.chunker, repeated=found.repeated, num_gpus=num_gpus)
+            chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
+        documents = _split_into_shards(staging, output, config.shard_docs)
+        if documents != found.documents:
+            raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
+        return finish(output, found)
 
 
-def _split_rows(staging: Path, chunks: Path, errors: Path) -> dict:
-    """Ray's output files, one at a time and in order, into chunk files (``COLUMNS``) and the errors file.
-
-    One streaming write cannot feed two sinks, so the rows go through the driver once here; only one file's
-    rows are in memory at a time.
-    """
-    import pyarrow.compute as pc
+def _split_into_shards(staging: Path, output: Path, shard_docs: int) -> int:
+    """Ray's output files, one at a time and in order, into the shards of ``shard_docs`` documents (chunk rows
+    and errors); returns the number of documents. Only one file's and one shard's rows are in memory at a time."""
     import pyarrow.parquet as pq
 
-    chunks.mkdir(parents=True, exist_ok=True)
-    totals = {"documents": 0, "chunks": 0, "errors": 0}
-    written = 0
-    with errors.open("w", encoding="utf-8") as lines:
-        for part in sorted(staging.glob("*/*.parquet"), key=_write_order):
-            table = pq.read_table(part)
-            failed = pc.is_valid(table.column("error"))
-            good = table.filter(pc.invert(failed)).select(list(COLUMNS))
-            bad = table.filter(failed)
-            if good.num_rows:
-                pq.write_table(good, chunks / f"part-{written:05d}.parquet")
-                written += 1
-            for doc_id, reason in zip(bad.column("doc_id").to_pylist(), bad.column("error").to_pylist()):
-                lines.write(json.dumps({"doc_id": doc_id, "reason": reason}, ensure_ascii=False) + "\n")
-            totals["chunks"] += good.num_rows
-            totals["errors"] += bad.num_rows
-            totals["documents"] += bad.num_rows + (pc.sum(pc.equal(good.column("chunk_index"), 0)).as_py() or 0)
-            part.unlink()
+    rows: list[dict] = []
+    errors: list[dict] = []
+    documents = 0
+    for part in sorted(staging.glob("*/*.parquet"), key=_write_order):
+        for row in pq.read_table(part).to_pylist():
+            reason = row.pop("error")
+            if reason is not None or row["chunk_index"] == 0:  # the first row of a document
+                if documents and documents % shard_docs == 0:
+                    commit_shard(output, documents // shard_docs - 1, rows, errors)
+                    rows, errors = [], []
+                documents += 1
+            if reason is None:
+                rows.append(row)
+            else:
+                errors.append({"doc_id": row["doc_id"], "reason": reason})
+        part.unlink()
+    if documents:
+        commit_shard(output, (documents - 1) // shard_docs, rows, errors)
     if staging.exists():  # absent when the inputs held no document
         for folder in staging.iterdir():
             folder.rmdir()
         staging.rmdir()
-    return totals
+    return documents
 
 
 def _write_order(part: Path) -> tuple:

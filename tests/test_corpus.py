@@ -18,6 +18,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from rr_fast import Chunker, Limits  # noqa: E402
 from rr_fast.corpus import COLUMNS, EXIT_DOCUMENT_ERRORS, main  # noqa: E402
+from rr_fast.corpus_files import OutputLock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "whale ship captain harvest valley river rain farmer boat deck storm island".split()
@@ -101,7 +102,10 @@ def test_refuses_to_mix_runs(tiny, tmp_path, capsys):
     assert main([str(data), "-o", str(out), "-q", *options(tiny)]) == 1
     assert "--resume" in capsys.readouterr().err
     assert main([str(data), "-o", str(out), "-q", "--resume", *options(tiny), "--max-tokens", "30"]) == 1
-    assert "other inputs or options" in capsys.readouterr().err
+    assert "other options (--max-tokens 24, here 30)" in capsys.readouterr().err
+    other = write_jsonl(tmp_path / "b.jsonl", [{"id": "x", "text": make_texts(1)[0]}])
+    assert main([str(other), "-o", str(out), "-q", "--resume", *options(tiny)]) == 1
+    assert "other inputs" in capsys.readouterr().err
     assert main([str(data), "-o", str(out), "-q", "--resume", *options(tiny)]) == 0  # nothing left to do
 
 
@@ -181,3 +185,124 @@ def test_documents_that_share_an_id_go_to_the_errors_file(tiny, tmp_path):
                  *options(tiny)]) == EXIT_DOCUMENT_ERRORS  # fmt: skip
     assert read_output(out) == rows
     assert [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()] == errors
+
+
+def test_resume_redoes_the_shards_whose_documents_changed(tiny, tmp_path):
+    texts = make_texts(9)
+    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    data = write_jsonl(tmp_path / "a.jsonl", records)
+    out = tmp_path / "out"
+    run = [str(data), "-o", str(out), "--shard-docs", "2", "-q", *options(tiny)]
+    assert main(run) == 0
+    before = output_files(out)
+    records[3]["text"] = texts[3] + " The river rose."  # shard 1
+    records[6]["id"] = "d0"  # shard 3 now shares shard 0's id: both become errors
+    records.append({"id": "d9", "text": texts[8]})  # shard 4 grows
+    write_jsonl(data, records)
+    assert main([*run, "--resume"]) == EXIT_DOCUMENT_ERRORS
+    fresh = tmp_path / "fresh"
+    assert main([str(data), "-o", str(fresh), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
+    assert output_files(out) == output_files(fresh)
+    assert output_files(out)["part-00002.parquet"] == before["part-00002.parquet"]  # unchanged shard kept
+    assert "".join(r["text"] for r in read_output(out) if r["doc_id"] == "d3").endswith("The river rose.")
+    assert [json.loads(line)["doc_id"] for line in (out / "errors.jsonl").read_text().splitlines()] == ["d0", "d0"]
+    write_jsonl(data, records[:3])  # documents removed: the shards past the end go
+    assert main([*run, "--resume"]) == 0
+    assert sorted(p.name for p in out.glob("part-*")) == ["part-00000.parquet", "part-00001.parquet"]
+
+
+def test_a_second_run_on_a_locked_folder_fails_at_once_naming_the_first(tiny, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": "x", "text": make_texts(1)[0]}])
+    out = tmp_path / "out"
+    with OutputLock(out):  # what a run holds for its whole length
+        assert main([str(data), "-o", str(out), "-q", *options(tiny)]) == 1
+        assert capsys.readouterr().err == (
+            f"rr-fast: error: {out} is being written by another corpus run (pid {os.getpid()}): wait for it to "
+            "end, or pick another --output\n"
+        )
+        assert main([str(data), "-o", str(out), "-q", "--resume", *options(tiny)]) == 1
+    assert main([str(data), "-o", str(out), "-q", *options(tiny)]) == 0
+    assert not (out / ".lock").exists()
+
+
+def test_workers_die_with_the_parent_before_committing_another_shard(tiny, tmp_path):
+    texts = make_texts(12)
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": texts[i % 12] * 20} for i in range(400)])
+    out = tmp_path / "out"
+    process = subprocess.Popen(corpus_command(data, out, tiny, "--workers", "2"), cwd=ROOT)
+    deadline = time.monotonic() + 300
+    while not (out / "part-00000.parquet").exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    children = [int(p) for p in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    assert len(children) >= 2  # two workers (and multiprocessing's resource tracker)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    time.sleep(0.5)
+    done = sorted(out.glob("part-*"))
+    assert len(done) < 200  # killed mid-run
+    time.sleep(2)
+    assert sorted(out.glob("part-*")) == done
+    assert [pid for pid in children if _alive(pid)] == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def _corrupt_parquet(tmp_path: Path) -> list[str]:
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    return [str(tmp_path / "bad.parquet")]
+
+
+def _output_is_a_file(tmp_path: Path) -> list[str]:
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": "x", "text": "Some text."}])
+    (tmp_path / "out").write_text("a file")
+    return [str(data)]
+
+
+def _broken_manifest(tmp_path: Path) -> list[str]:
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": "x", "text": "Some text."}])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.json").write_text('{"version": 2, "run": ')
+    return [str(data), "--resume"]
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "message"),
+    [
+        (lambda tmp_path: [str(tmp_path / "missing.jsonl")], 1, "input not found: "),
+        (lambda tmp_path: [str(tmp_path / "missing.parquet")], 1, "input not found: "),
+        (_corrupt_parquet, 1, "bad.parquet is not a readable Parquet file"),
+        (_output_is_a_file, 2, "is a file: the corpus command writes a folder"),
+        (_broken_manifest, 1, "manifest.json is damaged"),
+    ],
+    ids=["missing jsonl", "missing parquet", "corrupt parquet", "output is a file", "broken manifest"],
+)
+def test_bad_inputs_and_outputs_are_one_line(tiny, tmp_path, capsys, case, status, message):
+    arguments = case(tmp_path)
+    assert main([*arguments, "-o", str(tmp_path / "out"), "-q", *options(tiny)]) == status
+    err = capsys.readouterr().err
+    assert err.startswith("rr-fast: error: ") and message in err and err.count("\n") == 1
+
+
+def test_lone_surrogates_in_ids_texts_and_file_names_are_errors_not_a_failed_run(tiny, tmp_path):
+    texts = make_texts(3)
+    data = tmp_path / "a.jsonl"
+    data.write_text(
+        json.dumps({"id": "\ud800", "text": texts[0]}) + "\n"  # json.dumps escapes the lone surrogate
+        + json.dumps({"id": "bad text", "text": "ok \udfff ok"}) + "\n"
+        + json.dumps({"id": "good", "text": texts[1]}) + "\n"
+    )  # fmt: skip
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "fine.txt").write_text(texts[2])
+    open(os.path.join(os.fsencode(folder), b"caf\xff.txt"), "wb").write(texts[2].encode())
+    out = tmp_path / "out"
+    assert main([str(data), str(folder), "-o", str(out), "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
+    assert list(dict.fromkeys(r["doc_id"] for r in read_output(out))) == ["good", "fine.txt"]
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [e["doc_id"] for e in errors] == ["\\ud800", "bad text", "caf\\udcff.txt"]
+    assert "lone surrogate" in errors[1]["reason"] and all("not valid Unicode" in e["reason"] for e in errors)

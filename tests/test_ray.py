@@ -10,9 +10,9 @@ from test_corpus import make_texts, options, read_output, write_jsonl
 from tiny_models import tiny_llama_folder
 
 ray = pytest.importorskip("ray")  # the [test] extra installs it
-import pyarrow.parquet as pq  # noqa: E402
-
 from rr_fast.corpus import COLUMNS, main  # noqa: E402
+from rr_fast.corpus_files import OutputLock, RunConfig  # noqa: E402
+from rr_fast.errors import RRFastError  # noqa: E402
 from rr_fast.ray import chunk_dataset, run_on_ray  # noqa: E402
 
 
@@ -33,16 +33,17 @@ def test_ray_pipeline_equals_the_single_machine_run(local_ray, tmp_path):
     with data.open("ab") as lines:  # a broken line and a non-UTF-8 one are errors, not a failed run
         lines.write(b'{"id": "cut", "text": "no end\n{"id": "latin", "text": "caf\xe9"}\n')
     single = tmp_path / "single"
-    assert main([str(data), "-o", str(single), "-q", *options(tiny)]) == 3
-    from rr_fast.corpus import RunConfig
-
+    assert main([str(data), "-o", str(single), "--shard-docs", "4", "-q", *options(tiny)]) == 3
     config = RunConfig(
-        (str(data),), str(tmp_path / "ray"), "id", "text", 256,
+        (str(data),), str(tmp_path / "ray"), "id", "text", 4,
         {"model": tiny, "backend": "torch", "limits": {"min_tokens": 4, "max_tokens": 24, "target_tokens": 12}},
     )  # fmt: skip
+    with OutputLock(tmp_path / "ray"), pytest.raises(RRFastError, match="being written by another corpus run"):
+        run_on_ray(config)  # the same lock as a run on one machine
     manifest = run_on_ray(config)
     assert manifest["documents"] == 13 and manifest["errors"] == 3
-    rows = pq.read_table(tmp_path / "ray" / "chunks").to_pylist()
+    rows = read_output(tmp_path / "ray")  # the same layout and manifest as a run on one machine
+    assert manifest["shards"] == json.loads((single / "manifest.json").read_text())["shards"]
     expected = read_output(single)
     assert [r["chunk_id"] for r in rows] == [r["chunk_id"] for r in expected]
     for got, want in zip(rows, expected):
@@ -55,6 +56,9 @@ def test_ray_pipeline_equals_the_single_machine_run(local_ray, tmp_path):
     errors = [json.loads(x) for x in (tmp_path / "ray" / "errors.jsonl").read_text().splitlines()]
     assert errors == [json.loads(x) for x in (single / "errors.jsonl").read_text().splitlines()]
     assert [e["doc_id"] for e in errors] == ["blank", "a.jsonl:12", "a.jsonl:13"]
+    files = {p.name: p.read_bytes() for p in (tmp_path / "ray").iterdir()}
+    assert main([str(data), "-o", str(tmp_path / "ray"), "--shard-docs", "4", "-q", "--resume", *options(tiny)]) == 3
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ray").iterdir()} == files  # resumed: nothing left to do
 
 
 def test_chunk_dataset_takes_and_returns_a_dataset(local_ray, tmp_path):
@@ -85,7 +89,7 @@ def test_ray_reads_folders_and_rejects_shared_ids_like_the_single_machine_run(lo
     assert main([*inputs, "-o", str(single), "-q", *options(tiny)]) == 3
     ray_out = tmp_path / "ray"
     assert main([*inputs, "-o", str(ray_out), "-q", "--ray", "auto", *options(tiny)]) == 3
-    rows, expected = pq.read_table(ray_out / "chunks").to_pylist(), read_output(single)
+    rows, expected = read_output(ray_out), read_output(single)
     assert [dict(r, score=None) for r in rows] == [dict(r, score=None) for r in expected]
     assert [r["score"] for r in rows] == pytest.approx([r["score"] for r in expected], abs=1e-9, nan_ok=True)
     assert list(dict.fromkeys(r["doc_id"] for r in rows)) == ["d0", "d2", "d4", "sub/deep.md"]
