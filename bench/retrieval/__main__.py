@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.rr:
         rr, seconds = rr_settings(spec, Path(args.out) / "scores")
         settings += rr
-        scoring_seconds[rr[0].family] = seconds
+        scoring_seconds.update({setting.family: seconds for setting in rr})
     results = {
         "command": "python -m bench.retrieval " + " ".join(sys.argv[1:] if argv is None else argv),
         "quick": args.quick,
@@ -112,7 +112,9 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
             f"({time.perf_counter() - started:.0f} s)"
         )
     return {
-        "questions": [{"id": q.id, "corpus": q.corpus, "split": q.split} for q in questions],
+        "questions": [
+            {"id": q.id, "corpus": q.corpus, "split": q.split, "references": len(q.references)} for q in questions
+        ],
         "corpora": {c: sum(len(d.text) for d in docs) for c, docs in condition.corpora.items()},
         "settings": rows,
     }

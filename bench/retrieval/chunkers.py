@@ -29,8 +29,16 @@ from bench.quality.peers import align
 from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits, chunker_config
 
 Spans = list[tuple[int, int]]
-# rr-fast's limits sweep, (min, target, max) tokens: retrieval-sized chunks up to the product default (48/192/384)
-LIMITS_SWEEP = ((16, 64, 128), (24, 100, 200), (48, 192, 384), (64, 256, 512))
+# rr-fast's limits sweep, (min, target, max) tokens and λ (None: the configuration's): retrieval-sized chunks up to
+# the product default (48/192/384), and a length term ten times the default's at two sizes (its own curve)
+LIMITS_SWEEP = (
+    (16, 64, 128, None),
+    (24, 100, 200, None),
+    (48, 192, 384, None),
+    (64, 256, 512, None),
+    (24, 100, 200, 0.2),
+    (48, 192, 384, 0.2),
+)
 
 
 @dataclass(frozen=True)
@@ -299,9 +307,9 @@ def rr_settings(spec: str, cache: Path, sweep=LIMITS_SWEEP) -> tuple[list[Settin
             loaded["chunker"] = cached_chunker(config, cache)
         return loaded["chunker"]
 
-    def make(low: int, target: int, high: int):
+    def make(low: int, target: int, high: int, weight: float):
         def load():
-            limited = with_limits(chunker(), Limits(low, high, target, config.length_weight))
+            limited = with_limits(chunker(), Limits(low, high, target, weight))
 
             def chunk(text: str) -> Spans:
                 return [(c.start, c.end) for c in limited.chunk(text)]
@@ -310,16 +318,12 @@ def rr_settings(spec: str, cache: Path, sweep=LIMITS_SWEEP) -> tuple[list[Settin
 
         return load
 
-    family = f"rr-fast {spec}"
-    settings = [
-        Setting(
-            family,
-            f"{family}@{target}/{high}",
-            f"min {low}, target {target}, max {high} tokens",
-            make(low, target, high),
-        )
-        for low, target, high in sweep
-    ]
+    settings = []
+    for low, target, high, weight in sweep:
+        family = f"rr-fast {spec}" + ("" if weight is None else f" λ{weight}")
+        weight = config.length_weight if weight is None else weight
+        describe = f"min {low}, target {target}, max {high} tokens, λ {weight}"
+        settings.append(Setting(family, f"{family}@{target}/{high}", describe, make(low, target, high, weight)))
 
     def scoring_seconds(text: str) -> float:
         engine = chunker().engine

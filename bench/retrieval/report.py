@@ -136,6 +136,8 @@ def write(results: dict, report: Path, figure: Path) -> str:
                 )
         summary += _targets(name, condition, resamples, seed)
     lines += ["", "### Targets (evaluation questions, rr-fast at its default limits 48/192/384)", "", *summary]
+    lines += _chosen(results)
+    lines += _misses(results)
     lines += ["", f"![retrieval curves]({os.path.relpath(figure, report.parent)})"]
     text = "\n".join(lines) + "\n"
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -177,9 +179,88 @@ def _targets(name: str, condition: dict, resamples: int, seed: int) -> list[str]
                 f"above 0 in recall@5 (weakest: {worst_recall['family']} {_interval(worst_recall['recall'])}) and "
                 f"IoU@5 (weakest: {worst_iou['family']} {_interval(worst_iou['iou'])}): **{'met' if ok else 'missed'}**"
             )
+        losses = [
+            f"{e['family']} in {label} ({_interval(e[metric])})"
+            for e in entries
+            for metric, label in (("recall", "recall@5"), ("iou", "IoU@5"))
+            if e[metric][2] < 0
+        ]
+        out.append(f"  - beaten (interval below 0) by: {'; '.join(losses) if losses else 'no peer'}")
         if unmatched:
-            out.append(f"  (no size within ±10%, so not compared: {', '.join(unmatched)})")
+            out.append(f"  - no size within ±10%, so not compared: {', '.join(unmatched)}")
     return out
+
+
+def _margin(condition: dict, row: dict, split: str) -> float | None:
+    """rr-fast's lead over its closest peer family at its size: the smallest mean Δ recall@5 + Δ IoU@5."""
+    mask = np.array([q["split"] == split for q in condition["questions"]])
+    leads = []
+    for family, rows in families(condition).items():
+        if family.startswith("rr-fast"):
+            continue
+        recall, iou = (
+            matched(rows, row["mean_chars"], "5", "recall", mask),
+            matched(rows, row["mean_chars"], "5", "iou", mask),
+        )
+        if recall is None or iou is None:
+            continue
+        leads.append(
+            (values(row, "5", "recall", mask) - recall[0]).mean() + (values(row, "5", "iou", mask) - iou[0]).mean()
+        )
+    return min(leads) if leads else None
+
+
+def _chosen(results: dict) -> list[str]:
+    """The rr-fast setting (limits and λ) with the largest lead over its closest peer on calibration questions,
+    and that lead on evaluation questions: the sweep's choice, made where it may be made."""
+    lines = ["", "### rr-fast's limits chosen on calibration questions", ""]
+    for name, condition in results["conditions"].items():
+        if not any(q["split"] == "cal" for q in condition["questions"]):
+            continue
+        scored = [(r, _margin(condition, r, "cal")) for r in condition["settings"] if r["family"].startswith("rr-fast")]
+        scored = [(r, m) for r, m in scored if m is not None]
+        if not scored:
+            continue
+        row, lead = max(scored, key=lambda pair: pair[1])
+        held_out = _margin(condition, row, "eval")
+        lines.append(
+            f"- {name}: {row['name']} ({row['describe']}, {row['mean_chars']:.0f} chars): lead over the closest peer "
+            f"(Δ recall@5 + Δ IoU@5) {lead:+.3f} on calibration, {held_out:+.3f} on evaluation"
+        )
+    return lines
+
+
+def _misses(results: dict) -> list[str]:
+    """How chunks fail an embedder, on calibration questions: references split across chunks, top chunks
+    diluted by other text, questions whose top 5 miss every reference. One row per setting."""
+    lines = [
+        "",
+        "### Misses (calibration questions)",
+        "",
+        "split: share of questions with more chunks holding reference text than references (some reference is cut); "
+        "top share: mean share of the top chunk that is reference text, where it holds any (1 − dilution); "
+        "miss@5: share of questions whose top 5 hold no reference text; rank: median rank of the first chunk "
+        "that holds reference text.",
+        "",
+        "| condition | setting | mean chars | split | top share | miss@5 | rank | recall@5 | IoU@5 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, condition in results["conditions"].items():
+        mask = np.array([q["split"] == "cal" for q in condition["questions"]])
+        if not mask.any():
+            continue
+        references = np.array([q["references"] for q in condition["questions"]])[mask]
+        for row in sorted(condition["settings"], key=lambda r: (r["family"], r["mean_chars"])):
+            holding = values(row, "shape", "holding", mask)
+            share = values(row, "shape", "top_share", mask)
+            recall = values(row, "5", "recall", mask)
+            lines.append(
+                f"| {name} | {row['name']} | {row['mean_chars']:.0f} | {np.mean(holding > references):.3f} | "
+                f"{share[share > 0].mean() if (share > 0).any() else 0:.3f} | {np.mean(recall == 0):.3f} | "
+                f"{np.median(values(row, 'shape', 'rank', mask)):.0f} | {recall.mean():.3f} | "
+                f"{values(row, '5', 'iou', mask).mean():.3f} |"
+            )
+    return lines
 
 
 def draw(results: dict, figure: Path) -> None:
@@ -187,6 +268,7 @@ def draw(results: dict, figure: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     conditions = results["conditions"]
     fig, axes = plt.subplots(len(conditions), 2, figsize=(11, 3.6 * len(conditions)), squeeze=False)
@@ -206,6 +288,8 @@ def draw(results: dict, figure: Path) -> None:
             axis.set_title(f"{name}: {label} (evaluation questions)")
             axis.set_xlabel("mean chunk size (characters)")
             axis.set_xscale("log")
+            axis.xaxis.set_major_formatter(ScalarFormatter())
+            axis.xaxis.set_minor_formatter(ScalarFormatter())
             axis.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
