@@ -1,0 +1,200 @@
+"""``python -m bench.retrieval [--quick] [--rr SPECS] [--peers FAMILIES] [--conditions ...] [--data-dir D]``
+
+Every method chunks each corpus of each condition (bench.retrieval.data), MiniLM embeds the chunks and the
+questions, each question searches its own corpus, and the metrics of bench.retrieval.evaluate go per question
+into bench/results/retrieval.json; bench.retrieval.report turns them into RESULTS_retrieval.md and the figure.
+
+Everything costly is cached under ``--out`` (default bench/out/retrieval): rr-fast's scores per configuration
+and text, peers' chunks with their CPU time, MiniLM vectors. A rerun with another ``--rr`` list scores only
+the new configurations and reads every other row from cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import REPO_ROOT, data_dir
+from bench.retrieval import report
+from bench.retrieval.chunkers import PEER_FAMILIES, Setting, peer_settings, replayed_seconds, rr_settings
+from bench.retrieval.data import CONDITIONS, Condition, chroma_condition, records_condition
+from bench.retrieval.evaluate import embed, question_metrics
+from rr_fast import RRFastError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    out = Path(args.out) / ("quick" if args.quick else "full")
+    data = data_dir(args.data_dir)
+    if not (data / "chroma" / "questions.csv").exists():
+        print(
+            f"rr-fast: error: no Chroma benchmark data in {data} (pass --data-dir or set RR_FAST_DATA)", file=sys.stderr
+        )
+        return 1
+    results_path = Path(args.results) if args.results else _default(args, "bench/results/retrieval.json", out)
+    settings = peer_settings(args.peers)
+    scoring_seconds = {}
+    for spec in args.rr:
+        rr, seconds = rr_settings(spec, Path(args.out) / "scores")
+        settings += rr
+        scoring_seconds.update({setting.family: seconds for setting in rr})
+    results = {
+        "command": "python -m bench.retrieval " + " ".join(sys.argv[1:] if argv is None else argv),
+        "quick": args.quick,
+        "seed": args.seed,
+        "resamples": args.resamples,
+        "rr": args.rr,
+        "conditions": {},
+    }
+    for name in args.conditions:
+        condition = _condition(name, data, out, args)
+        _log(f"{name}: {sum(map(len, condition.corpora.values()))} documents, {len(condition.questions)} questions")
+        try:
+            results["conditions"][name] = run_condition(condition, settings, scoring_seconds, out)
+        except RRFastError as error:
+            print(f"rr-fast: error: {error}", file=sys.stderr)
+            return 1
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.write_text(json.dumps(results), encoding="utf-8")  # each finished condition is kept
+    report_path = Path(args.report) if args.report else _default(args, "bench/retrieval/RESULTS_retrieval.md", out)
+    figure = Path(args.figure) if args.figure else _default(args, "bench/retrieval/figures/retrieval.png", out)
+    print(report.write(results, report_path, figure))
+    return 0
+
+
+def run_condition(condition: Condition, settings: list[Setting], scoring_seconds: dict, out: Path) -> dict:
+    questions = condition.questions
+    question_vectors = embed([q.text for q in questions], out / "vectors")
+    fingerprint = hashlib.sha1(
+        "\x00".join(d.text for docs in condition.corpora.values() for d in docs).encode()
+    ).hexdigest()[:12]
+    rows = []
+    for setting in settings:
+        started = time.perf_counter()
+        spans, seconds = _chunks(
+            setting, condition, out / "chunks" / f"{condition.name}-{fingerprint}", scoring_seconds
+        )
+        texts = [condition.corpora[c][d].text[s:e] for c, chunks in spans.items() for d, s, e in chunks]
+        vectors = embed(texts, out / "vectors")
+        per_question: dict = {}
+        offset = 0
+        by_corpus = {}
+        for corpus, chunks in spans.items():
+            by_corpus[corpus] = (chunks, vectors[offset : offset + len(chunks)])
+            offset += len(chunks)
+        for q, question in enumerate(questions):
+            chunks, chunk_vectors = by_corpus[question.corpus]
+            measured = question_metrics(question, chunks, chunk_vectors @ question_vectors[q])
+            for k, values in measured.items():
+                for metric, value in values.items():
+                    per_question.setdefault(k, {}).setdefault(metric, []).append(round(float(value), 5))
+        lengths = [len(t) for t in texts]
+        rows.append(
+            {
+                "family": setting.family,
+                "name": setting.name,
+                "describe": setting.describe,
+                "chunks": len(texts),
+                "mean_chars": float(np.mean(lengths)),
+                "seconds": seconds,
+                "metrics": per_question,
+            }
+        )
+        _log(
+            f"{condition.name} {setting.name}: {len(texts)} chunks, mean {np.mean(lengths):.0f} chars, "
+            f"recall@5 {np.mean(per_question['5']['recall']):.3f}, chunking {seconds:.1f} CPU s "
+            f"({time.perf_counter() - started:.0f} s)"
+        )
+    return {
+        "questions": [
+            {"id": q.id, "corpus": q.corpus, "split": q.split, "references": len(q.references)} for q in questions
+        ],
+        "corpora": {c: sum(len(d.text) for d in docs) for c, docs in condition.corpora.items()},
+        "settings": rows,
+    }
+
+
+def _chunks(setting: Setting, condition: Condition, cache: Path, scoring_seconds: dict) -> tuple[dict, float]:
+    """{corpus: [(document, start, end)]} and the CPU seconds chunking took; peers' chunks come from cache.
+
+    rr-fast re-runs its DP each time (its scores are cached); its cost is the DP's CPU time plus the CPU time
+    that scoring each text took when it was scored. Semantic peers reuse the sentence embeddings of their other
+    settings and are charged what computing them took.
+    """
+    path = cache / f"{setting.name.replace('/', '_').replace(' ', '_')}.json"
+    rr = setting.family in scoring_seconds
+    if not rr and path.exists():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        return {c: [tuple(x) for x in v] for c, v in saved["spans"].items()}, saved["seconds"]
+    chunk = setting.load()
+    spans, seconds = {}, 0.0
+    for corpus, documents in condition.corpora.items():
+        spans[corpus] = []
+        for d, document in enumerate(documents):
+            # scoring counts once, as measured when it ran: live time covers edges scored now, plus the
+            # cached seconds of edges scored before
+            earlier = scoring_seconds[setting.family](document.text) if rr else 0.0
+            started, replayed = time.process_time(), replayed_seconds()
+            pieces = chunk(document.text)
+            seconds += time.process_time() - started + earlier + replayed_seconds() - replayed
+            spans[corpus] += [(d, s, e) for s, e in pieces]
+    if not rr:
+        cache.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"spans": spans, "seconds": seconds}), encoding="utf-8")
+    return spans, seconds
+
+
+def _condition(name: str, data: Path, out: Path, args) -> Condition:
+    if name == "records":
+        return records_condition(data, out / "cache", args.quick)
+    return chroma_condition(data, name == "flattened", args.seed, args.quick)
+
+
+def _default(args, committed: str, out: Path) -> Path:
+    """Committed paths for a full run; a quick run writes beside its cache, never over the committed results."""
+    return out / Path(committed).name if args.quick else REPO_ROOT / committed
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.retrieval", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--quick", action="store_true", help="the first 6,000 characters of each corpus, 1 stream")
+    parser.add_argument("--data-dir", help="benchmark data folder (default $RR_FAST_DATA or ../shared/data)")
+    parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out" / "retrieval"), help="cache folder")
+    parser.add_argument(
+        "--rr",
+        default="preset:balanced",
+        help="rr-fast configurations, comma-separated: preset:NAME, default, or a model, each with optional "
+        "+option=value (e.g. preset:balanced,default+dtype=bfloat16); '' for none",
+    )
+    parser.add_argument("--peers", default=",".join(PEER_FAMILIES), help="peer families, comma-separated")
+    parser.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated")
+    parser.add_argument("--seed", type=int, default=0, help="calibration/evaluation split of Chroma's questions")
+    parser.add_argument("--resamples", type=int, default=10_000, help="paired bootstrap resamples")
+    parser.add_argument("--results", help="results JSON (default bench/results/retrieval.json)")
+    parser.add_argument("--report", help="markdown report (default bench/retrieval/RESULTS_retrieval.md)")
+    parser.add_argument("--figure", help="PNG figure (default bench/retrieval/figures/retrieval.png)")
+    args = parser.parse_args(argv)
+    args.rr = [s.strip() for s in args.rr.split(",") if s.strip()]
+    args.peers = [s.strip() for s in args.peers.split(",") if s.strip()]
+    args.conditions = [s.strip() for s in args.conditions.split(",") if s.strip()]
+    for family in args.peers:
+        if family not in PEER_FAMILIES:
+            parser.error(f"unknown peer {family!r}; peers are {', '.join(PEER_FAMILIES)}")
+    for condition in args.conditions:
+        if condition not in CONDITIONS:
+            parser.error(f"unknown condition {condition!r}; conditions are {', '.join(CONDITIONS)}")
+    return args
+
+
+def _log(message: str) -> None:
+    print(f"[retrieval] {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

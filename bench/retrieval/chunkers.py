@@ -1,0 +1,332 @@
+"""Every method as a family of settings: text → character partition, with rr-fast's scores cached.
+
+Peers run as their users run them, each at several sizes so that every family is a curve against mean chunk
+size. Token sizes count rr-fast's default model's tokens (Gemma 3), the unit of rr-fast's own limits.
+
+rr-fast is costly to score and cheap to segment, so each text is scored once per configuration (``ScoreCache``
+stands in for the chunker's engine and keeps the readout values under ``bench/out/retrieval/scores``) and every
+limit setting of the sweep re-runs only the DP on those values. The public API has no call that segments given
+scores with other limits, so ``with_limits`` copies a loaded ``Chunker`` with other limits; its engine, and so
+the cached scores, are shared.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import save_npz
+from bench.quality.metrics import partition
+from bench.quality.peers import align
+from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits, chunker_config
+
+Spans = list[tuple[int, int]]
+# rr-fast's limits sweep, (min, target, max) tokens and λ (None: the configuration's): retrieval-sized chunks up to
+# the product default (48/192/384), and a length term ten times the default's at two sizes (its own curve)
+LIMITS_SWEEP = (
+    (16, 64, 128, None),
+    (24, 100, 200, None),
+    (48, 192, 384, None),
+    (64, 256, 512, None),
+    (24, 100, 200, 0.2),
+    (48, 192, 384, 0.2),
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One method at one size: ``family`` names the curve, ``name`` the point."""
+
+    family: str
+    name: str
+    describe: str
+    load: Callable[[], Callable[[str], Spans]]
+
+
+def _tokenizer():
+    from bench.quality.baselines import default_tokenizer
+
+    return default_tokenizer(DEFAULT_MODEL)
+
+
+def _from_starts(text: str, starts) -> Spans:
+    return partition(sorted({int(s) for s in starts if 0 < s < len(text)}), len(text))
+
+
+def _fixed_tokens(size: int):
+    def load():
+        tokenizer = _tokenizer()
+
+        def chunk(text: str) -> Spans:
+            offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            return _from_starts(text, [offsets[i][0] for i in range(size, len(offsets), size)])
+
+        return chunk
+
+    return load
+
+
+def _langchain_recursive(size: int):
+    def load():
+        from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+        splitter = RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=0, add_start_index=True)
+        return lambda text: _from_starts(text, [d.metadata["start_index"] for d in splitter.create_documents([text])])
+
+    return load
+
+
+def _semchunk(size: int):
+    def load():
+        import semchunk
+
+        chunker = semchunk.chunkerify(_tokenizer(), size)
+        return lambda text: _from_starts(text, [start for start, _ in chunker(text, offsets=True)[1]])
+
+    return load
+
+
+def _chonkie_recursive(size: int):
+    def load():
+        from chonkie import RecursiveChunker
+
+        chunker = RecursiveChunker(tokenizer=_tokenizer(), chunk_size=size)
+        return lambda text: _from_starts(text, [c.start_index for c in chunker.chunk(text)])
+
+    return load
+
+
+class _Memo:
+    """Embeddings of text batches kept for the other settings of the same family (same texts, same vectors), with
+    the CPU seconds each batch took, which ``replayed_seconds`` charges to every setting that reuses it."""
+
+    replayed = 0.0
+
+    def __init__(self, embed: Callable[[list[str]], object]):
+        self.embed, self.known = embed, {}
+
+    def __call__(self, texts: list[str]):
+        key = hashlib.sha1("\x00".join(texts).encode()).hexdigest()
+        if key in self.known:
+            vectors, seconds = self.known[key]
+            _Memo.replayed += seconds
+            return vectors
+        started = time.process_time()
+        vectors = self.embed(list(texts))
+        self.known[key] = (vectors, time.process_time() - started)
+        return vectors
+
+
+def replayed_seconds() -> float:
+    """CPU seconds of embedding batches that settings reused instead of recomputing, so far."""
+    return _Memo.replayed
+
+
+@lru_cache(maxsize=1)
+def _chonkie_embeddings():
+    from chonkie import SentenceTransformerEmbeddings
+
+    from bench.quality.baselines import load_minilm
+
+    class Memoised(SentenceTransformerEmbeddings):
+        def __init__(self, model):
+            super().__init__(model)
+            self.memo = _Memo(super().embed_batch)
+
+        def embed_batch(self, texts):
+            return self.memo(texts)
+
+    return Memoised(load_minilm())
+
+
+def _chonkie_semantic(threshold: float):
+    def load():
+        from chonkie import SemanticChunker
+
+        chunker = SemanticChunker(embedding_model=_chonkie_embeddings(), chunk_size=512, threshold=threshold)
+        return lambda text: _from_starts(text, [c.start_index for c in chunker.chunk(text)])
+
+    return load
+
+
+@lru_cache(maxsize=1)
+def _langchain_embeddings():
+    from langchain_community.embeddings import HuggingFaceEmbeddings
+    from langchain_core.embeddings import Embeddings
+
+    from bench.quality.peers import _minilm_path
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # HuggingFaceEmbeddings' move to langchain-huggingface
+        model = HuggingFaceEmbeddings(model_name=_minilm_path())
+
+    class Memoised(Embeddings):
+        memo = _Memo(model.embed_documents)
+
+        def embed_documents(self, texts):
+            return self.memo(texts)
+
+        def embed_query(self, text):
+            return model.embed_query(text)
+
+    return Memoised()
+
+
+def _langchain_semantic(percentile: int):
+    def load():
+        from langchain_experimental.text_splitter import SemanticChunker
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # langchain-experimental's sunset notice
+            chunker = SemanticChunker(_langchain_embeddings(), breakpoint_threshold_amount=percentile)
+        return lambda text: align(text, chunker.split_text(text))
+
+    return load
+
+
+PEER_FAMILIES: dict[str, tuple[str, Callable, tuple[int, ...]]] = {
+    "fixed-tokens": ("windows of {} Gemma tokens", _fixed_tokens, (96, 192, 288)),
+    "langchain-recursive": (
+        "RecursiveCharacterTextSplitter(chunk_size={} chars, overlap 0)",
+        _langchain_recursive,
+        (500, 1000, 1500),
+    ),
+    "semchunk": ("chunkerify(Gemma tokenizer, {} tokens)", _semchunk, (128, 256, 384)),
+    "chonkie-recursive": ("RecursiveChunker(Gemma tokenizer, chunk_size={})", _chonkie_recursive, (128, 256, 384)),
+    "chonkie-semantic": ("SemanticChunker(MiniLM, chunk_size=512, threshold={})", _chonkie_semantic, (0.8, 0.6, 0.4)),
+    "langchain-semantic": (
+        "SemanticChunker(MiniLM, breakpoint percentile {}), no size option",
+        _langchain_semantic,
+        (95, 90, 80),
+    ),
+}
+
+
+def peer_settings(families: list[str]) -> list[Setting]:
+    settings = []
+    for family in families:
+        describe, make, sizes = PEER_FAMILIES[family]
+        settings += [Setting(family, f"{family}@{size}", describe.format(size), make(size)) for size in sizes]
+    return settings
+
+
+def rr_config(spec: str) -> ChunkerConfig:
+    """``preset:NAME`` or ``default`` (today's ``ChunkerConfig()``), optionally ``+key=value`` overrides."""
+    base, *overrides = spec.split("+")
+    options = {}
+    for override in overrides:
+        key, value = override.split("=", 1)
+        field_type = type(getattr(ChunkerConfig(), key))
+        options[key] = value if field_type is str or getattr(ChunkerConfig(), key) is None else field_type(value)
+    if base == "default":
+        return chunker_config(None, None, **options)
+    if base.startswith("preset:"):
+        return chunker_config(base.removeprefix("preset:"), None, **options)
+    return chunker_config(None, None, model=base, **options)
+
+
+class ScoreCache:
+    """A ``Chunker`` engine that answers from ``folder`` (one npz per token sequence) and scores only edges it
+    has not seen; each edge's reset window is independent of the others, so a subset scores the same.
+
+    Each file keeps the CPU seconds its scoring took, the cost column of a run that reads it back.
+    """
+
+    def __init__(self, engine, folder: Path):
+        self.engine, self.folder = engine, folder
+        self.names = engine.names
+        self.timings = engine.timings
+
+    def score_many(self, documents, progress=None):
+        for ids, edges in documents:
+            yield self.score(ids, edges)
+
+    def score(self, ids: np.ndarray, edges: np.ndarray, progress=None) -> dict[str, np.ndarray]:
+        path = self.path(ids)
+        known, seconds = self._load(path)
+        missing = np.array(sorted(set(np.asarray(edges).tolist()) - set(known)), dtype=np.int64)
+        if len(missing):
+            started = time.process_time()
+            values = self.engine.score(np.asarray(ids), missing, progress)
+            seconds += time.process_time() - started
+            for i, edge in enumerate(missing.tolist()):
+                known[edge] = [float(values[name][i]) for name in self.names]
+            order = sorted(known)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            save_npz(path, edges=np.array(order), values=np.array([known[e] for e in order]), seconds=seconds)
+        return {
+            name: np.array([known[int(e)][j] for e in edges], dtype=np.float64) for j, name in enumerate(self.names)
+        }
+
+    def seconds(self, ids: np.ndarray) -> float:
+        return self._load(self.path(ids))[1]
+
+    def path(self, ids: np.ndarray) -> Path:
+        return self.folder / (hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest() + ".npz")
+
+    @staticmethod
+    def _load(path: Path) -> tuple[dict[int, list[float]], float]:
+        if not path.exists():
+            return {}, 0.0
+        with np.load(path) as saved:
+            return dict(zip(saved["edges"].tolist(), saved["values"].tolist())), float(saved["seconds"])
+
+
+def cached_chunker(config: ChunkerConfig, cache: Path) -> Chunker:
+    """A ``Chunker`` for ``config`` whose scores live in ``cache/<key of the scoring options>``."""
+    chunker = Chunker(config)
+    scoring = chunker.config.replace(min_tokens=1, max_tokens=1, target_tokens=1, penalty=0.0, length_weight=0.0)
+    key = hashlib.sha1(repr(scoring).encode()).hexdigest()[:12]
+    chunker.engine = ScoreCache(chunker.engine, cache / key)
+    return chunker
+
+
+def with_limits(chunker: Chunker, limits: Limits) -> Chunker:
+    """The same loaded chunker (engine and score cache shared) with other length limits."""
+    other = copy.copy(chunker)
+    other.config = chunker.config.replace(limits=limits)
+    other.limits = limits
+    return other
+
+
+def rr_settings(spec: str, cache: Path, sweep=LIMITS_SWEEP) -> tuple[list[Setting], Callable[[str], float]]:
+    """One setting per limits of the sweep, and a function giving a text's cached scoring CPU seconds."""
+    config = rr_config(spec)
+    loaded: dict[str, Chunker] = {}
+
+    def chunker() -> Chunker:
+        if "chunker" not in loaded:
+            loaded["chunker"] = cached_chunker(config, cache)
+        return loaded["chunker"]
+
+    def make(low: int, target: int, high: int, weight: float):
+        def load():
+            limited = with_limits(chunker(), Limits(low, high, target, weight))
+
+            def chunk(text: str) -> Spans:
+                return [(c.start, c.end) for c in limited.chunk(text)]
+
+            return chunk
+
+        return load
+
+    settings = []
+    for low, target, high, weight in sweep:
+        family = f"rr-fast {spec}" + ("" if weight is None else f" λ{weight}")
+        weight = config.length_weight if weight is None else weight
+        describe = f"min {low}, target {target}, max {high} tokens, λ {weight}"
+        settings.append(Setting(family, f"{family}@{target}/{high}", describe, make(low, target, high, weight)))
+
+    def scoring_seconds(text: str) -> float:
+        engine = chunker().engine
+        return engine.seconds(chunker().tokenize(text).ids)
+
+    return settings, scoring_seconds

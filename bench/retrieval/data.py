@@ -1,0 +1,117 @@
+"""The three conditions: documents to chunk and the questions that search them.
+
+- ``published``: Chroma's corpora as released (``chroma/corpora``), with its questions and reference offsets.
+- ``flattened``: the same corpora with every line break replaced by a space, which keeps every offset.
+- ``records``: the quality benchmark's evaluation streams (related records joined by one space), searched with
+  ``records/queries.jsonl``; a query's reference is its record's span in its stream, and each domain's
+  evaluation streams together are one corpus.
+
+Chroma's questions are split into calibration and evaluation halves per corpus with a fixed seed; anything
+tuned is chosen on calibration. Every record question is an evaluation question: its streams are evaluation
+streams, which no calibration step ever sees.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.quality.streams import build_streams, minilm_embedder
+
+CONDITIONS = ("published", "flattened", "records")
+# the quality benchmark's stream counts and seed, so these are its evaluation streams exactly
+STREAM_SEED, EVAL_STREAMS, CAL_STREAMS = 0, 20, 15
+QUICK_CHARS = 6000  # --quick: the first characters of each Chroma corpus, with the questions they answer
+QUICK_POOL = 150  # --quick: records per domain to build one evaluation stream from
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    corpus: str
+    text: str
+    references: tuple[tuple[int, int, int], ...]  # (document index in its corpus, start, end)
+    split: str  # "cal" or "eval"
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    corpora: dict[str, list[Document]]
+    questions: list[Question]
+
+
+def chroma_condition(data: Path, flattened: bool, seed: int, quick: bool = False) -> Condition:
+    """Chroma's corpora and questions, as published or with every line break made a space."""
+    folder = data / "chroma"
+    corpora: dict[str, list[Document]] = {}
+    for path in sorted((folder / "corpora").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        text = text[:QUICK_CHARS] if quick else text
+        corpora[path.stem] = [Document(path.stem, text.replace("\n", " ") if flattened else text)]
+    with open(folder / "questions.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    by_corpus: dict[str, list[tuple[int, dict]]] = {}
+    for number, row in enumerate(rows):
+        by_corpus.setdefault(row["corpus_id"], []).append((number, row))
+    questions = []
+    for corpus, numbered in sorted(by_corpus.items()):
+        if corpus not in corpora:
+            continue
+        length = len(corpora[corpus][0].text)
+        kept = []
+        for number, row in numbered:
+            references = tuple((0, int(r["start_index"]), int(r["end_index"])) for r in json.loads(row["references"]))
+            if all(end <= length for _, _, end in references):
+                kept.append((number, row, references))
+        calibration = set(_half(len(kept), seed, corpus).tolist())
+        for position, (number, row, references) in enumerate(kept):
+            split = "cal" if position in calibration else "eval"
+            questions.append(Question(f"chroma-{number}", corpus, row["question"], references, split))
+    return Condition("flattened" if flattened else "published", corpora, questions)
+
+
+def records_condition(data: Path, cache: Path, quick: bool = False) -> Condition:
+    """Each domain's evaluation streams as one corpus, searched with the queries of the records in them."""
+    streams = build_streams(
+        data / "records",
+        1 if quick else EVAL_STREAMS,
+        1 if quick else CAL_STREAMS,
+        STREAM_SEED,
+        embed=minilm_embedder(cache),
+        pool_size=QUICK_POOL if quick else None,
+    )
+    corpora: dict[str, list[Document]] = {}
+    spans: dict[str, tuple[str, int, int, int]] = {}
+    for stream in (s for s in streams if s.split == "eval"):
+        documents = corpora.setdefault(stream.domain, [])
+        for record_id, start, end in stream.records:
+            spans[record_id] = (stream.domain, len(documents), start, end)
+        documents.append(Document(stream.id, stream.text))
+    questions, seen = [], set()
+    with open(data / "records" / "queries.jsonl", encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            row = json.loads(line)
+            if row["id"] not in spans or (row["id"], row["query"]) in seen:
+                continue
+            seen.add((row["id"], row["query"]))
+            domain, document, start, end = spans[row["id"]]
+            questions.append(Question(f"query-{number}", domain, row["query"], ((document, start, end),), "eval"))
+    return Condition("records", corpora, questions)
+
+
+def _half(count: int, seed: int, corpus: str) -> np.ndarray:
+    """The positions of a corpus's questions that form its calibration half."""
+    order = np.random.default_rng([seed, zlib.crc32(corpus.encode())]).permutation(count)
+    return order[: count // 2]
