@@ -139,7 +139,8 @@ BUNDLED: dict[str, Bundled] = {
             }
         )
         # lr on coarser word grids (bench.quality.pareto, all 45 calibration streams): the presets' settings and
-        # their neighbours; bfloat16 and the focused normalizer calibrate to the same ρ as float32 and the full one
+        # their neighbours; bfloat16 calibrates to the same ρ as float32, and the focused normalizer to the same ρ as
+        # the full one at W 128
         | {
             ("lr", 160, 32): 0.95,
             ("lr", 160, 64): 0.90,
