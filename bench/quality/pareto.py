@@ -356,13 +356,41 @@ def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[s
     return picks
 
 
+def summary(streams: list[Stream], names: list[str], out: Path, embedding: bool) -> dict[str, dict]:
+    """Evaluation recovery and partition F1 [95% CI] of each option with end-to-end chunks, and with ``embedding``
+    the paired gap to the embedding boundary (calibrated as ours; minutes of MiniLM): a row of the Presets table
+    without rerendering it, for options added after the table's other caches are gone."""
+    from bench.quality.pareto_report import RESAMPLES, baseline_rows, lm_rows
+
+    evaluation = [s for s in streams if s.split == "eval"]
+    calibration = [s for s in streams if s.split == "cal"]
+    indices = bootstrap_indices([s.domain for s in evaluation], RESAMPLES, seed=0)
+    rows = {name: per_stream for name, per_stream in lm_rows(evaluation, out).items() if name in names}
+    reference = None
+    if embedding:
+        others, _ = baseline_rows(calibration, evaluation, semantic_peers=False)
+        reference = np.array([r["clean_unit_recovery"] for r in others["embedding-boundary"]])
+    result = {}
+    for name, per_stream in rows.items():
+        recovery = np.array([r["clean_unit_recovery"] for r in per_stream])
+        row = {
+            "recovery": interval(recovery, indices),
+            "partition_f1": interval(np.array([r["partition_f1"] for r in per_stream]), indices),
+        }
+        if reference is not None:
+            row["vs_embedding_boundary"] = interval(recovery - reference, indices)
+            row["embedding_boundary"] = interval(reference, indices)
+        result[name] = row
+    return result
+
+
 def _log(message: str) -> None:
     print(f"[pareto] {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.pareto", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "drift", "report"))
+    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "drift", "summary", "report"))
     parser.add_argument("--options", default=",".join(OPTIONS), help="comma-separated option names")
     parser.add_argument("--split", default="cal", choices=("cal", "eval"))
     parser.add_argument("--streams", type=Path, default=STREAMS)
@@ -376,6 +404,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--no-semantic-peers", action="store_true", help="report: leave out the peers that embed (minutes of MiniLM)"
+    )
+    parser.add_argument(
+        "--embedding", action="store_true", help="summary: the paired gap to the embedding boundary (MiniLM)"
     )
     args = parser.parse_args(argv)
     if args.threads:
@@ -409,6 +440,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.step == "drift":
         for row in drift(evaluation[0].text, names, args.out):
             _log(json.dumps(row))
+    elif args.step == "summary":
+        result = summary(streams, names, args.out, args.embedding)
+        (args.out / "summary.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1))
     elif args.step == "speed":
         for row in speed(evaluation[0].text, names, args.repeats, args.out, not args.no_peers, args.speed_file):
             _log(json.dumps(row))
