@@ -38,12 +38,12 @@ from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import Stream, build_streams, minilm_embedder, write_streams
-from rr_fast.config import ChunkerConfig
+from rr_fast.config import PAPER_STEP
 from rr_fast.models import BUNDLED
 from rr_fast.segment import rank_sum
 from rr_fast.text import candidate_edges, tokenize
 
-STEP = ChunkerConfig.step  # candidate grid, tokens
+STEP = PAPER_STEP  # candidate grid, tokens
 # streams per domain of a full run; 45 calibration streams in all, since 15 could not tell close options apart
 EVAL_PER_DOMAIN, CAL_PER_DOMAIN = 20, 15
 QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)

@@ -35,7 +35,7 @@ from bench.quality.baselines import SPAN_TOKENS, default_tokenizer, embedding_bo
 from bench.quality.calibration import PENALTY_GRID, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
-from rr_fast.config import ChunkerConfig
+from rr_fast.config import PAPER_STEP
 from rr_fast.text import candidate_edges, tokenize
 
 OUT = REPO_ROOT / "bench" / "out"
@@ -73,7 +73,7 @@ def score(streams: list[Stream], variants: list[str], out: Path) -> None:
         started = time.perf_counter()
         for done, stream in enumerate(todo, 1):
             tokens = tokenize(tokenizer, stream.text)
-            edges = candidate_edges(stream.text, tokens, ChunkerConfig.step)
+            edges = candidate_edges(stream.text, tokens, PAPER_STEP)
             values = embedding_boundary(stream.text, tokens, edges, span=span, sentences=sentences)
             partial = folder / f"{stream.id}.partial.npy"
             np.save(partial, values)
@@ -90,7 +90,7 @@ def load(streams: list[Stream], variant: str, out: Path) -> dict[str, EdgeScores
     scores = {}
     for stream in streams:
         tokens = tokenize(tokenizer, stream.text)
-        edges = candidate_edges(stream.text, tokens, ChunkerConfig.step)
+        edges = candidate_edges(stream.text, tokens, PAPER_STEP)
         scores[stream.id] = EdgeScores(len(tokens), edges.tokens, edges.chars, np.load(folder / f"{stream.id}.npy"))
     return scores
 

@@ -26,7 +26,7 @@ from bench.quality.baselines import default_tokenizer
 from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, chunk_spans
 from bench.quality.metrics import CLEAN, char_labels, stream_metrics
 from bench.quality.streams import Stream, read_streams
-from rr_fast.config import ChunkerConfig
+from rr_fast.config import PAPER_STEP
 from rr_fast.text import Edges, candidate_edges, ends_sentence, tokenize
 
 OUT = REPO_ROOT / "bench" / "out"
@@ -80,7 +80,7 @@ def stream_rows(
 ) -> dict:
     """Per-stream counts: joins and which are candidates, oracle ceilings, and per-record detail."""
     tokens = tokenize(tokenizer, stream.text)
-    edges = candidate_edges(stream.text, tokens, ChunkerConfig.step)
+    edges = candidate_edges(stream.text, tokens, PAPER_STEP)
     every = candidate_edges(stream.text, tokens, 1)
     at = set(edges.chars.tolist())
     joins = [end for _, _, end in stream.records[:-1]]
