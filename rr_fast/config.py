@@ -261,7 +261,7 @@ class ChunkerConfig:
 
 # Named configurations for a speed/quality trade-off, chosen by bench.quality.pareto (bench/RESULTS.md, "Presets"):
 # quality has the best recovery on the calibration streams; balanced, the default, is the fastest configuration
-# within the measured noise of it; fast the best among configurations at least 1.5× the default's speed. Each pins
+# within the measured noise of it; fast the best among configurations at least 1.25× the default's speed. Each pins
 # its model, readout, window, skip, step and normalizer, and carries its own calibrated ρ.
 GEMMA_LR = {"model": "gemma3-270m", "readout": "lr", "skip": 1}
 PRESETS: dict[str, ChunkerConfig] = {
