@@ -67,7 +67,7 @@ def test_one_command_writes_results_report_and_figure(tiny, tmp_path):
 
     data = _toy_data(tmp_path)
     out = tmp_path / "out"
-    argv = ["--data-dir", data, "--out", out, "--rr", f"{tiny}+backend=torch", "--resamples", "200"]
+    argv = ["--quick", "--data-dir", data, "--out", out, "--rr", f"{tiny}+backend=torch", "--resamples", "200"]
     argv += ["--peers", "fixed-tokens,langchain-recursive", "--results", out / "r.json"]
     argv += ["--report", out / "r.md", "--figure", out / "r.png"]
     assert main([str(a) for a in argv]) == 0
@@ -75,7 +75,8 @@ def test_one_command_writes_results_report_and_figure(tiny, tmp_path):
     assert list(results["conditions"]) == ["published", "flattened", "records"]
     for condition in results["conditions"].values():
         families = {row["family"] for row in condition["settings"]}
-        assert families == {"fixed-tokens", "langchain-recursive", f"rr-fast {tiny}+backend=torch"}
+        rr = f"rr-fast {tiny}+backend=torch"
+        assert families == {"fixed-tokens", "langchain-recursive", rr, f"{rr} λ0.2"}  # the limits and λ curves
         for row in condition["settings"]:
             assert len(row["metrics"]["5"]["recall"]) == len(condition["questions"])
             assert all(0 <= v <= 1 for k in ("1", "3", "5", "min") for v in row["metrics"][k]["iou"])

@@ -98,5 +98,6 @@ def test_focused_normalizer_ranks_edges_as_the_exact_one():
     assert Chunker().config.normalizer == "focused"
     finite = np.isfinite(exact.readouts["lr"])
     assert spearmanr(exact.readouts["lr"][finite], focused.readouts["lr"][finite])[0] > 0.98
-    assert np.abs(exact.readouts["lr"][finite] - focused.readouts["lr"][finite]).max() < 0.25
+    difference = np.abs(exact.readouts["lr"][finite] - focused.readouts["lr"][finite])
+    assert difference.mean() < 0.1 and difference.max() < 0.5
     assert [c.end for c in exact_chunks] == [c.end for c in focused_chunks]
