@@ -192,7 +192,7 @@ class LMScorer:
             token_logprobs[out_start:out_end][has_prediction] = logprobs[predicted_by[has_prediction]]
             if out.attention is not None:  # a transformers version that returns no weights: NaN isolation
                 prefix_mass[out_start:out_end] = _prefix_mass(out.attention[0], rows, p, in_start, out_start, width)
-        log_normalizer = self.backend.log_normalizer(final, self.head_weight, self.head_bias)
+        log_normalizer = self.backend.log_normalizer(final, self.head_weight, self.head_bias)[0]
         return FullPass(states, final, log_normalizer, token_logprobs, prefix_mass)
 
     @torch.inference_mode()
