@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from rr_fast.chunker import Chunk, Chunker, ChunkResult, Scores
-from rr_fast.config import PRESETS, ChunkerConfig, chunker_config
+from rr_fast.config import PRESETS, ChunkerConfig, Resolved, chunker_config
 from rr_fast.errors import RRFastError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
 from rr_fast.segment import Limits
@@ -27,6 +27,7 @@ __all__ = [
     "ChunkerConfig",
     "Limits",
     "RRFastError",
+    "Resolved",
     "Scores",
     "chunk",
     "plot",
@@ -41,14 +42,14 @@ def chunk(text: str, *, config: ChunkerConfig | None = None, preset: str | None 
     ``preset`` names a configuration (``PRESETS``: quality, balanced, fast) that ``options`` override.
     The result is a list of ``Chunk`` with ``.warnings`` (for example a text shorter than ``min_tokens``).
     """
-    return _chunker(chunker_config(preset, config, **options)).chunk(text)
+    return _chunker(chunker_config(preset, config, **options).resolve()).chunk(text)
 
 
 def score(text: str, *, config: ChunkerConfig | None = None, preset: str | None = None, **options: Any) -> Scores:
     """Readout values of every candidate edge of ``text``; options are ``ChunkerConfig``'s fields."""
-    return _chunker(chunker_config(preset, config, **options)).score(text)
+    return _chunker(chunker_config(preset, config, **options).resolve()).score(text)
 
 
 @lru_cache(maxsize=4)
-def _chunker(config: ChunkerConfig) -> Chunker:
-    return Chunker(config)
+def _chunker(resolved: Resolved) -> Chunker:
+    return Chunker(resolved)

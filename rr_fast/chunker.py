@@ -1,8 +1,9 @@
-"""Texts through the pipeline: text → candidate edges → model states → readouts → calibration → DP → chunks.
+"""Texts through the pipeline with one loaded model: ``Chunker``.
 
-The model loads once per ``Chunker``; ``chunk()``/``score()`` run one text and ``chunk_many()``/``score_many()``
-many, with the model calls of several texts batched together. Every path goes through the same steps:
-``_prepare`` (tokens and candidates), the engine, then ``_segment``.
+text → candidate edges (``document``) → model states and readouts (``engine``) → calibration and DP
+(``cuts``) → chunks (``chunks``). The model loads once per ``Chunker``; ``chunk()``/``score()`` run one text
+and ``chunk_many()``/``score_many()`` many, with the model calls of several texts batched together. Every path
+goes through the same steps.
 """
 
 from __future__ import annotations
@@ -11,118 +12,61 @@ import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rr_fast.config import ChunkerConfig, chunker_config
+from rr_fast.chunks import Chunk, ChunkResult, Scores, assemble
+from rr_fast.config import ChunkerConfig, Resolved, chunker_config
+from rr_fast.cuts import cut_document
+from rr_fast.document import Document, plan_document, text_tokens
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.lengths import MODEL, LengthUnit, edge_positions, load_unit, segment_in_unit
+from rr_fast.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.models import bos_prefix, cache_dir, hub_hint, model_type, resolve
-from rr_fast.overlap import with_context
 from rr_fast.readouts import readout_parts
-from rr_fast.segment import Limits, Segmentation, segment, segment_tiered, utility
-from rr_fast.structure import TIERS, Plan, analyse, plan, priors
-from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize
+from rr_fast.segment import utility
+from rr_fast.text import Tokens, tokenize
 from rr_fast.tokenizer import load_tokenizer
 
-BOM = "\ufeff"
-# The fixed-count DP keeps a (K + 1) × (edges + 2) float64 table; beyond this, refuse rather than thrash.
-FIXED_COUNT_TABLE_BYTES = 2 << 30
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A verbatim slice ``text[start:end]`` of the input."""
-
-    index: int
-    start: int  # character offset, inclusive
-    end: int  # character offset, exclusive
-    token_count: int
-    text: str
-    score: float | None  # utility of the cut that ends this chunk; None for the last chunk and forced cuts
-    forced: bool = False  # the cut that ends this chunk is a fallback boundary the length limits forced
-    # "code" or "table" when the cut that ends this chunk splits one (only when it alone exceeds max_tokens)
-    inside: str | None = None
-    length: int | None = None  # in the Chunker's length_unit (model tokens by default)
-    context_before: str = ""  # up to `overlap` units of the previous chunk; not part of text or offsets
-    context_after: str = ""  # up to `overlap` units of the next chunk
-
-
-class ChunkResult(list):
-    """The chunks of one text (a ``list[Chunk]``) and what that call had to tell the caller.
-
-    ``warnings`` belong to the call, not to the ``Chunker``, so one chunker can serve several threads.
-    """
-
-    def __init__(self, chunks: Iterable[Chunk] = (), warnings: Iterable[str] = ()):
-        super().__init__(chunks)
-        self.warnings: tuple[str, ...] = tuple(warnings)
-
-
-@dataclass
-class Scores:
-    """Every scored candidate edge of one text with its readout values (higher prefers a cut)."""
-
-    tokens: np.ndarray  # token edge: the cut is before this token
-    chars: np.ndarray  # character offset of the cut
-    readouts: dict[str, np.ndarray]
-    num_tokens: int
-    utility: np.ndarray | None = None  # calibrated utility per edge, what the DP weighs (NaN: not usable)
-    warnings: tuple[str, ...] = ()
-
-    def records(self) -> list[dict]:
-        rows = []
-        for i in range(len(self.tokens)):
-            row = {"char": int(self.chars[i]), "token": int(self.tokens[i])}
-            for name, values in self.readouts.items():
-                value = float(values[i])
-                row[name] = value if np.isfinite(value) else None
-            rows.append(row)
-        return rows
-
-
-@dataclass(frozen=True)
-class _Document:
-    """One text on its way through the pipeline: its tokens and the edges the model scores.
-
-    ``plan`` is set for structured text (levels and fallback tiers of every clean edge); without it the
-    paper's candidates are scored and every other clean edge is a fallback.
-    """
-
-    text: str
-    tokens: Tokens
-    clean: Edges
-    scored: Edges
-    plan: Plan | None
+__all__ = ["Chunk", "ChunkResult", "Chunker", "Scores"]
 
 
 class Chunker:
-    """Right Reset chunking with one loaded model: ``Chunker(config=None, *, preset=None, **options)``.
+    """Right Reset chunking with one loaded model: ``Chunker(config=None, *, preset=None, folder=None, **options)``.
 
     ``config`` is a ``ChunkerConfig``, ``preset`` names one (quality, balanced, fast: ``rr_fast.PRESETS``), and
-    ``options`` override its fields by name. The
-    defaults come from the quality benchmark (bench/RESULTS.md): the bundled model, its readout, window and
-    calibrated cut penalty. ``num_chunks`` switches from the open-count objective to a fixed count. Every
-    option is checked before the model loads.
+    ``options`` override its fields by name; or ``config`` is a ``Resolved`` that a caller (the CLI, the corpus
+    command, an adapter) resolved already, used as is. ``folder``: the model's folder, where the caller has
+    resolved the model name already. The defaults come from the quality benchmark (bench/RESULTS.md): the
+    bundled model, its readout, window and calibrated cut penalty. ``num_chunks`` switches from the open-count
+    objective to a fixed count. Every option is checked before the model loads.
     """
 
-    def __init__(self, config: ChunkerConfig | None = None, *, preset: str | None = None, **options: Any):
-        requested = chunker_config(preset, config, **options)
-        self.config = requested.resolved()
-        self.notes = requested.notes()  # e.g. an uncalibrated ρ: every result repeats them as warnings
-        cfg = self.config
-        self.limits, self.score_config = checked_parts(cfg)
+    def __init__(
+        self,
+        config: ChunkerConfig | Resolved | None = None,
+        *,
+        preset: str | None = None,
+        folder: str | None = None,
+        **options: Any,
+    ):
+        self.resolved = config if isinstance(config, Resolved) and not (preset or options) else None
+        if self.resolved is None:
+            if isinstance(config, Resolved):
+                raise UsageError("a resolved configuration takes no preset or options: resolve them in")
+            self.resolved = chunker_config(preset, config, **options).resolve()
+        cfg = self.config = self.resolved.config
+        self.limits = self.resolved.limits
         unit = None if cfg.length_unit == MODEL else load_unit(cfg.length_unit, None)  # fails before the model
         self.timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
-        self.folder = resolve(cfg.model)
-        self.tokenizer, self.engine = _load(self.folder, cfg, self.score_config)
+        self.folder = folder or resolve(cfg.model)
+        self.tokenizer, self.engine = _load(self.folder, cfg, self.resolved.scoring)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
-        self.notes = (*self.notes, *self.engine.backend.notes)
+        self.notes = (*self.resolved.notes, *self.engine.backend.notes)  # every result repeats them as warnings
         self.timings["model load"] += time.perf_counter() - started
 
     def chunk(self, text: str, progress: bool = False) -> ChunkResult:
@@ -169,41 +113,14 @@ class Chunker:
             yield Scores(edges.tokens, edges.chars, values, len(document.tokens), utility(values, self.config.readout))
 
     def tokenize(self, text: str) -> Tokens:
-        """The text as model tokens with character offsets (an empty text is an error).
-
-        A leading byte-order mark stays in the first chunk, so chunks still join to the caller's text, but
-        the model never reads it: it is encoding, not content (the CLI passes it through the same way).
-        """
-        if not isinstance(text, str):
-            raise RRFastError(f"text must be a str, got {type(text).__name__}")
-        body = text[1:] if text.startswith(BOM) else text
-        if not body.strip():
-            raise RRFastError("the text is empty or only whitespace: nothing to chunk")
+        """The text as model tokens with character offsets (``document.text_tokens``)."""
         started = time.perf_counter()
-        tokens = tokenize(self.tokenizer, body)
-        if body is not text:
-            tokens = Tokens(tokens.ids, tokens.starts + 1, tokens.ends + 1)
+        tokens = text_tokens(self.tokenizer, text)
         self.timings["tokenization"] += time.perf_counter() - started
         return tokens
 
-    def _prepare(self, text: str) -> _Document:
-        """Tokens and candidates; the paper's candidates unless the text has structure beyond sentences."""
-        tokens = self.tokenize(text)
-        clean = clean_edges(text, tokens)
-        structure = analyse(text, self.config.structure)
-        if structure.mode == "none":
-            document = _Document(text, tokens, clean, candidate_edges(text, tokens, self.config.step), None)
-        else:
-            layout = plan(
-                text, clean.tokens, clean.chars, tokens.starts, structure, self.config.step, self.limits.max_tokens
-            )
-            scored = Edges(layout.tokens[layout.scored], layout.chars[layout.scored])
-            document = _Document(text, tokens, clean, scored, layout)
-        if self.config.num_chunks is not None and self.config.length_unit == MODEL:
-            # the fixed-count DP cuts only at candidates (structured text: at any clean edge, tiers apart)
-            possible = len(clean.tokens) if document.plan is not None else len(document.scored.tokens)
-            check_num_chunks(self.config.num_chunks, len(tokens), possible, self.limits)
-        return document
+    def _prepare(self, text: str) -> Document:
+        return plan_document(text, self.tokenize(text), self.config, self.limits)
 
     def _scored(self, texts: Iterable[str], progress: bool, errors: str) -> Iterator[tuple[Any, dict]]:
         """(document or its error, readout values) per text, in order; the engine batches across texts."""
@@ -256,68 +173,16 @@ class Chunker:
             for name, seconds in self.engine.timings.items():
                 self.timings[name] += seconds - before.get(name, 0.0)
 
-    def _segment(self, document: _Document, values: dict[str, np.ndarray]) -> tuple[ChunkResult, Scores]:
+    def _segment(self, document: Document, values: dict[str, np.ndarray]) -> tuple[ChunkResult, Scores]:
         """Utilities, the DP in the length unit, and the chunks with their metadata."""
         started = time.perf_counter()
-        cfg, text, tokens, clean = self.config, document.text, document.tokens, document.clean
-        utilities = utility(values, cfg.readout)
-        scores = Scores(document.scored.tokens, document.scored.chars, values, len(tokens), utilities)
-        positions = edge_positions(self.unit, text, tokens, clean)
-        if document.plan is None:
-            usable = np.isfinite(utilities)
-
-            def solve(limits: Limits) -> Segmentation:
-                return segment(
-                    len(tokens),
-                    document.scored.tokens[usable],
-                    utilities[usable],
-                    limits,
-                    penalty=cfg.penalty,
-                    num_chunks=cfg.num_chunks,
-                    fallback_edges=clean.tokens,
-                    positions=positions,
-                )
-
-        else:
-            layout = document.plan
-            # writer's breaks and sentence ends carry the model's utility plus their level's prior; fallbacks 0
-            every = np.zeros(len(layout.tokens))
-            scored = np.flatnonzero(layout.scored)
-            every[scored] = utilities + priors(layout.levels[scored])
-            usable = np.isfinite(every)
-
-            def solve(limits: Limits) -> Segmentation:
-                return segment_tiered(
-                    len(tokens),
-                    layout.tokens[usable],
-                    every[usable],
-                    layout.tiers[usable],
-                    limits,
-                    penalty=cfg.penalty,
-                    num_chunks=cfg.num_chunks,
-                    positions=positions,
-                )
-
-        try:
-            result = segment_in_unit(self.unit, text, clean, self.limits, solve)
-        except ValueError as error:  # a fixed count the limits cannot meet
-            raise RRFastError(str(error)) from None
-        warnings = [*self.notes, *result.warnings]
-        chunks = _assemble(text, tokens, result, clean, document.scored.tokens, utilities)
-        if document.plan is not None:
-            cut_tiers = document.plan.tiers[np.searchsorted(document.plan.tokens, result.cuts)]
-            for tier in sorted(set(cut_tiers.tolist()) - {0}):
-                warnings.append(f"some stretches have no better cut within max_tokens: cut at {TIERS[tier]} there")
-            inside = dict(zip(document.plan.tokens.tolist(), document.plan.inside))
-            chunks = [replace(c, inside=inside.get(int(cut))) for c, cut in zip(chunks, result.cuts)] + chunks[
-                len(result.cuts) :
-            ]
-        if cfg.length_unit != MODEL:
-            chunks = [replace(c, length=self.unit.count(c.text)) for c in chunks]
-        if cfg.overlap:
-            chunks = with_context(text, chunks, cfg.overlap, self.unit.count)
+        utilities = utility(values, self.config.readout)
+        result = cut_document(document, utilities, self.config, self.limits, self.unit)
+        chunks = assemble(document, result, utilities, self.config, self.unit, self.notes)
+        edges = document.scored
+        scores = Scores(edges.tokens, edges.chars, values, len(document.tokens), utilities, chunks.warnings)
         self.timings["dp"] += time.perf_counter() - started
-        return ChunkResult(chunks, warnings), replace(scores, warnings=tuple(warnings))
+        return chunks, scores
 
     def _check_finite(self, values: dict[str, np.ndarray], num_tokens: int, edges: np.ndarray) -> None:
         """Every edge whose window has a position to score must get a number: NaN or inf means a broken model.
@@ -334,79 +199,7 @@ class Chunker:
                 )
 
 
-def checked_parts(config: ChunkerConfig) -> tuple[Limits, ScoreConfig]:
-    """The length rules and scoring settings of a resolved config; how options combine is checked here, before
-    any model work (min ≤ max tokens, the window against skip and context)."""
-    try:
-        limits = Limits(config.min_tokens, config.max_tokens, config.target_tokens, config.length_weight)
-        score_config = ScoreConfig(
-            window=config.window,
-            skip=config.skip,
-            layer=config.layer,
-            readouts=readout_parts(config.readout),
-            context=config.context,
-            batch_tokens=config.batch_tokens,
-            reindex=config.reindex,
-            shortlist=config.shortlist,
-            shortlist_window=config.shortlist_window,
-            normalizer=config.normalizer,
-        )
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    return limits, score_config
-
-
-def check_num_chunks(num_chunks: int, num_tokens: int, num_edges: int, limits: Limits) -> None:
-    """Refuse a chunk count the text cannot hold before any model work (and before the DP's K × edges table)."""
-    if num_chunks > num_edges + 1:
-        raise UsageError(
-            f"--num-chunks {num_chunks} needs {num_chunks - 1} cuts, but this text ({num_tokens} tokens) has "
-            f"{num_edges} candidate edges: ask for at most {num_edges + 1} chunks"
-        )
-    if num_chunks * limits.min_tokens > num_tokens or num_chunks * limits.max_tokens < num_tokens:
-        raise UsageError(
-            f"--num-chunks {num_chunks} cannot split {num_tokens} tokens into chunks of "
-            f"{limits.min_tokens}-{limits.max_tokens} tokens: change --num-chunks or the length limits"
-        )
-    table = (num_chunks + 1) * (num_edges + 2) * 8
-    if table > FIXED_COUNT_TABLE_BYTES:
-        raise UsageError(
-            f"--num-chunks {num_chunks} on {num_edges} candidate edges needs a {table / 2**30:.1f} GiB table: "
-            "ask for fewer chunks, or leave out --num-chunks and set --target-tokens instead"
-        )
-
-
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
-
-
-def _assemble(text, tokens, result: Segmentation, clean: Edges, scored_tokens, utilities) -> list[Chunk]:
-    # searchsorted, not dicts over every token: a dict costs ~100 bytes per token on a long text
-    cuts = result.cuts
-    bounds_tok = [0, *cuts.tolist(), len(tokens)]
-    bounds_chr = [0, *clean.chars[np.searchsorted(clean.tokens, cuts)].tolist(), len(text)]
-    cut_utility: list[float | None] = [None] * len(cuts)
-    if len(scored_tokens):
-        where = np.minimum(np.searchsorted(scored_tokens, cuts), len(scored_tokens) - 1)
-        for i in np.flatnonzero(scored_tokens[where] == cuts).tolist():
-            cut_utility[i] = float(utilities[where[i]])
-    forced = result.forced.tolist()
-    chunks = []
-    for i in range(len(bounds_tok) - 1):
-        start, end = bounds_chr[i], bounds_chr[i + 1]
-        score = cut_utility[i] if i < len(cut_utility) else None
-        chunks.append(
-            Chunk(
-                index=i,
-                start=start,
-                end=end,
-                token_count=bounds_tok[i + 1] - bounds_tok[i],
-                text=text[start:end],
-                score=None if score is None or not np.isfinite(score) else score,
-                forced=i < len(forced) and forced[i],
-                length=bounds_tok[i + 1] - bounds_tok[i],
-            )
-        )
-    return chunks
 
 
 def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):

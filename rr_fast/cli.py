@@ -20,7 +20,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from rr_fast.backends import check_backend
-from rr_fast.chunker import Chunk, Chunker, Scores, checked_parts
+from rr_fast.chunker import Chunk, Chunker, Scores
 from rr_fast.command import (
     PROG,
     OneLineParser,
@@ -31,10 +31,10 @@ from rr_fast.command import (
     sigterm_as_interrupt,
     size_argument,
 )
-from rr_fast.config import ChunkerConfig, chunker_config
+from rr_fast.config import ChunkerConfig, Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.io import DEFAULT_MAX_INPUT, format_size, prepared_output, read_text
-from rr_fast.models import BUNDLED, resolve
+from rr_fast.models import resolve
 from rr_fast.view import render_html
 
 
@@ -97,22 +97,24 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(f"--emit scores writes jsonl or json, not {args.format}")
     if args.quiet:
         warnings.simplefilter("ignore")  # libraries' warnings too: --quiet leaves stderr to errors
-    config = config_from_args(args)
+    resolved = config_from_args(args)
+    config = resolved.config
     check_backend(config.backend, config.device)
     with prepared_output(args.output, args.input) as output:
         text = read_text(args.input, args.errors, args.max_input)
         if config.num_chunks is not None:
             _check_num_chunks_fits(config.num_chunks, text, config)
         with redirect_stdout(sys.stderr):  # whatever a library prints goes to stderr: stdout is for the result
-            pieces = result_pieces(args, config, text)
+            pieces = result_pieces(args, resolved, text)
         output.write(pieces)
 
 
-def result_pieces(args: argparse.Namespace, config: ChunkerConfig, text: str) -> Iterable[str]:
+def result_pieces(args: argparse.Namespace, resolved: Resolved, text: str) -> Iterable[str]:
     """The model loaded and run on ``text``: the output as text pieces (formatted as they are written), its
     warnings said on stderr."""
+    config = resolved.config
     folder = resolve(config.model, verify=args.verify_cache, rebuild=args.rebuild_cache, quiet=args.quiet)
-    chunker = Chunker(config, model=config.model if config.model in BUNDLED else folder)
+    chunker = Chunker(resolved, folder=folder)
     progress = not args.quiet
     if args.emit == "scores":
         result = chunker.score(text, progress=progress)
@@ -168,14 +170,12 @@ def format_scores(scores: Scores, fmt: str) -> Iterator[str]:
         yield json.dumps(row) + "\n"
 
 
-def config_from_args(args: argparse.Namespace) -> ChunkerConfig:
-    """The options as a checked ChunkerConfig: a bad value or combination is a usage error (exit 2)."""
+def config_from_args(args: argparse.Namespace) -> Resolved:
+    """The options resolved once: a bad value or combination is a usage error (exit 2)."""
     try:
-        config = chunker_config(**given_options(args))
-        checked_parts(config.resolved())
+        return chunker_config(**given_options(args)).resolve()
     except RRFastError as error:
         raise UsageError(_flag_names(str(error))) from None
-    return config  # unresolved, so the Chunker can say which defaults it filled in (config.notes)
 
 
 def unit_label(length_unit: str) -> str:

@@ -1,9 +1,12 @@
 """Every option of rr-fast with its default, written once: ``ChunkerConfig``.
 
-The CLI builds its flags and help text from these fields, ``Limits`` and ``ScoreConfig`` take their defaults
-from them, and a preset is a named ``ChunkerConfig``. Options whose default depends on the model (readout,
-layer, window, skip, penalty) are ``None`` here; ``resolved()`` fills them with the bundled model's benchmarked
-choice, or with the paper's configuration for any other model.
+The CLI builds its flags and help text from these fields, and a preset is a named ``ChunkerConfig``. Options
+whose default depends on the model (readout, layer, window, skip, step, normalizer, dtype, penalty) are ``None``
+or ``"auto"`` here; ``resolve()`` fills them with the bundled model's benchmarked choice, or with the paper's
+configuration for any other model, checks every value against one table (``CHECKS`` per option, ``RULES`` for
+how options combine) and derives what the pipeline's parts take: ``Limits`` for the DP and ``ScoreConfig`` for
+the engine, which declare no defaults of their own. Whatever starts the work (the CLI, the corpus command,
+Ray, an adapter, ``Chunker``) resolves once and hands the ``Resolved`` down.
 
 To add an option: one ``option(...)`` field below (default, help, CLI group, and ``check`` or ``choices``);
 the CLI flag ``--name-with-dashes`` and its validation follow from it.
@@ -14,14 +17,17 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any
 
 from rr_fast.backends import BACKENDS, DTYPES
+from rr_fast.engine import ScoreConfig
 from rr_fast.errors import UsageError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.readouts import NORMALIZERS, READOUT_CHOICES
+from rr_fast.readouts import NORMALIZERS, READOUT_CHOICES, readout_parts
+from rr_fast.segment import Limits
 from rr_fast.structure import STRUCTURE_CHOICES
 
 # A model that is not bundled gets the paper's configuration; bundled models bring their own choices.
@@ -38,6 +44,10 @@ CHECKS = {
     "positive": (lambda v: isinstance(v, Integral) and v >= 1, "must be a positive integer"),
     "non_negative": (lambda v: isinstance(v, Integral) and v >= 0, "must be an integer >= 0"),
     "finite": (lambda v: isinstance(v, Real) and math.isfinite(v), "must be a finite number"),
+    "finite_non_negative": (
+        lambda v: isinstance(v, Real) and math.isfinite(v) and v >= 0,
+        "must be a finite number >= 0",
+    ),
     "fraction": (lambda v: isinstance(v, Real) and 0 < v <= 1, "must be a fraction in (0, 1]"),
 }
 
@@ -135,7 +145,9 @@ class ChunkerConfig:
     min_tokens: int = option(48, "lengths", "shortest chunk", "positive")
     max_tokens: int = option(384, "lengths", "longest chunk (a hard limit)", "positive")
     target_tokens: int = option(192, "lengths", "length the length term pulls towards, T", "positive")
-    length_weight: float = option(0.02, "lengths", "λ: how strongly lengths are pulled towards the target", "finite")
+    length_weight: float = option(
+        0.02, "lengths", "λ: how strongly lengths are pulled towards the target", "finite_non_negative"
+    )
     penalty: float | None = option(
         None, "lengths", f"cut penalty ρ (default: the model's calibrated value, else {PAPER_PENALTY})", "finite"
     )
@@ -172,14 +184,13 @@ class ChunkerConfig:
             raise UsageError(f"unknown option {unknown[0]!r}; options are {', '.join(f.name for f in fields(self))}")
         return replace(self, **changes)
 
-    def resolved(self) -> ChunkerConfig:
-        """The model's choices filled in (readout, layer, window, penalty) and every value checked.
+    def resolve(self) -> Resolved:
+        """The one resolution: the model's choices filled in, every value and combination checked, and the
+        pipeline's parts derived. Raises ``UsageError`` naming the first option that fails.
 
-        Checks here are per option (types, ranges, choices); how options combine (min ≤ max tokens, the window
-        against the context) is checked by ``Limits`` and ``ScoreConfig``, which the ``Chunker`` builds before
-        it loads the model.
+        The given values are checked first, since the defaults are computed from them.
         """
-        for spec in fields(self):  # the given values first: the defaults below are computed from them
+        for spec in fields(self):
             value = getattr(self, spec.name)
             if value is not None or spec.default is not None:  # None only where it means "the model's default"
                 _check(self, spec.name, value)
@@ -200,10 +211,27 @@ class ChunkerConfig:
             value = getattr(config, spec.name)
             if value is not None:
                 _check(config, spec.name, value)
-        return config
+        for holds, words in RULES:
+            if not holds(config):
+                raise UsageError(words(config))
+        limits = Limits(config.min_tokens, config.max_tokens, config.target_tokens, config.length_weight)
+        scoring = ScoreConfig(
+            window=config.window,
+            skip=config.skip,
+            layer=config.layer,
+            readouts=readout_parts(config.readout),
+            context=config.context,
+            batch_tokens=config.batch_tokens,
+            reindex=config.reindex,
+            normalizer=config.normalizer,
+            shortlist=config.shortlist,
+            shortlist_window=config.shortlist_window,
+            reset_prefix=(),  # token ids: the tokenizer's, filled in when the model loads
+        )
+        return Resolved(config, self._notes(), limits, scoring)
 
-    def notes(self) -> tuple[str, ...]:
-        """What a user should know about the defaults ``resolved()`` fills in: today, a cut penalty ρ that was
+    def _notes(self) -> tuple[str, ...]:
+        """What a user should know about the defaults ``resolve()`` fills in: today, a cut penalty ρ that was
         not calibrated for this readout, window and step (results carry these as warnings)."""
         if self.penalty is not None:
             return ()
@@ -257,6 +285,45 @@ class ChunkerConfig:
     def reindex(self) -> bool | None:
         """``positions`` as the engine's flag: None lets it re-index exactly when that is exact."""
         return {"auto": None, "original": False, "reindex": True}[self.positions]
+
+
+# How options combine, checked once on a resolved config: each rule holds, or its words are the error.
+RULES: tuple[tuple[Callable[[ChunkerConfig], bool], Callable[[ChunkerConfig], str]], ...] = (
+    (
+        lambda c: c.max_tokens >= c.min_tokens,
+        lambda c: f"max_tokens ({c.max_tokens}) must be >= min_tokens ({c.min_tokens})",
+    ),
+    (
+        # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
+        lambda c: c.window >= c.skip + 2,
+        lambda c: f"window must be at least skip + 2 = {c.skip + 2} tokens (skip is {c.skip}), got {c.window}",
+    ),
+    (
+        lambda c: c.context >= c.window,
+        lambda c: f"context must be at least the window ({c.window}), got {c.context}",
+    ),
+    (
+        lambda c: c.shortlist is None or c.shortlist_window >= c.skip + 2,
+        lambda c: f"shortlist_window must be at least skip + 2 = {c.skip + 2}, got {c.shortlist_window}",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A configuration resolved once (``ChunkerConfig.resolve``), with what the pipeline's parts take from it.
+
+    Plain frozen data, so it keys caches and crosses process boundaries (corpus workers, Ray actors) as is.
+    """
+
+    config: ChunkerConfig  # every option filled in and checked
+    notes: tuple[str, ...]  # what the defaults filled in mean for the results (an uncalibrated ρ): warnings
+    limits: Limits  # the DP's length rules
+    scoring: ScoreConfig  # the engine's settings
+
+    def on_device(self, device: str) -> Resolved:
+        """The same resolution on another device of the same kind (a corpus worker's GPU)."""
+        return replace(self, config=replace(self.config, device=device))
 
 
 # Named configurations for a speed/quality trade-off, chosen by bench.quality.pareto (bench/RESULTS.md, "Presets"):

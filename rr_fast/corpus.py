@@ -38,7 +38,6 @@ from rr_fast.command import (
     report,
     sigterm_as_interrupt,
 )
-from rr_fast.config import chunker_config
 from rr_fast.corpus_files import (
     COLUMNS,
     OutputLock,
@@ -111,9 +110,6 @@ def run_worker(
 
     output = Path(config.output)
     skip = done_shards(output)
-    options = dict(config.chunker)
-    if device is not None:
-        options["device"] = device
 
     def mine():
         documents = read_documents(list(config.inputs), config.id_field, config.text_field)
@@ -126,7 +122,7 @@ def run_worker(
     first = next(selected, None)
     if first is None:
         return
-    chunker = Chunker(**options)
+    chunker = Chunker(config.resolved if device is None else config.resolved.on_device(device))
     shards: list[int] = []
 
     def documents():
@@ -321,7 +317,7 @@ def _run_command(args) -> dict:
     options = given_options(args)  # JSON-able: they go in the manifest
     config = RunConfig(tuple(args.inputs), args.output, args.id_field, args.text_field, args.shard_docs, options)
     try:
-        device = chunker_config(**options).resolved().device
+        device = config.resolved.config.device  # resolved once, here; the workers receive the resolution
     except RRFastError as error:
         raise UsageError(str(error)) from None
     if args.ray:

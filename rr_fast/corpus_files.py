@@ -27,9 +27,11 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from rr_fast.config import Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
 
 COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced")
@@ -322,14 +324,17 @@ class RunConfig:
     id_field: str
     text_field: str
     shard_docs: int
-    chunker: dict  # Chunker keyword arguments
+    chunker: dict  # Chunker keyword arguments, as given (JSON-able)
+
+    @cached_property
+    def resolved(self) -> Resolved:
+        """The chunker's configuration, resolved once where the run starts; workers receive it with the rest."""
+        return chunker_config(**self.chunker).resolve()
 
     def manifest_key(self) -> dict:
         """What must match for --resume to continue a run: the inputs, how they are read, and the resolved
         configuration (every option's value, defaults included)."""
-        from rr_fast.config import chunker_config
-
-        configuration = asdict(chunker_config(**self.chunker).resolved())
+        configuration = asdict(self.resolved.config)
         if Path(configuration["model"]).exists():  # a local folder or file: wherever the run is started from
             configuration["model"] = str(Path(configuration["model"]).resolve())
         return {

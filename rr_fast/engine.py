@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 
 from rr_fast.backends.base import Backend
-from rr_fast.config import PAPER_READOUT, PAPER_SKIP, PAPER_WINDOW, ChunkerConfig
 from rr_fast.errors import UsageError
-from rr_fast.readouts import HOST_READOUTS, NORMALIZERS, READOUTS
+from rr_fast.readouts import HOST_READOUTS
 
 # Tokens of the full pass's distribution that join a reset window's focused normalizer, per position. Over a
 # window's positions they cover nearly all of the probability mass that a reset window spreads (bench/RESULTS.md)
@@ -36,26 +35,27 @@ FOCUS_TOKENS = 128
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    """How edges are scored. Defaults follow the paper (W = 24, s = 1, layer at 75% of depth) and ChunkerConfig."""
+    """How edges are scored: derived from a resolved ``ChunkerConfig`` (``ChunkerConfig.resolve().scoring``),
+    which owns every default and check."""
 
-    window: int = PAPER_WINDOW
-    skip: int = PAPER_SKIP
-    layer: int | None = None  # decoder layers to run; None means round(0.75 × depth)
-    readouts: tuple[str, ...] = (PAPER_READOUT,)
-    context: int = ChunkerConfig.context  # guaranteed left context of the full pass, in tokens
-    batch_tokens: int | None = None  # window tokens per forward call; None: the backend's preference
-    reindex: bool | None = None  # None: re-index windows from 0 exactly when that cannot change states
+    window: int  # reset window W in tokens
+    skip: int  # reset positions left out of the readouts, s
+    layer: int | None  # decoder layers to run; None means round(0.75 × depth)
+    readouts: tuple[str, ...]  # what each edge gets: rr, lr or both
+    context: int  # guaranteed left context of the full pass, in tokens
+    batch_tokens: int | None  # window tokens per forward call; None: the backend's preference
+    reindex: bool | None  # None: re-index windows from 0 exactly when that cannot change states
     # LR's log-normalizer in the reset windows: "full" sums over the whole vocabulary (the paper); "focused" over
     # the FOCUS_TOKENS most probable tokens of the full pass at each window position, and the window's own tokens
-    normalizer: str = "full"
+    normalizer: str
     # two-stage scoring: RR at ``shortlist_window`` on every edge, the readouts only on this fraction of edges
-    shortlist: float | None = None
-    shortlist_window: int = 24
+    shortlist: float | None
+    shortlist_window: int
+    # token ids after the BOS of every reset window (paper Appendix; RoPE models); readouts compare only the window
+    reset_prefix: tuple[int, ...]
     # layer sweeps: RR at each of these layers too, as readouts named rr_layer_name(l), from the same windows
     layers: tuple[int, ...] = ()
-    # reset-prefix controls (paper Appendix; RoPE models): fixed tokens after the BOS of every reset window,
-    # and the last ``local_prefix`` tokens before the edge kept in it; readouts still compare only the window
-    reset_prefix: tuple[int, ...] = ()
+    # the last ``local_prefix`` tokens before the edge kept in the reset window
     local_prefix: int = 0
     # multi-scale: the readouts over the first W' positions of each window too, and with other skips, named
     # variant_name(...). With causal attention those positions are exactly a W'-token window's, so shorter
@@ -64,28 +64,6 @@ class ScoreConfig:
     skips: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
-        if self.skip < 0:
-            raise ValueError(f"skip must be >= 0, got {self.skip}")
-        if self.window < self.skip + 2:
-            raise ValueError(
-                f"window must be at least skip + 2 = {self.skip + 2} tokens (skip is {self.skip}), got {self.window}"
-            )
-        unknown = set(self.readouts) - set(READOUTS)
-        if unknown or not self.readouts:
-            raise ValueError(f"readouts must be a non-empty subset of {READOUTS}, got {self.readouts}")
-        if self.context < self.window:
-            raise ValueError(f"context must be at least the window ({self.window}), got {self.context}")
-        if self.normalizer not in NORMALIZERS:
-            raise ValueError(f"normalizer must be one of {', '.join(NORMALIZERS)}, got {self.normalizer!r}")
-        if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
-        if self.shortlist is not None and not 0 < self.shortlist <= 1:
-            raise ValueError(f"shortlist must be a fraction in (0, 1], got {self.shortlist}")
-        if self.shortlist is not None and self.shortlist_window < self.skip + 2:
-            raise ValueError(
-                f"shortlist_window must be at least skip + 2 = {self.skip + 2}, got {self.shortlist_window}"
-            )
         if self.local_prefix < 0:
             raise ValueError(f"local_prefix must be >= 0, got {self.local_prefix}")
         if any(s < 0 for s in self.skips) or self.window < max(self.skips, default=0) + 2:
@@ -148,7 +126,7 @@ class Engine:
         self,
         backend: Backend,
         bos: list[int],
-        config: ScoreConfig = ScoreConfig(),
+        config: ScoreConfig,
         device_readouts: bool | None = None,
     ):
         self.backend = backend

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rr_fast.config import Resolved, chunker_config
 from rr_fast.corpus_files import (
     JSONL_SUFFIXES,
     STAGING,
@@ -119,14 +120,14 @@ class ChunkActor:
     ``repeated``, or the chunker's) become one row with ``error`` set and the chunk columns null.
     """
 
-    def __init__(self, chunker: dict, repeated: frozenset[str] = frozenset(), threads: int | None = None):
+    def __init__(self, chunker: Resolved, repeated: frozenset[str] = frozenset(), threads: int | None = None):
         from rr_fast.chunker import Chunker
 
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        self.chunker = Chunker(**chunker)
+        self.chunker = Chunker(chunker)
         self.repeated = repeated
 
     def __call__(self, batch):
@@ -176,7 +177,7 @@ def _digest_columns(batch):
 
 def chunk_dataset(
     dataset: Any,
-    chunker: dict | None = None,
+    chunker: dict | Resolved | None = None,
     *,
     id_field: str = "id",
     text_field: str = "text",
@@ -188,7 +189,8 @@ def chunk_dataset(
     """Chunk a ``ray.data.Dataset`` of documents (``id_field``, ``text_field`` columns) into a Dataset of
     chunk rows (rr_fast.corpus.COLUMNS plus ``error``, set on one row per document that failed).
 
-    chunker: Chunker keyword arguments (ChunkerConfig fields; ``limits`` may be a dict). actors: the actor
+    chunker: Chunker keyword arguments (ChunkerConfig fields; ``limits`` may be a dict), or a ``Resolved``
+    configuration; either is resolved once, here, and every actor runs that resolution. actors: the actor
     pool's size (default: the cluster's GPUs when num_gpus > 0, else its CPUs but one, left for reading and
     writing, divided by cpus_per_actor). The ids are read once before this returns (documents that share an
     id are errors); the chunking itself runs when the result is consumed.
@@ -203,7 +205,7 @@ def chunk_dataset(
 
 def chunk_documents_dataset(
     documents: Any,
-    chunker: dict | None = None,
+    chunker: dict | Resolved | None = None,
     *,
     repeated: frozenset[str] | None = None,
     actors: int | None = None,
@@ -225,7 +227,7 @@ def chunk_documents_dataset(
     return documents.map_batches(
         ChunkActor,
         fn_constructor_kwargs={
-            "chunker": dict(chunker or {}),
+            "chunker": chunker if isinstance(chunker, Resolved) else chunker_config(**(chunker or {})).resolve(),
             "repeated": shared_ids(documents) if repeated is None else repeated,
             "threads": max(1, int(cpus_per_actor)),
         },
@@ -327,13 +329,13 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
             ray.init(address=address, log_to_driver=False)
         ray.data.DataContext.get_current().execution_options.preserve_order = True
         if num_gpus is None:
-            num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.chunker.get("device") != "cpu" else 0
+            num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
         datasets = read_datasets(list(config.inputs), config.id_field, config.text_field)
         found = scan_datasets(datasets, config.shard_docs)
         start_run(output, config, found, previous=None)
         staging = output / STAGING
         for number, documents in enumerate(datasets):
-            chunked = chunk_documents_dataset(documents, config.chunker, repeated=found.repeated, num_gpus=num_gpus)
+            chunked = chunk_documents_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
             chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
         documents = _split_into_shards(staging, output, config.shard_docs)
         if documents != found.documents:

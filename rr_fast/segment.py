@@ -15,29 +15,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rr_fast.config import ChunkerConfig
 from rr_fast.kernels import fixed_count, open_count
 from rr_fast.readouts import readout_parts
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Chunk length rules, in model tokens or the chunker's length unit (defaults: ChunkerConfig's)."""
+    """Chunk length rules, in model tokens or the chunker's length unit: derived from a resolved
+    ``ChunkerConfig`` (``ChunkerConfig.resolve().limits``), which owns their defaults and checks."""
 
-    min_tokens: int = ChunkerConfig.min_tokens
-    max_tokens: int = ChunkerConfig.max_tokens
-    target_tokens: int = ChunkerConfig.target_tokens
-    length_weight: float = ChunkerConfig.length_weight  # λ: how strongly lengths are pulled towards the target
-
-    def __post_init__(self) -> None:
-        if self.min_tokens < 1:
-            raise ValueError(f"min_tokens must be at least 1, got {self.min_tokens}")
-        if self.max_tokens < self.min_tokens:
-            raise ValueError(f"max_tokens ({self.max_tokens}) must be >= min_tokens ({self.min_tokens})")
-        if self.target_tokens < 1:
-            raise ValueError(f"target_tokens must be at least 1, got {self.target_tokens}")
-        if not np.isfinite(self.length_weight) or self.length_weight < 0:
-            raise ValueError(f"length_weight must be a finite number >= 0, got {self.length_weight}")
+    min_tokens: int
+    max_tokens: int
+    target_tokens: int
+    length_weight: float  # λ: how strongly lengths are pulled towards the target
 
 
 @dataclass
@@ -100,8 +90,8 @@ def segment(
     num_tokens: int,
     edges: np.ndarray,
     utilities: np.ndarray,
-    limits: Limits = Limits(),
-    penalty: float = 0.5,
+    limits: Limits,
+    penalty: float,
     num_chunks: int | None = None,
     fallback_edges: np.ndarray | None = None,
     positions: np.ndarray | None = None,
@@ -217,8 +207,8 @@ def segment_tiered(
     edges: np.ndarray,
     utilities: np.ndarray,
     tiers: np.ndarray,
-    limits: Limits = Limits(),
-    penalty: float = 0.5,
+    limits: Limits,
+    penalty: float,
     num_chunks: int | None = None,
     positions: np.ndarray | None = None,
 ) -> Segmentation:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rr_fast.chunker import Chunk, Scores
+from rr_fast.chunks import Chunk, Scores
 from rr_fast.segment import Limits
 
 # One background per chunk, cycling; light enough to read black text on.

@@ -49,10 +49,10 @@ def test_calibration_noise_is_the_bootstrap_half_width():
 def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
     """``--preset`` runs exactly the option whose row the Presets table shows; the default is ``balanced``."""
     fields = ("model", "readout", "window", "skip", "step", "layer", "reset_prefix", "dtype", "normalizer", "penalty")
-    scored = ChunkerConfig(**pareto.option_config(option)).resolved()  # ρ: the option's, from the bundled table
+    scored = ChunkerConfig(**pareto.option_config(option)).resolve().config  # ρ: the option's, from the bundled table
     # the presets' dtype is auto: bfloat16 on a CPU with native bf16, as the benchmark ran them; float32 elsewhere
-    scored = scored.replace(dtype=ChunkerConfig(dtype=PRESETS[preset].dtype, device="cpu").resolved().dtype)
-    chosen = PRESETS[preset].replace(device="cpu").resolved()
+    scored = scored.replace(dtype=ChunkerConfig(dtype=PRESETS[preset].dtype, device="cpu").resolve().config.dtype)
+    chosen = PRESETS[preset].replace(device="cpu").resolve().config
     assert {f: getattr(chosen, f) for f in fields} == {f: getattr(scored, f) for f in fields}
 
 

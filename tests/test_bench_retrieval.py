@@ -54,7 +54,7 @@ def test_sweep_replays_cached_scores_and_matches_a_chunker_built_with_those_limi
     calls = []
     real_score = chunker.engine.engine.score
     chunker.engine.engine.score = lambda *a, **k: calls.append(1) or real_score(*a, **k)
-    for limits in (Limits(4, 32, 16), Limits(8, 64, 32)):
+    for limits in (Limits(4, 32, 16, 0.02), Limits(8, 64, 32, 0.02)):
         replayed = [(c.start, c.end) for c in with_limits(chunker, limits).chunk(text)]
         fresh = [(c.start, c.end) for c in Chunker(model=tiny, backend="torch", limits=limits).chunk(text)]
         assert replayed == fresh

@@ -42,13 +42,13 @@ def test_deterministic(chunker):
 
 
 def test_fixed_count(tiny):
-    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 40, 12), num_chunks=5).chunk(PROSE)
+    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 40, 12, 0.02), num_chunks=5).chunk(PROSE)
     assert len(chunks) == 5 and "".join(c.text for c in chunks) == PROSE
 
 
 def test_api_functions_reuse_the_model(tiny):
-    first = rr_fast.chunk(PROSE, model=tiny, backend="torch", limits=Limits(4, 24, 12))
-    again = rr_fast.chunk(PROSE, model=tiny, backend="torch", limits=Limits(4, 24, 12))
+    first = rr_fast.chunk(PROSE, model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
+    again = rr_fast.chunk(PROSE, model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
     assert first == again
     scores = rr_fast.score(PROSE, model=tiny, backend="torch", readout="rr+lr")
     assert set(scores.readouts) == {"rr", "lr"}

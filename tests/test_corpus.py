@@ -72,7 +72,7 @@ def test_jsonl_parquet_and_folder_inputs_with_errors(tiny, tmp_path):
     assert code == EXIT_DOCUMENT_ERRORS
     rows = read_output(out)
     assert list(rows[0]) == list(COLUMNS)
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12))
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
     sources = {f"d{i}": t for i, t in enumerate(texts)} | {"one.txt": texts[0], "sub/two.md": texts[1]}
     by_doc: dict[str, list[dict]] = {}
     for row in rows:

@@ -68,7 +68,7 @@ def test_bom_stays_in_the_first_chunk_and_out_of_the_model(chunker):
 def test_cli_and_api_treat_a_bom_alike(tiny, tmp_path, capsys):
     path = tmp_path / "bom.txt"
     path.write_bytes(("\ufeff" + PROSE).encode("utf-8"))
-    options = Limits(4, 32, 16)
+    options = Limits(4, 32, 16, 0.02)
     argv = ["--model", tiny, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
     assert main([str(path), *argv]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

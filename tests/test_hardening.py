@@ -97,9 +97,9 @@ def _raise_interrupt(*args, **kwargs):
     "stage, target",
     [
         ("reading", "rr_fast.io._decode_stream"),
-        ("tokenizing", "rr_fast.chunker.tokenize"),
+        ("tokenizing", "rr_fast.document.tokenize"),
         ("model", "rr_fast.engine.Engine.score_many"),
-        ("dp", "rr_fast.chunker.segment"),
+        ("dp", "rr_fast.cuts.segment"),
         ("writing", "rr_fast.cli.format_chunks"),
     ],
 )
@@ -392,7 +392,7 @@ def test_non_finite_values_only_matter_in_the_readouts_the_chunks_use(tiny, monk
     from rr_fast import Chunker, Limits
     from rr_fast.errors import RRFastError
 
-    chunker = Chunker(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12), penalty=0.5)
+    chunker = Chunker(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
     want = chunker.chunk(SAMPLE_TEXT)
     score_many = chunker.engine.score_many
 
@@ -415,7 +415,7 @@ def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monke
 
     for native, noted in ((False, True), (True, False), (None, False)):
         monkeypatch.setattr(torch_backend, "native_cpu_bf16", lambda native=native: native)
-        chunker = Chunker(model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12), penalty=0.5)
+        chunker = Chunker(model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
         warnings = chunker.chunk(SAMPLE_TEXT).warnings
         assert any("no native bfloat16" in w for w in warnings) is noted, (native, warnings)
 

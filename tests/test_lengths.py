@@ -28,12 +28,12 @@ def embedder_tokenizer() -> str:
 
 @pytest.fixture(scope="module")
 def by_chars(tiny):
-    return Chunker(model=tiny, backend="torch", limits=Limits(20, 80, 50), length_unit="chars", penalty=0.5)
+    return Chunker(model=tiny, backend="torch", limits=Limits(20, 80, 50, 0.02), length_unit="chars", penalty=0.5)
 
 
 @pytest.fixture(scope="module")
 def by_embedder(tiny):
-    return Chunker(model=tiny, backend="torch", limits=Limits(4, 20, 12), length_unit=embedder_tokenizer())
+    return Chunker(model=tiny, backend="torch", limits=Limits(4, 20, 12, 0.02), length_unit=embedder_tokenizer())
 
 
 def test_chars_unit_limits_and_lengths(by_chars):
@@ -58,7 +58,7 @@ def test_tokenizer_unit_counts_the_embedders_tokens(by_embedder):
 
 
 def test_model_unit_length_is_the_token_count(tiny):
-    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12)).chunk(PROSE)
+    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02)).chunk(PROSE)
     assert all(c.length == c.token_count for c in chunks)
 
 
@@ -95,7 +95,7 @@ def test_no_chunk_exceeds_max_in_the_unit(by_chars, by_embedder, text):
 
 
 def test_overlap_fills_context_and_keeps_tiling(tiny):
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(20, 80, 50), length_unit="chars", overlap=25)
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(20, 80, 50, 0.02), length_unit="chars", overlap=25)
     chunks = chunker.chunk(PROSE)
     assert "".join(c.text for c in chunks) == PROSE and len(chunks) >= 3
     assert chunks[0].context_before == "" and chunks[-1].context_after == ""

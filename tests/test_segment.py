@@ -71,18 +71,20 @@ def test_percentiles_average_ties():
 
 
 def test_short_text_is_one_chunk_with_warning():
-    got = segment(10, np.array([5]), np.array([1.0]), Limits(48, 384, 192), penalty=0.0)
+    got = segment(10, np.array([5]), np.array([1.0]), Limits(48, 384, 192, 0.02), penalty=0.0)
     assert got.cuts.size == 0 and "fewer than min_tokens" in got.warnings[0]
 
 
 def test_fallback_edges_keep_max_length():
     # candidates only near the start: without fallback edges no split can respect max_tokens
-    got = segment(100, np.array([5]), np.array([1.0]), Limits(4, 30, 20), penalty=0.5, fallback_edges=np.arange(1, 100))
+    got = segment(
+        100, np.array([5]), np.array([1.0]), Limits(4, 30, 20, 0.02), penalty=0.5, fallback_edges=np.arange(1, 100)
+    )
     lengths = np.diff([0, *got.cuts.tolist(), 100])
     assert lengths.max() <= 30 and lengths.min() >= 4
     assert "plain token boundaries" in got.warnings[0]
 
 
 def test_unmeetable_limits_relax_with_warning():
-    got = segment(100, np.array([50]), np.array([1.0]), Limits(4, 30, 20), penalty=0.5)
+    got = segment(100, np.array([50]), np.array([1.0]), Limits(4, 30, 20, 0.02), penalty=0.5)
     assert got.warnings and "longer than max_tokens" in got.warnings[-1]

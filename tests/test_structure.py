@@ -77,16 +77,16 @@ def test_levels_and_units():
 def test_tiers_are_lexicographic():
     edges = np.array([10, 20, 30])
     # the word-tier edge has far more utility, but the sentence edge keeps the limits feasible
-    result = segment_tiered(40, edges, np.array([0.1, 5.0, 0.1]), np.array([0, 1, 0]), Limits(5, 35, 20), 0.5)
+    result = segment_tiered(40, edges, np.array([0.1, 5.0, 0.1]), np.array([0, 1, 0]), Limits(5, 35, 20, 0.02), 0.5)
     assert 20 not in result.cuts.tolist()
-    result = segment_tiered(40, edges, np.array([0.1, 0.1, 0.1]), np.array([1, 1, 1]), Limits(5, 35, 20), 0.5)
+    result = segment_tiered(40, edges, np.array([0.1, 0.1, 0.1]), np.array([1, 1, 1]), Limits(5, 35, 20, 0.02), 0.5)
     assert len(result.cuts) >= 1  # a fallback tier is used where nothing better exists
 
 
 @pytest.mark.parametrize("text", [FLAT, textwrap.fill(FLAT, 70)], ids=["flattened", "wrapped"])
 def test_flattened_text_is_unchanged(tiny, text):
-    auto = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12), penalty=0.5)
-    none = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12), penalty=0.5, structure="none")
+    auto = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
+    none = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, structure="none")
     assert auto.chunk(text) == none.chunk(text)
     scores_auto, scores_none = auto.score(text), none.score(text)
     assert np.array_equal(scores_auto.tokens, scores_none.tokens)
@@ -103,7 +103,7 @@ def cut_levels(text: str, chunks) -> list[Level]:
 
 @pytest.mark.parametrize("max_tokens", [40, 60, 120])
 def test_markdown_cuts_where_the_writer_did(tiny, max_tokens):
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(8, max_tokens, max_tokens // 2), penalty=0.5)
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(8, max_tokens, max_tokens // 2, 0.02), penalty=0.5)
     chunks = chunker.chunk(MARKDOWN)
     assert "".join(c.text for c in chunks) == MARKDOWN
     assert all(c.token_count <= max_tokens for c in chunks)
@@ -117,7 +117,7 @@ def test_markdown_cuts_where_the_writer_did(tiny, max_tokens):
 def test_a_unit_longer_than_the_maximum_is_cut_at_its_lines_and_says_so(tiny):
     code = "```python\n" + "".join(f"value_{i} = compute({i}, factor={i * 3})\n" for i in range(30)) + "```\n"
     text = "Intro paragraph here.\n\n" + code + "\nAfter the code.\n"
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 60, 30), penalty=0.5)
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 60, 30, 0.02), penalty=0.5)
     chunks = chunker.chunk(text)
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 60 for c in chunks)
     split = [c for c in chunks if c.inside == "code"]
@@ -137,6 +137,6 @@ def test_option_is_checked_and_in_the_cli(tiny, tmp_path, capsys):
 
 def test_a_text_that_is_one_long_code_block(tiny):
     text = "```\n" + "".join(f"x{i} = {i}\n" for i in range(60)) + "```\n"  # no tier-0 edge at all
-    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 40, 20), penalty=0.5).chunk(text)
+    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 40, 20, 0.02), penalty=0.5).chunk(text)
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 40 for c in chunks)
     assert [c.inside for c in chunks[:-1]] == ["code"] * (len(chunks) - 1)

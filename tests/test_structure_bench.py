@@ -41,13 +41,13 @@ def test_cached_engine_scores_once_and_replays_the_same_chunks(tiny, tmp_path):
     from rr_fast import Chunker, Limits
 
     text = "## Harbour\nThe harbour was quiet.\nGulls circled overhead.\n\n## Tide\nThe tide went out.\nBoats sat.\n"
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16))
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
     direct = [(c.start, c.end) for c in chunker.chunk(text)]
     cache = tmp_path / "scores.json"
     chunker.engine = CachedEngine(chunker.engine, cache)
     assert [(c.start, c.end) for c in chunker.chunk(text)] == direct
     assert chunker.engine.misses > 0
-    replay = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16))
+    replay = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
     replay.engine = CachedEngine(replay.engine, cache, strict=True)
     assert [(c.start, c.end) for c in replay.chunk(text)] == direct
     assert replay.engine.misses == 0
@@ -66,7 +66,7 @@ def test_report_methods_run_the_structure_only_row_and_read_rr_fast_strictly(tmp
     from rr_fast import Limits
 
     args = argparse.Namespace(out=tmp_path, window=24, device="cpu", model="smollm2-135m")
-    run = methods(args, Limits(4, 32, 16))
+    run = methods(args, Limits(4, 32, 16, 0.02))
     assert {"rr-fast auto", "rr-fast none", "structure only (no model)", "semchunk"} <= set(run)
     cuts = run["structure only (no model)"](TEXT)
     assert TEXT.index("## Two") in chunk_starts(TEXT, cuts)  # the heading is a cut; nothing was scored

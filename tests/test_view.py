@@ -20,7 +20,7 @@ TEXT = (
     + ' Inside the <harbour> office & the radio crackled with the "evening" forecast. '
     "Nobody answered it; the keeper had gone home early that day, as he often did in winter. "
 )
-LIMITS = Limits(6, 40, 20)
+LIMITS = Limits(6, 40, 20, 0.02)
 
 
 @pytest.fixture(scope="module")

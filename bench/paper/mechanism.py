@@ -33,7 +33,8 @@ import numpy as np
 
 from bench.common import data_dir, save_npz
 from bench.quality.lm_scores import PASSIVE, LMScorer
-from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.config import ChunkerConfig
+from rr_fast.segment import percentiles, segment
 
 ANCHORS = (0.35, 0.70)  # where the two passages of a source start, as fractions of its body
 PASSAGE_CHARS = 2800
@@ -41,7 +42,7 @@ TARGET_TOKENS = 192
 DEPTH_FRACTIONS = (0.05, 0.25, 0.50, 0.75, 1.00)
 METHODS = ("rr", "lr", *PASSIVE, "kl_oracle")
 BOOTSTRAP = 10_000
-LIMITS = Limits()  # the package defaults: 48-384 tokens, target 192, lambda 0.02
+LIMITS = ChunkerConfig().resolve().limits  # the package defaults: 48-384 tokens, target 192, lambda 0.02
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.quality.metrics import partition
+from rr_fast.config import ChunkerConfig
 from rr_fast.segment import Limits, percentiles, segment
 
 # ρ grid: past 1 a cut costs more than any percentile earns, so the DP cuts only where the length limits
 # and the length term demand; the grid reaches beyond 1 so that a calibration landing there is visible.
 PENALTY_GRID = tuple(round(0.05 * i, 2) for i in range(25))  # 0.00 .. 1.20
-LIMITS = Limits()  # rr-fast's defaults (ChunkerConfig): 48–384 tokens, target 192, λ 0.02
+LIMITS = ChunkerConfig().resolve().limits  # rr-fast's defaults: 48–384 tokens, target 192, λ 0.02
 
 
 @dataclass(frozen=True)

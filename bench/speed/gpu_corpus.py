@@ -129,7 +129,7 @@ def matmul_peak(shapes, device: str) -> dict[str, float]:
 def defaults() -> dict:
     from rr_fast.config import ChunkerConfig
 
-    c = ChunkerConfig().resolved()
+    c = ChunkerConfig().resolve().config
     return {"readout": c.readout, "window": c.window, "layer": c.layer, "penalty": c.penalty}
 
 
@@ -256,12 +256,12 @@ def paper_config(device: str, smoke: bool, peak: float) -> dict:
 
 def agreement(model: Path, streams: list[str], device: str) -> dict:
     """bf16 against fp32 on the same streams: cuts and raw readout values."""
-    from rr_fast import Chunker, Limits
+    from rr_fast import Chunker
 
     options = {"model": str(model), "backend": "torch", "device": device, **defaults()}
     results = {}
     for dtype in ("float32", "bfloat16"):
-        chunker = Chunker(dtype=dtype, limits=Limits(), **options)
+        chunker = Chunker(dtype=dtype, **options)
         results[dtype] = (list(chunker.chunk_many(streams)), list(chunker.score_many(streams)))
     identical, jaccard, diffs = 0, [], []
     for a, b, sa, sb in zip(

@@ -10,9 +10,9 @@ from pathlib import Path
 from bench.common import BENCH_MODEL, data_dir
 from bench.structure.data import chapter_boundaries, passages, wiki50
 from bench.structure.scoring import cached_chunker
-from rr_fast import Limits
+from rr_fast import ChunkerConfig
 
-LIMITS = Limits()  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every method
+LIMITS = ChunkerConfig().resolve().limits  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every method
 
 
 def score(args) -> None:

@@ -166,9 +166,11 @@ def calibrate(args) -> dict:
 
     Ties go to the smaller priors. Writes the grids and picks to ``out/calibration.json``.
     """
-    from rr_fast import Limits
+    from rr_fast import ChunkerConfig
 
-    chunker = cached_chunker(args.out, args.window, args.device, "auto", Limits(), **_cached_options(args))
+    chunker = cached_chunker(
+        args.out, args.window, args.device, "auto", ChunkerConfig().resolve().limits, **_cached_options(args)
+    )
     wiki, _ = wiki50(args.data_dir)
     wiki = [d for d in wiki if scored(chunker.chunk, d.text)]
     chapters = [d for d in chapter_boundaries(args.data_dir) if scored(chunker.chunk, d.text)]
@@ -203,9 +205,9 @@ def _grid_point(chunker, docs, **values) -> dict:
 
 
 def report(args) -> None:
-    from rr_fast import Limits
+    from rr_fast import ChunkerConfig
 
-    limits = Limits()
+    limits = ChunkerConfig().resolve().limits
     run = methods(args, limits)
     result = {
         "model": args.model if args.window else SCORED["model"],

@@ -9,9 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from rr_fast.chunker import Chunk, Chunker
-from rr_fast.segment import Limits
-
-LIMIT_FIELDS = ("min_tokens", "max_tokens", "target_tokens", "length_weight")
+from rr_fast.config import Resolved, chunker_config
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -24,15 +22,6 @@ def require(module: str, extra: str) -> ModuleType:
         ) from None
 
 
-def chunker_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Flat adapter options → ``Chunker`` keyword arguments (limit fields folded into ``Limits``)."""
-    chunker = {key: value for key, value in options.items() if key not in LIMIT_FIELDS}
-    limits = {key: options[key] for key in LIMIT_FIELDS if key in options}
-    if limits:
-        chunker["limits"] = Limits(**limits)
-    return chunker
-
-
 class LazyChunker:
     """A handle on one ``Chunker``: loaded on first use, shared by every handle with the same options.
 
@@ -42,9 +31,10 @@ class LazyChunker:
 
     def __init__(self, **options: Any):
         self.options = dict(sorted(options.items()))
+        self.resolved: Resolved = chunker_config(**self.options).resolve()  # a bad option fails here, once
 
     def get(self) -> Chunker:
-        return shared_chunker(tuple(self.options.items()))
+        return shared_chunker(self.resolved)
 
     def chunk(self, text: str | None) -> list[Chunk]:
         """Chunks of one text; None, an empty or a whitespace-only text has none (as the frameworks' splitters do)."""
@@ -76,5 +66,5 @@ def chunk_list(result: Any) -> list[Chunk]:
 
 
 @lru_cache(maxsize=8)
-def shared_chunker(options: tuple) -> Chunker:
-    return Chunker(**chunker_options(dict(options)))
+def shared_chunker(resolved: Resolved) -> Chunker:
+    return Chunker(resolved)

@@ -12,7 +12,6 @@ from typing import Any
 
 from rr_fast.integrations.common import LazyChunker, require
 from rr_fast.models import DEFAULT_MODEL
-from rr_fast.segment import Limits
 
 text_splitters = require("langchain_text_splitters", "langchain")
 core_documents = require("langchain_core.documents", "langchain")
@@ -22,11 +21,14 @@ class RRTextSplitter(text_splitters.TextSplitter):
     """Right Reset chunking for LangChain; options are ``rr_fast.Chunker``'s, limits flat."""
 
     def __init__(self, model: str = DEFAULT_MODEL, *, add_start_index: bool = True, **options: Any):
-        max_tokens = options.get("max_tokens", Limits().max_tokens)
+        rr = LazyChunker(model=model, **options)
         super().__init__(
-            chunk_size=max_tokens, chunk_overlap=0, add_start_index=add_start_index, strip_whitespace=False
+            chunk_size=rr.resolved.limits.max_tokens,
+            chunk_overlap=0,
+            add_start_index=add_start_index,
+            strip_whitespace=False,
         )
-        self.rr = LazyChunker(model=model, **options)
+        self.rr = rr
 
     def split_text(self, text: str) -> list[str]:
         return [chunk.text for chunk in self.rr.chunk(text)]

@@ -23,6 +23,7 @@ class RRNodeParser(node_parser.NodeParser):
 
     model: str = pydantic.Field(default=DEFAULT_MODEL, description="rr-fast model (bundled name, folder or file)")
     options: dict[str, Any] = pydantic.Field(default_factory=dict, description="rr_fast.Chunker options")
+    _rr: Any = pydantic.PrivateAttr(default=None)  # the LazyChunker: the options resolved once
 
     def __init__(self, model: str = DEFAULT_MODEL, **options: Any):
         """NodeParser's own fields (include_metadata, include_prev_next_rel, id_func, ...) go to it, the rest
@@ -30,13 +31,14 @@ class RRNodeParser(node_parser.NodeParser):
         base = {key: options.pop(key) for key in list(options) if key in type(self).model_fields}
         chunker = {**base.pop("options", {}), **options}
         super().__init__(model=model, options=chunker, **base)
+        self._rr = LazyChunker(model=model, **chunker)
 
     @classmethod
     def class_name(cls) -> str:
         return "RRNodeParser"
 
     def _parse_nodes(self, nodes: Sequence[Any], show_progress: bool = False, **kwargs: Any) -> list[Any]:
-        rr = LazyChunker(model=self.model, **self.options)
+        rr = self._rr
         texts = [node.get_content(metadata_mode=schema.MetadataMode.NONE) for node in nodes]
         out = []
         for node, chunks in zip(nodes, rr.chunk_many(texts)):

@@ -1,0 +1,64 @@
+"""Segmenting a scored document: utilities, structure priors and the DP, in the configured length unit.
+
+The model's readouts become within-document utilities (``segment.utility``); for structured text each
+writer's break adds its level's prior and fallback edges wait in higher tiers (``segment_tiered``), else the
+paper's open-count or fixed-count DP runs over the scored candidates with every clean edge as a fallback.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rr_fast.config import ChunkerConfig
+from rr_fast.document import Document
+from rr_fast.errors import RRFastError
+from rr_fast.lengths import LengthUnit, edge_positions, segment_in_unit
+from rr_fast.segment import Limits, Segmentation, segment, segment_tiered
+from rr_fast.structure import priors
+
+
+def cut_document(
+    document: Document, utilities: np.ndarray, config: ChunkerConfig, limits: Limits, unit: LengthUnit
+) -> Segmentation:
+    """The optimal cuts of one document given its scored edges' utilities (NaN: not usable)."""
+    tokens, clean = document.tokens, document.clean
+    positions = edge_positions(unit, document.text, tokens, clean)
+    if document.plan is None:
+        usable = np.isfinite(utilities)
+
+        def solve(run: Limits) -> Segmentation:
+            return segment(
+                len(tokens),
+                document.scored.tokens[usable],
+                utilities[usable],
+                run,
+                penalty=config.penalty,
+                num_chunks=config.num_chunks,
+                fallback_edges=clean.tokens,
+                positions=positions,
+            )
+
+    else:
+        layout = document.plan
+        # writer's breaks and sentence ends carry the model's utility plus their level's prior; fallbacks 0
+        every = np.zeros(len(layout.tokens))
+        scored = np.flatnonzero(layout.scored)
+        every[scored] = utilities + priors(layout.levels[scored])
+        usable = np.isfinite(every)
+
+        def solve(run: Limits) -> Segmentation:
+            return segment_tiered(
+                len(tokens),
+                layout.tokens[usable],
+                every[usable],
+                layout.tiers[usable],
+                run,
+                penalty=config.penalty,
+                num_chunks=config.num_chunks,
+                positions=positions,
+            )
+
+    try:
+        return segment_in_unit(unit, document.text, clean, limits, solve)
+    except ValueError as error:  # a fixed count the limits cannot meet
+        raise RRFastError(str(error)) from None

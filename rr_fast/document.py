@@ -1,0 +1,91 @@
+"""Planning a document: a text's model tokens and the candidate edges the model scores.
+
+Plain text gets the paper's candidates (sentence ends, and word boundaries on a ``step``-token grid); text
+with structure beyond sentences (headings, paragraphs, lists, lines) gets a ``structure.Plan`` that ranks
+every clean edge by level and tier, and the model scores its tier-0 edges. Every other clean edge stays a
+fallback the DP may use where the length limits leave no candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rr_fast.config import ChunkerConfig
+from rr_fast.errors import RRFastError, UsageError
+from rr_fast.lengths import MODEL
+from rr_fast.segment import Limits
+from rr_fast.structure import Plan, analyse, plan
+from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize
+
+BOM = "\ufeff"
+# The fixed-count DP keeps a (K + 1) × (edges + 2) float64 table; beyond this, refuse rather than thrash.
+FIXED_COUNT_TABLE_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class Document:
+    """One text on its way through the pipeline: its tokens and the edges the model scores.
+
+    ``plan`` is set for structured text (levels and fallback tiers of every clean edge); without it the
+    paper's candidates are scored and every other clean edge is a fallback.
+    """
+
+    text: str
+    tokens: Tokens
+    clean: Edges
+    scored: Edges
+    plan: Plan | None
+
+
+def text_tokens(tokenizer, text: str) -> Tokens:
+    """The text as model tokens with character offsets (an empty text is an error).
+
+    A leading byte-order mark stays in the first chunk, so chunks still join to the caller's text, but
+    the model never reads it: it is encoding, not content (the CLI passes it through the same way).
+    """
+    if not isinstance(text, str):
+        raise RRFastError(f"text must be a str, got {type(text).__name__}")
+    body = text[1:] if text.startswith(BOM) else text
+    if not body.strip():
+        raise RRFastError("the text is empty or only whitespace: nothing to chunk")
+    tokens = tokenize(tokenizer, body)
+    if body is not text:
+        tokens = Tokens(tokens.ids, tokens.starts + 1, tokens.ends + 1)
+    return tokens
+
+
+def plan_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limits) -> Document:
+    """Candidates of a tokenized text: the paper's, unless the text has structure beyond sentences."""
+    clean = clean_edges(text, tokens)
+    structure = analyse(text, config.structure)
+    if structure.mode == "none":
+        document = Document(text, tokens, clean, candidate_edges(text, tokens, config.step), None)
+    else:
+        layout = plan(text, clean.tokens, clean.chars, tokens.starts, structure, config.step, limits.max_tokens)
+        scored = Edges(layout.tokens[layout.scored], layout.chars[layout.scored])
+        document = Document(text, tokens, clean, scored, layout)
+    if config.num_chunks is not None and config.length_unit == MODEL:
+        # the fixed-count DP cuts only at candidates (structured text: at any clean edge, tiers apart)
+        possible = len(clean.tokens) if document.plan is not None else len(document.scored.tokens)
+        check_num_chunks(config.num_chunks, len(tokens), possible, limits)
+    return document
+
+
+def check_num_chunks(num_chunks: int, num_tokens: int, num_edges: int, limits: Limits) -> None:
+    """Refuse a chunk count the text cannot hold before any model work (and before the DP's K × edges table)."""
+    if num_chunks > num_edges + 1:
+        raise UsageError(
+            f"--num-chunks {num_chunks} needs {num_chunks - 1} cuts, but this text ({num_tokens} tokens) has "
+            f"{num_edges} candidate edges: ask for at most {num_edges + 1} chunks"
+        )
+    if num_chunks * limits.min_tokens > num_tokens or num_chunks * limits.max_tokens < num_tokens:
+        raise UsageError(
+            f"--num-chunks {num_chunks} cannot split {num_tokens} tokens into chunks of "
+            f"{limits.min_tokens}-{limits.max_tokens} tokens: change --num-chunks or the length limits"
+        )
+    table = (num_chunks + 1) * (num_edges + 2) * 8
+    if table > FIXED_COUNT_TABLE_BYTES:
+        raise UsageError(
+            f"--num-chunks {num_chunks} on {num_edges} candidate edges needs a {table / 2**30:.1f} GiB table: "
+            "ask for fewer chunks, or leave out --num-chunks and set --target-tokens instead"
+        )
