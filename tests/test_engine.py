@@ -7,7 +7,7 @@ import pytest
 
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.engine import Engine, ScoreConfig, blocks, default_layer
-from rr_fast.errors import RRFastError, UsageError
+from rr_fast.errors import RRFastError
 from rr_fast.reference import reference_scores
 
 TOL = 1e-4
@@ -109,9 +109,6 @@ def test_blocks_cover_every_token_once():
         dict(skip=23),
         dict(readouts=("kl",)),
         dict(context=4),
-        dict(windows=(24,)),
-        dict(windows=(2,)),
-        dict(skips=(23,)),
     ],
 )
 def test_invalid_configs(bad):
@@ -176,59 +173,21 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
         assert spearmanr(want[name][finite], got[name][finite])[0] > 0.8
 
 
-@pytest.mark.parametrize("kind", ["gemma3", "gpt2"])
-def test_layer_sweep_equals_one_engine_per_layer(tiny_model_factory, kind):
-    """ScoreConfig.layers: each rr_L{l} from the one window pass equals an engine run at layer l alone, and
-    rr and lr are unchanged (rr-fast's plain modules for Gemma 3, transformers' GPT-2 with absolute positions)."""
-    backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
-    ids, edges = random_text(70)
-    every = tuple(range(1, backend.depth + 1))
-    sweep = Engine(backend, [1], ScoreConfig(readouts=("rr", "lr"), layers=every)).score(ids, edges)
-    assert set(sweep) == {"rr", "lr", *(f"rr_L{layer}" for layer in every)}
-    plain = Engine(backend, [1], ScoreConfig(readouts=("rr", "lr"))).score(ids, edges)
-    for name in ("rr", "lr"):
-        np.testing.assert_allclose(sweep[name], plain[name], atol=1e-5, equal_nan=True)
-    for layer in every:
-        single = Engine(backend, [1], ScoreConfig(layer=layer)).score(ids, edges)["rr"]
-        np.testing.assert_allclose(sweep[f"rr_L{layer}"], single, atol=1e-5, equal_nan=True)
-
-
-@pytest.mark.parametrize("layers", [(), (1, 2)])
-def test_other_windows_and_skips_equal_an_engine_at_each(tiny_model_factory, layers):
-    """ScoreConfig.windows and skips: rr and lr over each window's first W' positions, skipping s, equal a run at
-    (W', s) (edges near the end included, where windows are short), and the run's own readouts are unchanged."""
-    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
-    ids, edges = random_text(90)
-    config = ScoreConfig(window=16, readouts=("rr", "lr"), layers=layers, windows=(4, 9), skips=(0, 2))
-    multi = Engine(backend, [1], config).score(ids, edges)
-    for window in (16, 4, 9):
-        for skip in (1, 0, 2):
-            suffix = "" if (window, skip) == (16, 1) else f"@w{window}" + ("" if skip == 1 else f"s{skip}")
-            single = Engine(backend, [1], ScoreConfig(window=window, skip=skip, readouts=("rr", "lr")))
-            want = single.score(ids, edges)
-            for name in ("rr", "lr"):
-                np.testing.assert_allclose(multi[name + suffix], want[name], atol=1e-5, equal_nan=True)
-
-
-def test_reset_prefix_controls_are_checked(tiny_model_factory):
-    """Reset-prefix controls need re-indexed windows (RoPE); layer sweeps need a backend with forward_layers."""
+def test_reset_prefix_needs_rope_and_the_base_interface_suffices(tiny_model_factory):
+    """The reset prefix needs re-indexed windows (RoPE); the engine needs only ``Backend.forward``."""
     gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
-    for config in (ScoreConfig(reset_prefix=(5,)), ScoreConfig(local_prefix=2)):
-        with pytest.raises(ValueError, match="RoPE"):
-            Engine(gpt2, [1], config)
-    with pytest.raises(ValueError, match="local_prefix"):
-        ScoreConfig(local_prefix=-1)
-    with pytest.raises(ValueError, match="layers"):
-        Engine(gpt2, [1], ScoreConfig(layers=(gpt2.depth + 1,)))
+    with pytest.raises(ValueError, match="RoPE"):
+        Engine(gpt2, [1], ScoreConfig(reset_prefix=(5,)))
 
     class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
         name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
         max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
 
     ids, edges = random_text(40)
-    assert np.isfinite(Engine(ForwardOnly(), [1]).score(ids, edges)["rr"][:-1]).all()
-    with pytest.raises(UsageError, match="layer sweeps"):
-        Engine(ForwardOnly(), [1], ScoreConfig(layers=(1,))).score(ids, edges)
+    config = ScoreConfig(readouts=("rr", "lr"))
+    np.testing.assert_array_equal(
+        Engine(ForwardOnly(), [1], config).score(ids, edges)["rr"], Engine(gpt2, [1], config).score(ids, edges)["rr"]
+    )
 
 
 def test_focused_normalizer_covering_the_vocabulary_is_the_full_one(backend, monkeypatch):
