@@ -343,6 +343,12 @@ PRESETS: dict[str, ChunkerConfig] = {
 }
 
 
+def paper_scoring(**changes: Any) -> ScoreConfig:
+    """The engine's settings as ``resolve()`` derives them for a model that is not bundled (the paper's W, s and
+    RR, every other option at its default), with ``changes``: for code that drives the ``Engine`` directly."""
+    return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
+
+
 def chunker_config(preset: str | None = None, config: ChunkerConfig | None = None, **options: Any) -> ChunkerConfig:
     """A preset, a given config or the defaults, with ``options`` overriding its values: what
     ``Chunker(config, preset=..., **options)``, ``rr_fast.chunk`` and ``--preset`` build."""

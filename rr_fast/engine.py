@@ -20,12 +20,10 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
-from rr_fast.backends.base import Backend
-from rr_fast.errors import UsageError
+from rr_fast.backends.base import Backend, Forward
 from rr_fast.readouts import HOST_READOUTS
 
 # Tokens of the full pass's distribution that join a reset window's focused normalizer, per position. Over a
@@ -53,58 +51,23 @@ class ScoreConfig:
     shortlist_window: int
     # token ids after the BOS of every reset window (paper Appendix; RoPE models); readouts compare only the window
     reset_prefix: tuple[int, ...]
-    # layer sweeps: RR at each of these layers too, as readouts named rr_layer_name(l), from the same windows
-    layers: tuple[int, ...] = ()
-    # the last ``local_prefix`` tokens before the edge kept in the reset window
-    local_prefix: int = 0
-    # multi-scale: the readouts over the first W' positions of each window too, and with other skips, named
-    # variant_name(...). With causal attention those positions are exactly a W'-token window's, so shorter
-    # windows and other skips cost no model work, only their readouts
-    windows: tuple[int, ...] = ()
-    skips: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.local_prefix < 0:
-            raise ValueError(f"local_prefix must be >= 0, got {self.local_prefix}")
-        if any(s < 0 for s in self.skips) or self.window < max(self.skips, default=0) + 2:
-            raise ValueError(f"skips must be >= 0 and at most the window - 2, got {self.skips}")
-        shortest = max((self.skip, *self.skips)) + 2
-        if any(not shortest <= w < self.window for w in self.windows):
-            raise ValueError(
-                f"windows must be shorter than the window ({self.window}) and at least every skip + 2, "
-                f"got {self.windows}"
-            )
 
     def first_stage(self) -> ScoreConfig:
         """The cheap pass of two-stage scoring: RR (early exit, no LM head) with a short window, every edge."""
-        return replace(
-            self, window=self.shortlist_window, readouts=("rr",), shortlist=None, layers=(), windows=(), skips=()
-        )
-
-
-def rr_layer_name(layer: int) -> str:
-    """The readout name of RR at one layer of a layer sweep (``ScoreConfig.layers``)."""
-    return f"rr_L{layer}"
-
-
-def variant_name(readout: str, window: int, skip: int | None = None) -> str:
-    """The name of a readout over another window or skip of the same run (``ScoreConfig.windows`` and ``skips``):
-    ``lr@w96``, or ``lr@w96s4`` for skip 4 (None: the run's own skip)."""
-    return f"{readout}@w{window}" + ("" if skip is None else f"s{skip}")
+        return replace(self, window=self.shortlist_window, readouts=("rr",), shortlist=None)
 
 
 @dataclass(frozen=True)
 class WindowBatch:
-    """One forward call's reset windows, as ``Engine.score_many`` hands them to an ``on_windows`` observer.
+    """The reset windows of one forward call, as the engine's extension methods see them: row i is the window
+    right of token ``edges[i]`` of one document."""
 
-    For scores the engine does not compute itself from the same windows (the benchmark's output KL):
-    ``final`` holds what the LM head reads, so an observer needs no forward call of its own.
-    """
-
-    documents: np.ndarray  # [B] position of each row's document in the score_many input
-    edge_index: np.ndarray  # [B] index of each row's edge among its document's edges
+    documents: np.ndarray  # [B] each row's document, by its position in the score_many input
+    edge_index: np.ndarray  # [B] each row's edge, by its index among its document's edges
+    edges: np.ndarray  # [B] each row's edge: its window starts at this token
+    counts: np.ndarray  # [B] tokens in each row's document
     layout: WindowLayout  # window positions of each row, and which enter the readouts
-    final: Any  # [B, W, d] final normed states at the window positions (device tensors with device readouts)
+    token_ids: Callable[[np.ndarray], np.ndarray]  # [B, k] token indices -> ids, row i from row i's document
 
 
 def default_layer(depth: int) -> int:
@@ -120,6 +83,11 @@ class Engine:
     so that a batch is only as wide as its longest window. Every row is still its own exact computation
     (causal attention, per-row positions), so a document's scores do not depend on its neighbours beyond
     float rounding of differently shaped matrix products.
+
+    Extension point: a subclass reads more from the same windows (the benchmarks' layer sweeps, bench/engine.py)
+    by overriding ``forward`` (every model call, full-pass blocks and reset windows), ``window_rows`` (the token
+    rows of a window batch, ``window_prefix`` tokens in front of each window) and ``window_readouts`` (a batch's
+    per-edge values), and setting ``names`` (the readouts ``score`` returns) and ``window_prefix`` to match.
     """
 
     def __init__(
@@ -138,25 +106,10 @@ class Engine:
         self.reindex = backend.uses_rope if config.reindex is None else config.reindex
         if self.reindex and not backend.uses_rope:
             raise ValueError("this model has absolute position embeddings: windows must keep their positions")
-        if (config.reset_prefix or config.local_prefix) and not self.reindex:
+        if config.reset_prefix and not self.reindex:
             raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
-        if any(not 1 <= layer <= backend.depth for layer in config.layers):
-            raise ValueError(f"layers must be in 1..{backend.depth} for this model, got {config.layers}")
-        # a layer sweep stacks the states of these layers ([..., L, d]); None: the RR layer's states alone
-        self.state_layers = tuple(sorted({self.layer, *config.layers})) if config.layers else None
-        # (name suffix's window, skip) of every other window and skip read from the same windows
-        self.variants = [
-            (w, s)
-            for w in (config.window, *config.windows)
-            for s in (config.skip, *config.skips)
-            if (w, s) != (config.window, config.skip)
-        ]
-        self.names = (
-            *config.readouts,
-            *(rr_layer_name(layer) for layer in config.layers),
-            *(self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts),
-        )
-        self.window_prefix = len(self.prefix) + len(config.reset_prefix) + config.local_prefix
+        self.names: tuple[str, ...] = config.readouts  # the readouts score returns, in order
+        self.window_prefix = len(self.prefix) + len(config.reset_prefix)  # tokens in front of every reset window
         context = config.context
         if backend.max_positions is not None:
             context = min(context, (backend.max_positions - len(self.prefix)) // 2)
@@ -173,34 +126,26 @@ class Engine:
         self.timings: dict[str, float] = defaultdict(float)
 
     def score(
-        self,
-        ids: np.ndarray,
-        edges: np.ndarray,
-        progress: Callable[[int], None] | None = None,
-        on_windows: Callable[[WindowBatch], None] | None = None,
+        self, ids: np.ndarray, edges: np.ndarray, progress: Callable[[int], None] | None = None
     ) -> dict[str, np.ndarray]:
         """Scores for each edge, per readout (NaN where the window is too short for the readout).
 
         progress, when given, is called with the number of source tokens finished so far.
         """
-        return next(self.score_many([(ids, edges)], progress, on_windows))
+        return next(self.score_many([(ids, edges)], progress))
 
     def score_many(
         self,
         documents: Iterable[tuple[np.ndarray, np.ndarray]],
         progress: Callable[[int], None] | None = None,
-        on_windows: Callable[[WindowBatch], None] | None = None,
     ) -> Iterator[dict[str, np.ndarray]]:
         """``score`` of each (ids, edges) pair, yielded in input order as documents finish.
 
         Documents are read lazily: only enough are open at a time to keep a few window batches in
         flight, so memory stays bounded however many documents the iterable holds. progress, when
         given, is called with the number of source tokens finished so far, over all documents.
-        on_windows, when given, sees every reset-window batch with its final states (``WindowBatch``).
         """
         if self.config.shortlist is not None:
-            if on_windows is not None:
-                raise ValueError("on_windows observes one pass over every edge: not with a shortlist")
             yield from self._two_stage(documents, progress)
             return
         source = iter(documents)
@@ -232,7 +177,7 @@ class Engine:
             if needing:
                 self._full_passes(needing)
             if any(d.ready > d.next_edge for d in open_docs):
-                self._window_batch(open_docs, on_windows)
+                self._window_batch(open_docs)
                 if progress is not None:
                     progress(finished_tokens + sum(d.tokens_done for d in open_docs))
 
@@ -266,47 +211,40 @@ class Engine:
     def _rows_per_batch(self, width: int) -> int:
         return max(1, self.batch_tokens // (width + self.window_prefix))
 
-    def _forward(self, ids, positions, need_states: bool, targets, final: bool = False, **head):
-        """One backend call: the RR layer's states ([B, T, d]), or with a layer sweep those of
-        ``state_layers`` stacked ([B, T, L, d]); final states only for an ``on_windows`` observer. ``head``:
-        the focused normalizer's ``vocabulary`` or ``top_tokens`` (see ``Backend.forward``)."""
-        if self.state_layers is None and not final:
-            return self.backend.forward(
-                ids, positions, self.layer if need_states else None, targets, **self._forward_options, **head
-            )
-        if head:
-            raise UsageError("the focused normalizer does not combine with layer sweeps or final states")
-        forward_layers = getattr(self.backend, "forward_layers", None)
-        if forward_layers is None:
-            raise UsageError(f"the {self.backend.name} backend has no layer sweeps or final states (use the torch one)")
-        layers = self.state_layers or ((self.layer,) if need_states else ())
-        out = forward_layers(ids, positions, layers, targets, final=final, **self._forward_options)
-        if self.state_layers is None and out.hidden is not None:
-            out = replace(out, hidden=out.hidden[:, :, 0])
-        return out
+    def forward(self, ids: np.ndarray, positions: np.ndarray, targets: np.ndarray | None, **head) -> Forward:
+        """One backend call over right-padded rows, full-pass blocks and reset windows alike: the RR layer's
+        states when RR is read, and the log-probabilities of ``targets``. ``head``: the focused normalizer's
+        ``vocabulary`` or ``top_tokens`` (see ``Backend.forward``)."""
+        layer = self.layer if "rr" in self.config.readouts else None
+        return self.backend.forward(ids, positions, layer, targets, **self._forward_options, **head)
 
-    def _rr_readouts(self, full, reset, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """RR at the RR layer, and at every swept layer, from aligned full and reset states."""
-        if self.state_layers is None:
-            return {"rr": self.ops.rr_cosine(full, reset, mask)}
-        by_layer = {
-            layer: self.ops.rr_cosine(full[:, :, i], reset[:, :, i], mask) for i, layer in enumerate(self.state_layers)
-        }
-        values = {rr_layer_name(layer): by_layer[layer] for layer in self.config.layers}
+    def window_rows(self, batch: WindowBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """The token rows of a window batch ([B, window_prefix + W]: the BOS and the reset prefix, then the
+        window, right-padded with 0) and, when LR is read, their targets: each scored position's next token,
+        -1 elsewhere."""
+        layout = batch.layout
+        fixed = np.concatenate([self.prefix, self.config.reset_prefix]).astype(np.int64)
+        windows = np.where(layout.real, batch.token_ids(layout.token_index), 0)
+        ids = np.concatenate([np.broadcast_to(fixed, (len(windows), len(fixed))), windows], axis=1)
+        if "lr" not in self.config.readouts:
+            return ids, None
+        following = batch.token_ids(np.minimum(layout.token_index + 1, batch.counts[:, None] - 1))
+        targets = np.full(ids.shape, -1, dtype=np.int64)
+        targets[:, len(fixed) :] = np.where(layout.predicted, following, -1)
+        return ids, targets
+
+    def window_readouts(self, full: Forward, reset: Forward, batch: WindowBatch) -> dict[str, np.ndarray]:
+        """Per-edge values of a window batch, by readout name.
+
+        full: the full pass at the window positions ([B, W] of ``forward``'s results: ``logprobs`` at a position
+        are its next token's); reset: ``forward`` of the batch's ``window_rows``, window_prefix tokens first.
+        """
+        p, layout, values = self.window_prefix, batch.layout, {}
         if "rr" in self.config.readouts:
-            values["rr"] = by_layer[self.layer]
+            values["rr"] = self.ops.rr_cosine(full.hidden, reset.hidden[:, p:], layout.compared)
+        if "lr" in self.config.readouts:
+            values["lr"] = self.ops.lr_utility(full.logprobs, reset.logprobs[:, p:], layout.predicted)
         return values
-
-    def readout_name(self, readout: str, window: int, skip: int) -> str:
-        """The name this engine gives a readout at a window and skip: the bare readout at its own window and skip,
-        else ``variant_name`` (the skip named only where it is not the run's)."""
-        if (window, skip) == (self.config.window, self.config.skip):
-            return readout
-        return variant_name(readout, window, None if skip == self.config.skip else skip)
-
-    def _rr_states(self, states):
-        """The RR layer's states of a forward result (with a layer sweep, its slice of the stacked layers)."""
-        return states if self.state_layers is None else states[:, :, self.state_layers.index(self.layer)]
 
     def _full_passes(self, documents: list[_Document]) -> None:
         """The next full-pass block of each document, as rows packed up to the batch's token budget."""
@@ -324,7 +262,6 @@ class Engine:
     def _full_pass_rows(self, jobs) -> None:
         started = time.perf_counter()
         p = len(self.prefix)
-        need_states = "rr" in self.config.readouts or self.state_layers is not None
         need_logprobs = "lr" in self.config.readouts
         width = max(p + out_end - in_start for _, (in_start, _, out_end) in jobs)
         rows = np.zeros((len(jobs), width), dtype=np.int64)
@@ -336,7 +273,7 @@ class Engine:
             for i, (_, (in_start, _, out_end)) in enumerate(jobs):
                 targets[i, : p + out_end - in_start - 1] = rows[i, 1 : p + out_end - in_start]
         focus = {"top_tokens": FOCUS_TOKENS} if need_logprobs and self.config.normalizer == "focused" else {}
-        full = self._forward(rows, np.arange(width)[None], need_states, targets, **focus)
+        full = self.forward(rows, np.arange(width)[None], targets, **focus)
         for i, (doc, (in_start, out_start, out_end)) in enumerate(jobs):
             first = p + out_start - in_start  # row index of the first output token
             count = out_end - out_start
@@ -357,13 +294,13 @@ class Engine:
             doc.block_done(out_end)
         self.timings["full pass"] += time.perf_counter() - started
 
-    def _window_batch(self, open_docs, on_windows: Callable[[WindowBatch], None] | None = None) -> None:
+    def _window_batch(self, open_docs) -> None:
         """One forward call over the longest ready windows of the open documents, then their readouts.
 
         Within a document window lengths never grow with the edge, so longest-first takes each
         document's windows in edge order and its state buffer can be trimmed behind them.
         """
-        cfg, p = self.config, self.window_prefix
+        p = self.window_prefix
         pool = [(doc, k) for doc in open_docs for k in range(doc.next_edge, doc.ready)]
         pool.sort(key=lambda item: -item[0].lengths[item[1]])  # stable: documents and edges keep their order
         width = int(pool[0][0].lengths[pool[0][1]])
@@ -373,66 +310,41 @@ class Engine:
         runs = _runs(docs)
         edges = np.array([doc.edges[k] for doc, k in picked], dtype=np.int64)
         counts = np.array([len(d.ids) for d in docs], dtype=np.int64)
-        layout = window_layout(counts, edges, width, cfg.skip)
-        real, token_index = layout.real, layout.token_index
-        next_index = np.minimum(token_index + 1, counts[:, None] - 1)
-        window_ids = np.where(real, _gather(docs, token_index, lambda d: d.ids), 0)
-        fixed = np.concatenate([self.prefix, cfg.reset_prefix]).astype(np.int64)
-        # an edge closer to the start than local_prefix repeats token 0
-        local = _gather(docs, np.maximum(edges[:, None] + np.arange(-cfg.local_prefix, 0), 0), lambda d: d.ids)
-        row_ids = np.concatenate([np.broadcast_to(fixed, (len(picked), len(fixed))), local, window_ids], axis=1)
+        batch = WindowBatch(
+            documents=np.array([doc.index for doc in docs], dtype=np.int64),
+            edge_index=np.array([k for _, k in picked], dtype=np.int64),
+            edges=edges,
+            counts=counts,
+            layout=window_layout(counts, edges, width, self.config.skip),
+            token_ids=lambda index: _gather(docs, index, lambda d: d.ids),
+        )
+        row_ids, targets = self.window_rows(batch)
         if self.reindex:
             positions = np.arange(p + width)[None]
         else:
             first = np.array([doc.buffer.positions_at(e) for doc, e in zip(docs, edges)]) - p
             if self.backend.max_positions is not None:
                 # clipped as for a full-width window, so a row's positions never depend on its batch
-                first = np.minimum(first, self.backend.max_positions - (p + cfg.window))
+                first = np.minimum(first, self.backend.max_positions - (p + self.config.window))
             positions = first[:, None] + np.arange(p + width)[None]
-        lr_mask = layout.predicted
-        targets = None
-        if "lr" in cfg.readouts:
-            targets = np.full(row_ids.shape, -1, dtype=np.int64)
-            # a variant with a smaller skip reads positions the run's own LR leaves out
-            predicted = (
-                window_layout(counts, edges, width, min((cfg.skip, *cfg.skips))).predicted if cfg.skips else lr_mask
-            )
-            targets[:, p:] = np.where(predicted, _gather(docs, next_index, lambda d: d.ids), -1)
-        need_states = "rr" in cfg.readouts or self.state_layers is not None
+        token_index = batch.layout.token_index
+        next_index = np.minimum(token_index + 1, counts[:, None] - 1)
         head = {}
-        if targets is not None and cfg.normalizer == "focused":
+        if targets is not None and self.config.normalizer == "focused":
             tops = [doc.buffer.top_tokens_at(next_index[a:b]) for doc, a, b in runs]
             head["vocabulary"] = focused_vocabulary(np.concatenate(tops), targets[:, p:])
-        reset = self._forward(row_ids, positions, need_states, targets, final=on_windows is not None, **head)
+        reset = self.forward(row_ids, positions, targets, **head)
         now = time.perf_counter()
         self.timings["reset windows"] += now - started
-        values = {}
-        variants = [(w, s, window_layout(counts, edges, min(w, width), s)) for w, s in self.variants]
-        if need_states:
-            full = self.ops.concat([doc.buffer.states_at(token_index[a:b]) for doc, a, b in runs])
-            values.update(self._rr_readouts(full, reset.hidden[:, p:], layout.compared))
-            if "rr" in cfg.readouts:
-                full_rr, reset_rr = self._rr_states(full), self._rr_states(reset.hidden[:, p:])
-                for w, s, view in variants:
-                    k = view.real.shape[1]
-                    values[self.readout_name("rr", w, s)] = self.ops.rr_cosine(
-                        full_rr[:, :k], reset_rr[:, :k], view.compared
-                    )
-        if targets is not None:
+        states = logprobs = None
+        if reset.hidden is not None:
+            states = self.ops.concat([doc.buffer.states_at(token_index[a:b]) for doc, a, b in runs])
+        if reset.logprobs is not None:
             # the last window position has no next token; clip its (masked) lookup into the buffer
-            full_lp = self.ops.concat(
+            logprobs = self.ops.concat(
                 [doc.buffer.logprobs_at(np.minimum(next_index[a:b], doc.buffer.end - 1)) for doc, a, b in runs]
             )
-            values["lr"] = self.ops.lr_utility(full_lp, reset.logprobs[:, p:], lr_mask)
-            for w, s, view in variants:
-                k = view.real.shape[1]
-                values[self.readout_name("lr", w, s)] = self.ops.lr_utility(
-                    full_lp[:, :k], reset.logprobs[:, p : p + k], view.predicted
-                )
-        if on_windows is not None:
-            documents = np.array([doc.index for doc in docs], dtype=np.int64)
-            edge_index = np.array([k for _, k in picked], dtype=np.int64)
-            on_windows(WindowBatch(documents, edge_index, layout, reset.final[:, p:]))
+        values = self.window_readouts(Forward(states, logprobs), reset, batch)
         for doc, a, b in runs:
             doc.record(b - a, {name: v[a:b] for name, v in values.items()})
         self.timings["readouts"] += time.perf_counter() - now

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import Engine, ScoreConfig, blocks, default_layer
-from rr_fast.errors import RRFastError, UsageError
+from rr_fast.config import paper_scoring
+from rr_fast.engine import Engine, blocks, default_layer
+from rr_fast.errors import RRFastError
 from rr_fast.reference import reference_scores
 
 TOL = 1e-4
@@ -32,7 +33,9 @@ def test_engine_equals_reference(backend, stock_model, tiny_model_dir, bos, wind
     layer = max(1, backend.depth - 1)
     expected = reference_scores(stock_model(tiny_model_dir), ids, edges, list(bos), layer, window, skip)
     for reindex in {False, backend.uses_rope}:
-        config = ScoreConfig(window, skip, layer, ("rr", "lr"), batch_tokens=batch_tokens, reindex=reindex)
+        config = paper_scoring(
+            window=window, skip=skip, layer=layer, readouts=("rr", "lr"), batch_tokens=batch_tokens, reindex=reindex
+        )
         got = Engine(backend, list(bos), config).score(ids, edges)
         for name in ("rr", "lr"):
             assert np.array_equal(np.isnan(got[name]), np.isnan(expected[name])), name
@@ -43,7 +46,7 @@ def test_full_depth_layer_matches_reference_hidden_states(backend, stock_model, 
     """At layer == depth the state is after the final norm, like transformers' hidden_states[depth]."""
     ids, edges = random_text(40, seed=1)
     expected = reference_scores(stock_model(tiny_model_dir), ids, edges, [], backend.depth, readouts=("rr",))
-    got = Engine(backend, [], ScoreConfig(layer=backend.depth)).score(ids, edges)
+    got = Engine(backend, [], paper_scoring(layer=backend.depth)).score(ids, edges)
     assert np.nanmax(np.abs(got["rr"] - expected["rr"])) < TOL
 
 
@@ -53,14 +56,14 @@ def test_rope_reindexing_is_exact_and_absolute_positions_are_kept(tiny_model_dir
     if not backend.uses_rope:
         assert tiny_model_dir.name == "gpt2"
         with pytest.raises(ValueError, match="absolute position"):
-            Engine(backend, [], ScoreConfig(reindex=True))
+            Engine(backend, [], paper_scoring(reindex=True))
         # and it would matter: shifting positions changes a learned-position model's states
         original = backend.forward(ids[None, :20], np.arange(30, 50)[None], backend.depth - 1).hidden
         shifted = backend.forward(ids[None, :20], np.arange(20)[None], backend.depth - 1).hidden
         assert np.abs(original - shifted).max() > 1e-3
         return
-    original = Engine(backend, [], ScoreConfig(reindex=False)).score(ids, edges)["rr"]
-    reindexed = Engine(backend, [], ScoreConfig(reindex=True)).score(ids, edges)["rr"]
+    original = Engine(backend, [], paper_scoring(reindex=False)).score(ids, edges)["rr"]
+    reindexed = Engine(backend, [], paper_scoring(reindex=True)).score(ids, edges)["rr"]
     assert np.nanmax(np.abs(original - reindexed)) < 1e-5
 
 
@@ -70,7 +73,7 @@ def test_long_input_uses_bounded_blocks(tiny_model_factory, stock_model, kind):
     backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
     context, n = 32, 200
     ids, edges = random_text(n, seed=3)
-    got = Engine(backend, [1], ScoreConfig(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
+    got = Engine(backend, [1], paper_scoring(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
     checked = 0
     for in_start, out_start, out_end in blocks(n, context):
         assert out_end - in_start <= 2 * context and (in_start == 0 or out_start - in_start >= context)
@@ -91,7 +94,7 @@ def test_long_input_with_no_edge_near_a_block_end(tiny_model_factory):
     backend = TorchBackend.load(tiny_model_factory("qwen3"), device="cpu")
     ids, _ = random_text(300, seed=4)
     edges = np.array([5, 30, 150, 290])  # nothing between 30 and 150: blocks end in the gap
-    got = Engine(backend, [], ScoreConfig(window=8, context=32)).score(ids, edges)
+    got = Engine(backend, [], paper_scoring(window=8, context=32)).score(ids, edges)
     assert np.isfinite(got["rr"]).all()
 
 
@@ -102,32 +105,15 @@ def test_blocks_cover_every_token_once():
         assert all(a[2] == b[1] for a, b in zip(spans, spans[1:]))
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        dict(window=1),
-        dict(skip=23),
-        dict(readouts=("kl",)),
-        dict(context=4),
-        dict(windows=(24,)),
-        dict(windows=(2,)),
-        dict(skips=(23,)),
-    ],
-)
-def test_invalid_configs(bad):
-    with pytest.raises(ValueError):
-        ScoreConfig(**bad)
-
-
 @pytest.mark.parametrize("readouts", [("lr",), ("rr", "lr")])
 def test_two_stage_scores_the_shortlist_exactly_and_ranks_the_rest_below(backend, readouts):
     """Shortlisted edges get the scores a full run gives them; the others rank below all of them, by cheap RR."""
     texts = [random_text(90, seed=5), random_text(41, seed=6), random_text(3, seed=7)]
-    config = ScoreConfig(window=16, readouts=readouts, batch_tokens=64)
+    config = paper_scoring(window=16, readouts=readouts, batch_tokens=64)
     full = list(Engine(backend, [1], config).score_many(texts))
-    cheap = list(Engine(backend, [1], ScoreConfig(window=6, readouts=("rr",))).score_many(texts))
+    cheap = list(Engine(backend, [1], paper_scoring(window=6, readouts=("rr",))).score_many(texts))
     two_stage = Engine(
-        backend, [1], ScoreConfig(window=16, readouts=readouts, batch_tokens=64, shortlist=0.3, shortlist_window=6)
+        backend, [1], paper_scoring(window=16, readouts=readouts, batch_tokens=64, shortlist=0.3, shortlist_window=6)
     )
     for (_ids, edges), got, want, first in zip(texts, two_stage.score_many(texts), full, cheap):
         count = int(np.ceil(0.3 * len(edges)))
@@ -145,8 +131,8 @@ def test_two_stage_scores_the_shortlist_exactly_and_ranks_the_rest_below(backend
 
 def test_shortlist_of_every_edge_is_the_full_run(backend):
     ids, edges = random_text(60, seed=8)
-    full = Engine(backend, [], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
-    everything = Engine(backend, [], ScoreConfig(window=12, readouts=("lr",), shortlist=1.0)).score(ids, edges)["lr"]
+    full = Engine(backend, [], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    everything = Engine(backend, [], paper_scoring(window=12, readouts=("lr",), shortlist=1.0)).score(ids, edges)["lr"]
     np.testing.assert_allclose(everything, full, rtol=0, atol=1e-6)
 
 
@@ -167,7 +153,7 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
     decoder_linears = [m for m in int8.decoder.modules() if isinstance(m, (nn.Linear, DynamicLinear))]
     assert decoder_linears and all(isinstance(m, DynamicLinear) for m in decoder_linears)
     ids, edges = random_text(80, seed=9)
-    config = ScoreConfig(window=12, readouts=("rr", "lr"))
+    config = paper_scoring(window=12, readouts=("rr", "lr"))
     want, got = Engine(fp32, [], config).score(ids, edges), Engine(int8, [], config).score(ids, edges)
     for name in ("rr", "lr"):
         finite = np.isfinite(want[name])
@@ -176,59 +162,21 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
         assert spearmanr(want[name][finite], got[name][finite])[0] > 0.8
 
 
-@pytest.mark.parametrize("kind", ["gemma3", "gpt2"])
-def test_layer_sweep_equals_one_engine_per_layer(tiny_model_factory, kind):
-    """ScoreConfig.layers: each rr_L{l} from the one window pass equals an engine run at layer l alone, and
-    rr and lr are unchanged (rr-fast's plain modules for Gemma 3, transformers' GPT-2 with absolute positions)."""
-    backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
-    ids, edges = random_text(70)
-    every = tuple(range(1, backend.depth + 1))
-    sweep = Engine(backend, [1], ScoreConfig(readouts=("rr", "lr"), layers=every)).score(ids, edges)
-    assert set(sweep) == {"rr", "lr", *(f"rr_L{layer}" for layer in every)}
-    plain = Engine(backend, [1], ScoreConfig(readouts=("rr", "lr"))).score(ids, edges)
-    for name in ("rr", "lr"):
-        np.testing.assert_allclose(sweep[name], plain[name], atol=1e-5, equal_nan=True)
-    for layer in every:
-        single = Engine(backend, [1], ScoreConfig(layer=layer)).score(ids, edges)["rr"]
-        np.testing.assert_allclose(sweep[f"rr_L{layer}"], single, atol=1e-5, equal_nan=True)
-
-
-@pytest.mark.parametrize("layers", [(), (1, 2)])
-def test_other_windows_and_skips_equal_an_engine_at_each(tiny_model_factory, layers):
-    """ScoreConfig.windows and skips: rr and lr over each window's first W' positions, skipping s, equal a run at
-    (W', s) (edges near the end included, where windows are short), and the run's own readouts are unchanged."""
-    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
-    ids, edges = random_text(90)
-    config = ScoreConfig(window=16, readouts=("rr", "lr"), layers=layers, windows=(4, 9), skips=(0, 2))
-    multi = Engine(backend, [1], config).score(ids, edges)
-    for window in (16, 4, 9):
-        for skip in (1, 0, 2):
-            suffix = "" if (window, skip) == (16, 1) else f"@w{window}" + ("" if skip == 1 else f"s{skip}")
-            single = Engine(backend, [1], ScoreConfig(window=window, skip=skip, readouts=("rr", "lr")))
-            want = single.score(ids, edges)
-            for name in ("rr", "lr"):
-                np.testing.assert_allclose(multi[name + suffix], want[name], atol=1e-5, equal_nan=True)
-
-
-def test_reset_prefix_controls_are_checked(tiny_model_factory):
-    """Reset-prefix controls need re-indexed windows (RoPE); layer sweeps need a backend with forward_layers."""
+def test_reset_prefix_needs_rope_and_the_base_interface_suffices(tiny_model_factory):
+    """The reset prefix needs re-indexed windows (RoPE); the engine needs only ``Backend.forward``."""
     gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
-    for config in (ScoreConfig(reset_prefix=(5,)), ScoreConfig(local_prefix=2)):
-        with pytest.raises(ValueError, match="RoPE"):
-            Engine(gpt2, [1], config)
-    with pytest.raises(ValueError, match="local_prefix"):
-        ScoreConfig(local_prefix=-1)
-    with pytest.raises(ValueError, match="layers"):
-        Engine(gpt2, [1], ScoreConfig(layers=(gpt2.depth + 1,)))
+    with pytest.raises(ValueError, match="RoPE"):
+        Engine(gpt2, [1], paper_scoring(reset_prefix=(5,)))
 
     class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
         name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
         max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
 
     ids, edges = random_text(40)
-    assert np.isfinite(Engine(ForwardOnly(), [1]).score(ids, edges)["rr"][:-1]).all()
-    with pytest.raises(UsageError, match="layer sweeps"):
-        Engine(ForwardOnly(), [1], ScoreConfig(layers=(1,))).score(ids, edges)
+    config = paper_scoring(readouts=("rr", "lr"))
+    np.testing.assert_array_equal(
+        Engine(ForwardOnly(), [1], config).score(ids, edges)["rr"], Engine(gpt2, [1], config).score(ids, edges)["rr"]
+    )
 
 
 def test_focused_normalizer_covering_the_vocabulary_is_the_full_one(backend, monkeypatch):
@@ -237,8 +185,8 @@ def test_focused_normalizer_covering_the_vocabulary_is_the_full_one(backend, mon
 
     monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", backend.vocab_size)
     ids, edges = random_text(80, seed=11)
-    full = Engine(backend, [1], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
-    focused = Engine(backend, [1], ScoreConfig(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
+    full = Engine(backend, [1], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    focused = Engine(backend, [1], paper_scoring(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
     np.testing.assert_allclose(focused["lr"], full, rtol=0, atol=1e-5)
 
 
@@ -249,8 +197,8 @@ def test_focused_normalizer_sums_over_fewer_tokens(backend, monkeypatch):
 
     monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 4)
     ids, edges = random_text(80, seed=12)
-    full = Engine(backend, [], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
-    focused = Engine(backend, [], ScoreConfig(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
+    full = Engine(backend, [], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    focused = Engine(backend, [], paper_scoring(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
     assert np.array_equal(np.isnan(focused["lr"]), np.isnan(full))
     assert np.nanmin(focused["lr"] - full) > -1e-5
     assert np.nanmax(focused["lr"] - full) > 1e-2
@@ -262,7 +210,7 @@ def test_focused_scores_do_not_depend_on_the_batch(backend, monkeypatch):
 
     monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 4)
     texts = [random_text(70, seed=13), random_text(50, seed=14)]
-    config = ScoreConfig(window=12, readouts=("lr",), normalizer="focused", batch_tokens=48)
+    config = paper_scoring(window=12, readouts=("lr",), normalizer="focused", batch_tokens=48)
     together = list(Engine(backend, [1], config).score_many(texts))
     for (ids, edges), got in zip(texts, together):
         alone = Engine(backend, [1], config).score(ids, edges)

@@ -15,11 +15,12 @@ import torch
 from tiny_models import tiny_llama_folder
 from transformers import AutoTokenizer
 
+from bench.engine import ResearchEngine
 from bench.quality import lm_scores
 from bench.quality.lm_scores import LMScorer, score_streams
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.chunker import Chunker
-from rr_fast.engine import Engine, ScoreConfig
+from rr_fast.config import paper_scoring
 from rr_fast.reference import reference_scores
 from rr_fast.text import tokenize
 
@@ -64,8 +65,8 @@ def test_rr_and_lr_match_reference(backend, tokenizer, bos):
 @pytest.mark.parametrize("window, reset_prefix, local_prefix", [(8, (), 0), (24, (), 0), (24, (5, 6), 3)])
 def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, reset_prefix, local_prefix):
     """One scoring core: the benchmark's rr, lr and rr_L{l} (with or without reset-prefix controls) are the
-    product Engine's for the same ScoreConfig, exactly; and each layer's RR and the LR equal a plain
-    one-layer Engine's up to float32 summation order (the layer sweep stacks states, 1e-5)."""
+    research engine's for the same ScoreConfig, exactly; and each layer's RR and the LR equal a one-layer
+    engine's up to float32 summation order (the layer sweep stacks states, 1e-5)."""
     bos = [1]
     scorer = LMScorer(
         backend, tokenizer, bos, window=window, batch_tokens=200, reset_prefix=reset_prefix, local_prefix=local_prefix
@@ -73,13 +74,15 @@ def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, rese
     out = scorer.score_text(TEXT)
     ids = np.asarray(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
     edges = out["edge_tokens"]
-    controls = {"window": window, "batch_tokens": 200, "reset_prefix": reset_prefix, "local_prefix": local_prefix}
-    product = Engine(backend, bos, ScoreConfig(readouts=("rr", "lr"), layers=(1, 2), **controls)).score(ids, edges)
-    assert set(product) == {"rr", "lr", "rr_L1", "rr_L2"}
-    for name in product:
-        np.testing.assert_array_equal(out[name], product[name])
+    controls = {"window": window, "batch_tokens": 200, "reset_prefix": reset_prefix, "readouts": ("rr", "lr")}
+    engine = ResearchEngine(backend, bos, paper_scoring(**controls), layers=(1, 2), local_prefix=local_prefix)
+    direct = engine.score(ids, edges)
+    assert set(direct) == {"rr", "lr", "rr_L1", "rr_L2"}
+    for name in direct:
+        np.testing.assert_array_equal(out[name], direct[name])
     for layer in (1, 2):
-        single = Engine(backend, bos, ScoreConfig(layer=layer, readouts=("rr", "lr"), **controls)).score(ids, edges)
+        config = paper_scoring(layer=layer, **controls)
+        single = ResearchEngine(backend, bos, config, local_prefix=local_prefix).score(ids, edges)
         np.testing.assert_allclose(out[f"rr_L{layer}"], single["rr"], atol=1e-5, equal_nan=True)
         np.testing.assert_allclose(out["lr"], single["lr"], atol=1e-5, equal_nan=True)
     assert np.isfinite(out["rr"][:-1]).all() and np.isfinite(out["lr"][:-2]).all()

@@ -13,7 +13,8 @@ from tiny_models import tiny_llama_folder
 
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import Engine, ScoreConfig
+from rr_fast.config import paper_scoring
+from rr_fast.engine import Engine
 
 SCORE_TOL = 1e-5
 
@@ -49,7 +50,7 @@ def assert_same_scores(got: dict, expected: dict) -> None:
 @pytest.mark.parametrize("batch_tokens, context", [(4096, 2048), (90, 40)])
 def test_score_many_equals_one_call_per_document(tiny_model_dir, batch_tokens, context):
     backend = TorchBackend.load(tiny_model_dir, device="cpu")
-    config = ScoreConfig(window=12, layer=2, readouts=("rr", "lr"), batch_tokens=batch_tokens, context=context)
+    config = paper_scoring(window=12, layer=2, readouts=("rr", "lr"), batch_tokens=batch_tokens, context=context)
     docs = random_documents(8)
     for bos in ([], [1]):
         engine = Engine(backend, bos, config)
@@ -63,7 +64,7 @@ def test_score_many_equals_one_call_per_document(tiny_model_dir, batch_tokens, c
 def test_score_many_streams_in_bounded_memory(tiny_model_factory):
     """An endless generator is consumed lazily: results come out before the input ends."""
     backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
-    engine = Engine(backend, [], ScoreConfig(window=8, batch_tokens=64))
+    engine = Engine(backend, [], paper_scoring(window=8, batch_tokens=64))
     pulled = []
 
     def endless():
@@ -80,7 +81,7 @@ def test_score_many_streams_in_bounded_memory(tiny_model_factory):
 
 def test_progress_counts_every_token(tiny_model_factory):
     backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
-    engine = Engine(backend, [], ScoreConfig(window=8, batch_tokens=64))
+    engine = Engine(backend, [], paper_scoring(window=8, batch_tokens=64))
     docs = random_documents(6, seed=2)
     seen = []
     list(engine.score_many(docs, progress=seen.append))
@@ -90,7 +91,7 @@ def test_progress_counts_every_token(tiny_model_factory):
 def test_device_readouts_equal_host_readouts(tiny_model_dir):
     """The torch readouts (the GPU path) run on the CPU here: same scores as the numpy readouts."""
     backend = TorchBackend.load(tiny_model_dir, device="cpu")
-    config = ScoreConfig(window=10, layer=2, readouts=("rr", "lr"), batch_tokens=120, context=50)
+    config = paper_scoring(window=10, layer=2, readouts=("rr", "lr"), batch_tokens=120, context=50)
     docs = random_documents(8, seed=3)
     host = list(Engine(backend, [1], config).score_many(docs))
     device = list(Engine(backend, [1], config, device_readouts=True).score_many(docs))

@@ -16,7 +16,8 @@ from mlx.utils import tree_map
 import rr_fast.backends.mlx as mlx_backend
 from rr_fast.backends.mlx import MLXBackend
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import Engine, ScoreConfig
+from rr_fast.config import paper_scoring
+from rr_fast.engine import Engine
 from rr_fast.hf import write_mlx_compatible_config
 from rr_fast.reference import reference_scores
 
@@ -96,7 +97,7 @@ def test_forward_matches_torch(pair):
 @pytest.mark.parametrize("reindex", [None, False])
 def test_engine_matches_reference(pair, reference, bos, reindex):
     mlx_side = pair[0]
-    config = ScoreConfig(readouts=("rr", "lr"), reindex=reindex, batch_tokens=200)
+    config = paper_scoring(readouts=("rr", "lr"), reindex=reindex, batch_tokens=200)
     ids, edges = _text()
     scores = Engine(mlx_side, list(bos), config).score(ids, edges)
     for name in ("rr", "lr"):
@@ -212,9 +213,9 @@ def test_focused_normalizer_matches_torch(pair, monkeypatch):
 
     monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 8)
     monkeypatch.setattr(mlx_backend, "LOGIT_BUDGET", 7 * 64)  # several row chunks
-    config = ScoreConfig(window=12, readouts=("lr",), normalizer="focused", batch_tokens=60)
+    config = paper_scoring(window=12, readouts=("lr",), normalizer="focused", batch_tokens=60)
     ids, edges = _text()
     ours, theirs = (Engine(side, [1], config).score(ids, edges)["lr"] for side in pair)
     assert _max_diff(ours, theirs) < TOL
-    full = Engine(pair[1], [1], ScoreConfig(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    full = Engine(pair[1], [1], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
     assert _max_diff(ours, full) > 1e-3  # the focused normalizer was really used

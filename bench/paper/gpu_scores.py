@@ -157,10 +157,11 @@ def score(args: argparse.Namespace) -> None:
 
     def engine_window(name: str, window: int) -> Iterator[None]:
         """RR and LR alone at another window, from rr_fast's engine (same scores, a fraction of the work)."""
-        from rr_fast.engine import Engine, ScoreConfig
+        from rr_fast.config import paper_scoring
+        from rr_fast.engine import Engine
 
         base = scorers[name]
-        engine = Engine(base.backend, base.prefix.tolist(), ScoreConfig(window=window, readouts=("rr", "lr")))
+        engine = Engine(base.backend, base.prefix.tolist(), paper_scoring(window=window, readouts=("rr", "lr")))
         for stream in streams:
             tokens = tokenize(base.tokenizer, stream["text"])
             edges = candidate_edges(stream["text"], tokens, base.step)
@@ -192,9 +193,10 @@ def score(args: argparse.Namespace) -> None:
 def wiki50_scores(scorer, data_dir: Path) -> dict[str, dict[str, list[float]]]:
     """RR and LR at every internal sentence ending of the Wiki-50 documents (bench.paper.wiki50's candidates)."""
     from bench.paper.wiki50 import read_corpus, sentence_edges
-    from rr_fast.engine import Engine, ScoreConfig
+    from rr_fast.config import paper_scoring
+    from rr_fast.engine import Engine
 
-    engine = Engine(scorer.backend, scorer.prefix.tolist(), ScoreConfig(readouts=("rr", "lr")))
+    engine = Engine(scorer.backend, scorer.prefix.tolist(), paper_scoring(readouts=("rr", "lr")))
     out: dict[str, dict[str, list[float]]] = {"rr": {}, "lr": {}}
     for doc in read_corpus(data_dir):
         ids, edges = sentence_edges(scorer.tokenizer, doc)

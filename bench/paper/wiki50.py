@@ -102,13 +102,14 @@ def rr_scores(model: str, docs: list[Document]) -> dict[str, list[float]]:
     from transformers import AutoTokenizer
 
     from rr_fast.backends.torch import TorchBackend
-    from rr_fast.engine import Engine, ScoreConfig
+    from rr_fast.config import paper_scoring
+    from rr_fast.engine import Engine
     from rr_fast.models import bos_prefix, resolve
 
     folder = resolve(model)
     backend = TorchBackend.load(folder, dtype="float32", device="cpu")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    engine = Engine(backend, bos_prefix(tokenizer, backend.config.model_type), ScoreConfig(readouts=("rr",)))
+    engine = Engine(backend, bos_prefix(tokenizer, backend.config.model_type), paper_scoring(readouts=("rr",)))
     out = {}
     for doc in docs:
         ids, edges = sentence_edges(tokenizer, doc)

@@ -11,11 +11,12 @@ float64 array per method over those edges, oriented so that larger means "better
   ``attention_isolation``.
 
 Where each score comes from: RR (every layer), LR and the reset-prefix controls are rr-fast's own
-``Engine`` (``ScoreConfig.layers``, ``reset_prefix``, ``local_prefix``): the benchmark measures the product,
-not a copy of it. What is benchmark-only stays here, on public functions: KL reads the final states of the
-engine's reset windows through its ``on_windows`` observer (no second reset pass), and the uninterrupted
-text gets one more pass (``TorchBackend.forward_layers``, in eager attention so that the RR layer's
-attention weights come with it) for the full-context distributions and the passive comparators.
+``Engine``, extended by ``bench.engine.ResearchEngine`` (``layers``, ``ScoreConfig.reset_prefix``,
+``local_prefix``): the benchmark measures the product, not a copy of it. What is benchmark-only stays here, on
+public functions: KL reads the final states of the engine's reset windows through its ``on_windows`` observer
+(no second reset pass), and the uninterrupted text gets one more pass (``bench.engine.forward_layers``, in eager
+attention so that the RR layer's attention weights come with it) for the full-context distributions and the
+passive comparators.
 
 KL needs the whole next-token distribution at aligned full and reset positions, and Gemma's vocabulary has
 262k entries. Logits are therefore formed in ``TILES`` (rows × vocabulary entries) that stay in the CPU cache
@@ -44,9 +45,10 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from bench.common import save_npz
+from bench.engine import ResearchEngine, forward_layers, rr_layer_name
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.config import PAPER_SKIP, PAPER_WINDOW, ChunkerConfig
-from rr_fast.engine import Engine, ScoreConfig, WindowBatch, blocks, default_layer, rr_layer_name, window_layout
+from rr_fast.engine import ScoreConfig, WindowBatch, WindowLayout, blocks, default_layer, window_layout
 from rr_fast.models import bos_prefix, resolve
 from rr_fast.readouts import masked_mean
 from rr_fast.text import candidate_edges, tokenize
@@ -108,18 +110,18 @@ class LMScorer:
         self.layer = default_layer(backend.depth)
         self.layers = chosen_layers(backend.depth, layers)
         self.window, self.skip, self.step = window, skip, step
-        # reset-prefix controls (paper Appendix, "configuration"): see ScoreConfig.reset_prefix / local_prefix
+        # reset-prefix controls (paper Appendix, "configuration"): ScoreConfig.reset_prefix, and local_prefix
         self.config = ScoreConfig(
             window=window,
             skip=skip,
             readouts=("rr", "lr"),
             context=context,
             batch_tokens=batch_tokens,
-            layers=tuple(self.layers),
             reset_prefix=tuple(int(t) for t in reset_prefix),
-            local_prefix=local_prefix,
         )
-        self.engine = Engine(backend, [int(t) for t in self.prefix], self.config)
+        self.engine = ResearchEngine(
+            backend, [int(t) for t in self.prefix], self.config, layers=self.layers, local_prefix=local_prefix
+        )
         self.device = torch.device(backend.device)
         self.row_tile, self.vocab_tile = TILES["cpu" if self.device.type == "cpu" else "gpu"]
         head = backend.model.get_output_embeddings()
@@ -155,8 +157,8 @@ class LMScorer:
         full = self._full_pass(ids)
         kl_neg = np.full(len(edges), np.nan)
 
-        def output_kl(batch: WindowBatch) -> None:
-            kl_neg[batch.edge_index] = -self._output_kl(batch, full)
+        def output_kl(batch: WindowBatch, final: np.ndarray | torch.Tensor) -> None:
+            kl_neg[batch.edge_index] = -self._output_kl(batch.layout, final, full)
 
         scores = self.engine.score(ids, edges, on_windows=output_kl)
         return {**scores, "kl_neg": kl_neg, **self._passive(ids, edges, full)}
@@ -174,7 +176,8 @@ class LMScorer:
             row = np.concatenate([self.prefix, ids[in_start:out_end]])[None]
             targets = np.full(row.shape, -1, dtype=np.int64)
             targets[0, :-1] = row[0, 1:]  # row index r predicts row token r + 1
-            out = self.backend.forward_layers(
+            out = forward_layers(
+                self.backend,
                 row,
                 np.arange(row.shape[1])[None],
                 (self.layer,),
@@ -196,17 +199,17 @@ class LMScorer:
         return FullPass(states, final, log_normalizer, token_logprobs, prefix_mass)
 
     @torch.inference_mode()
-    def _output_kl(self, batch: WindowBatch, full: FullPass) -> np.ndarray:
+    def _output_kl(self, layout: WindowLayout, final: np.ndarray | torch.Tensor, full: FullPass) -> np.ndarray:
         """Per reset window: mean KL(p_full || p_reset) over the positions whose next token is inside it (Eq. 3).
 
         KL = sum_v p_full (z_full - z_reset) - (A_full - A_reset) with logits z and log-normalisers A, summed
         over cache-sized tiles. Rows arrive in window order, so one row tile's full-context rows form a
         short contiguous span whose logits are computed once and shared by the overlapping windows.
         """
-        mask = batch.layout.predicted
+        mask = layout.predicted
         device = self.device
-        reset_final = torch.as_tensor(batch.final, device=device)[torch.from_numpy(mask).to(device)].float()
-        tokens = batch.layout.token_index[mask]  # the full-context token aligned with each reset position
+        reset_final = torch.as_tensor(final, device=device)[torch.from_numpy(mask).to(device)].float()
+        tokens = layout.token_index[mask]  # the full-context token aligned with each reset position
         kl = np.empty(len(tokens))
         for start in range(0, len(tokens), self.row_tile):
             rows = slice(start, start + self.row_tile)

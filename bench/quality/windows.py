@@ -2,8 +2,8 @@
 that choose the default, from one rr-fast run per stream at the longest window.
 
 With causal attention the first W' positions of a W-token reset window are exactly a W'-token window, so one
-run of the product's engine at W = 192 (``ScoreConfig.windows``) gives RR and LR at 96, 128, 160 and 192 tokens
-for the cost of the longest, and with other skips s (``ScoreConfig.skips``: positions left out at the start of
+run of the product's engine at W = 192 (``bench.engine.ResearchEngine``'s ``windows``) gives RR and LR at 96, 128,
+160 and 192 tokens for the cost of the longest, and with other skips s (``skips``: positions left out at the start of
 each window) for free. Every lever below is a utility of those readouts: one readout (or the rank sum of RR and
 LR, as ``--readout rr+lr``) at one window and skip, or the rank sum of a readout over several windows
 (multi-scale); unprefixed levers read SmolLM2 (``BENCH_MODEL``), ``+bos`` levers a run with a BOS before every
@@ -47,13 +47,13 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import BENCH_MODEL, REPO_ROOT, save_npz, write_section
+from bench.engine import ResearchEngine, variant_name
 from bench.quality.calibration import EdgeScores, chunk_spans
 from bench.quality.embedding_sweep import calibrated, noise_floor
 from bench.quality.embedding_sweep import load as load_embedding
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
 from rr_fast.config import PAPER_SKIP
-from rr_fast.engine import Engine, variant_name
 from rr_fast.segment import rank_sum
 
 OUT = REPO_ROOT / "bench" / "out"
@@ -202,13 +202,13 @@ def score(
         torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32, as on the CPU
     chunker = Chunker(device=device, **options)
     skip = chunker.config.skip
-    config = replace(
-        chunker.engine.config,
-        readouts=("rr", "lr"),
+    chunker.engine = ResearchEngine(
+        chunker.engine.backend,
+        chunker.engine.prefix.tolist(),
+        replace(chunker.engine.config, readouts=("rr", "lr")),
         windows=windows,
         skips=tuple(s for s in skips if s != skip),
     )
-    chunker.engine = Engine(chunker.engine.backend, chunker.engine.prefix.tolist(), config)
     started, tokens = time.perf_counter(), 0
     for done, stream in enumerate(todo, 1):
         if budget is not None and time.perf_counter() - started > budget:

@@ -113,7 +113,8 @@ def correctness() -> list[dict]:
     from transformers import AutoModelForCausalLM
 
     from rr_fast.backends.torch import TorchBackend
-    from rr_fast.engine import Engine, ScoreConfig
+    from rr_fast.config import paper_scoring
+    from rr_fast.engine import Engine
     from rr_fast.reference import reference_scores
 
     rows = []
@@ -124,7 +125,7 @@ def correctness() -> list[dict]:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(DEVICE).eval()
         expected = reference_scores(model, ids, edges, [1], 2)
-        got = Engine(TorchBackend(model, DEVICE), [1], ScoreConfig(layer=2, readouts=("rr", "lr"))).score(ids, edges)
+        got = Engine(TorchBackend(model, DEVICE), [1], paper_scoring(layer=2, readouts=("rr", "lr"))).score(ids, edges)
         rows.append({"model": name, **{k: float(np.nanmax(np.abs(got[k] - expected[k]))) for k in got}})
     return rows
 
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
     global DEVICE
     DEVICE = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     from rr_fast.backends.torch import TorchBackend
-    from rr_fast.engine import Engine, ScoreConfig
+    from rr_fast.config import paper_scoring
+    from rr_fast.engine import Engine
 
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
     result: dict = {"device": name, "torch": torch.__version__, "smoke": args.smoke}
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [(f"per-edge loop (extrapolated from {loop_edges} edges + full pass)", loop["wall_s"])]
     for readout in ("rr", "lr"):
         for batch in BATCHES:
-            engine = Engine(backend, [], ScoreConfig(layer=LAYER, readouts=(readout,), batch_tokens=batch))
+            engine = Engine(backend, [], paper_scoring(layer=LAYER, readouts=(readout,), batch_tokens=batch))
             time_engine(engine, [(ids[:256], edges[edges < 200]) for ids, edges in data[:1]])  # warm-up
             timed = time_engine(engine, data)
             result[f"engine_{readout}_{batch}"] = {**timed, "ratio": loop["wall_s"] / timed["wall_s"]}

@@ -216,7 +216,8 @@ def paper_config(device: str, smoke: bool, peak: float) -> dict:
     from bench.speed.cost_model import QWEN3_4B
     from bench.speed.flops import ModelShape, engine_work, total_flops
     from rr_fast.backends.torch import TorchBackend
-    from rr_fast.engine import Engine, ScoreConfig
+    from rr_fast.config import paper_scoring
+    from rr_fast.engine import Engine
 
     gpu.DEVICE = device
     started = time.perf_counter()
@@ -225,7 +226,7 @@ def paper_config(device: str, smoke: bool, peak: float) -> dict:
     backend = TorchBackend(model, device)
     data = gpu.streams(4 if smoke else 80)
     layer = 2 if smoke else gpu.LAYER
-    engine = Engine(backend, [], ScoreConfig(window=24, layer=layer, readouts=("rr",)))
+    engine = Engine(backend, [], paper_scoring(window=24, layer=layer, readouts=("rr",)))
     list(engine.score_many(data[:2]))  # warm-up
     sync(device)
     started = time.perf_counter()

@@ -13,19 +13,14 @@ class Forward:
     """What one forward pass returns, as float32 numpy arrays (None when not asked for).
 
     hidden: [B, T, d] states after ``layer`` decoder layers (after the final norm when layer == depth,
-        matching ``hidden_states[layer]`` of a stock forward); [B, T, L, d] from ``forward_layers``, one
-        slice per asked layer, in the order asked.
+        matching ``hidden_states[layer]`` of a stock forward).
     logprobs: [B, T], log p(targets[:, t] | ids[:, :t + 1]); only the observed tokens, never [B, T, V].
-    final: [B, T, d] states after the final norm (what the LM head reads), from ``forward_layers``.
-    attention: [B, T, T] head-averaged attention weights of one layer, from ``forward_layers``.
     top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1
         elsewhere), when ``forward`` was asked for them (the focused normalizer's vocabulary).
     """
 
     hidden: np.ndarray | None
     logprobs: np.ndarray | None
-    final: np.ndarray | None = None
-    attention: np.ndarray | None = None
     top_tokens: np.ndarray | None = None
 
 
@@ -58,21 +53,4 @@ class Backend(Protocol):
         Padding needs no mask: attention is causal, so padded positions at the right never reach
         the real ones.
         """
-        ...
-
-
-class LayerBackend(Backend, Protocol):
-    """A backend that can also return several layers' states from one call (the torch backend)."""
-
-    def forward_layers(
-        self,
-        ids: np.ndarray,
-        positions: np.ndarray,
-        layers: tuple[int, ...],
-        targets: np.ndarray | None = None,
-        final: bool = False,
-        attention_layer: int | None = None,
-    ) -> Forward:
-        """One full-depth call: ``hidden`` stacks the states after each of ``layers`` ([B, T, L, d]), with
-        ``final`` the final normed states, with ``attention_layer`` that layer's head-averaged weights."""
         ...

@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -179,70 +177,9 @@ class TorchBackend:
         logprobs, top = self.head_readout(out.last_hidden_state, targets, vocabulary, top_tokens)
         return Forward(hidden, logprobs if on_device else logprobs.cpu().numpy(), top_tokens=top)
 
-    @torch.inference_mode()
-    def forward_layers(
-        self,
-        ids: np.ndarray,
-        positions: np.ndarray,
-        layers: tuple[int, ...],
-        targets: np.ndarray | None = None,
-        final: bool = False,
-        attention_layer: int | None = None,
-        on_device: bool = False,
-    ) -> Forward:
-        """One full-depth call that returns the states after each of ``layers`` (stacked [B, T, L, d]), the
-        final normed states when ``final``, log-probabilities of ``targets``, and with ``attention_layer``
-        that layer's head-averaged attention weights ([B, T, T]).
-
-        Layer sweeps and the benchmark's KL read many layers, or the whole next-token distribution, from
-        the same reset windows: one call instead of one per layer. Attention weights need eager attention,
-        which only transformers' modules offer; it is switched on for this call alone.
-        """
-        if any(not 0 <= layer <= self.depth for layer in layers):
-            raise ValueError(f"layers must be in 0..{self.depth}, got {layers}")
-        ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
-        pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
-        out_of = (lambda t: t) if on_device else _numpy
-        with self._attention_weights(attention_layer) as captured:
-            out = self.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=True)
-        hidden = out_of(torch.stack([out.hidden_states[layer] for layer in layers], dim=2)) if layers else None
-        logprobs = None
-        if targets is not None:
-            logprobs = self.observed_logprobs(out.last_hidden_state, targets)
-            logprobs = logprobs if on_device else logprobs.cpu().numpy()
-        weights = captured.get("weights")
-        return Forward(
-            hidden,
-            logprobs,
-            out_of(out.last_hidden_state) if final else None,
-            None if weights is None else out_of(weights.float().mean(dim=1)),
-        )
-
-    @contextmanager
-    def _attention_weights(self, layer: int | None) -> Iterator[dict[str, torch.Tensor]]:
-        """Eager attention, and a hook that keeps layer ``layer``'s weights, for one call (nothing when None)."""
-        captured: dict[str, torch.Tensor] = {}
-        if layer is None:
-            yield captured
-            return
-        if not 1 <= layer <= self.depth:
-            raise ValueError(f"attention_layer must be in 1..{self.depth}, got {layer}")
-        if not hasattr(self.model, "set_attn_implementation"):
-            raise UsageError("attention weights need transformers' modules: load with implementation='transformers'")
-        block = getattr(self.decoder, self.layers_attr)[layer - 1]
-        attention = block.self_attn if hasattr(block, "self_attn") else block.attn  # GPT-2 names it attn
-        hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
-        before = self.model.config._attn_implementation
-        self.model.set_attn_implementation("eager")
-        try:
-            yield captured
-        finally:
-            self.model.set_attn_implementation(before)
-            hook.remove()
-
     def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
-        """log p(target) per position over the whole vocabulary (see ``head_readout``). Public: a runtime that
-        runs only the decoder elsewhere (bench/speed/runtimes.py) reads its log-probabilities through it."""
+        """log p(target) per position over the whole vocabulary (see ``head_readout``). Public: benchmark code that
+        runs the decoder itself (bench/engine.py, bench/speed/runtimes.py) reads its log-probabilities through it."""
         return self.head_readout(final, targets)[0]
 
     def head_readout(

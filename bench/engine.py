@@ -1,0 +1,275 @@
+"""rr-fast's engine with the benchmarks' instruments, read from the same reset windows as the product's readouts.
+
+``ResearchEngine`` adds, through ``Engine``'s extension methods:
+
+- layer sweeps: RR at each of ``layers`` too, named ``rr_layer_name(l)``;
+- multi-scale: the readouts over the first W' positions of each window (``windows``) and with other skips
+  (``skips``), named ``variant_name(...)``. With causal attention those positions are exactly a W'-token
+  window's, so shorter windows and other skips cost no model work, only their readouts;
+- a local prefix (paper Appendix; RoPE models): the last ``local_prefix`` tokens before the edge kept in every
+  reset window, after the reset prefix; readouts still compare only the window;
+- an observer of every window batch and its final states (``score(..., on_windows=...)``), for scores computed
+  from the same windows outside the engine (bench.quality.lm_scores' output KL).
+
+Its ``rr`` and ``lr`` are the product's own computation. ``forward_layers`` is the one torch call behind layer
+sweeps and final states: several layers' states, the final states and one layer's attention weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from rr_fast.backends.base import Backend, Forward
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.engine import Engine, ScoreConfig, WindowBatch, window_layout
+from rr_fast.errors import UsageError
+from rr_fast.readouts import HOST_READOUTS
+
+# sees each window batch and its final states at the window positions ([B, W, d], what the LM head reads;
+# device tensors with device readouts)
+WindowObserver = Callable[[WindowBatch, Any], None]
+
+
+def rr_layer_name(layer: int) -> str:
+    """The readout name of RR at one layer of a layer sweep (``ResearchEngine``'s ``layers``)."""
+    return f"rr_L{layer}"
+
+
+def variant_name(readout: str, window: int, skip: int | None = None) -> str:
+    """The name of a readout over another window or skip of the same run (``ResearchEngine``'s ``windows`` and
+    ``skips``): ``lr@w96``, or ``lr@w96s4`` for skip 4 (None: the run's own skip)."""
+    return f"{readout}@w{window}" + ("" if skip is None else f"s{skip}")
+
+
+class ResearchEngine(Engine):
+    """``Engine`` plus layer sweeps, other windows and skips, a local prefix and a window observer (module
+    docstring). Without them it scores exactly as ``Engine`` does.
+
+    Every edge is scored in one pass, so there is no two-stage shortlist here.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        bos: list[int],
+        config: ScoreConfig,
+        device_readouts: bool | None = None,
+        *,
+        layers: Iterable[int] = (),
+        windows: Iterable[int] = (),
+        skips: Iterable[int] = (),
+        local_prefix: int = 0,
+    ):
+        layers, windows, skips = tuple(layers), tuple(windows), tuple(skips)
+        if config.shortlist is not None:
+            raise ValueError("the research engine scores every edge in one pass: no shortlist")
+        if local_prefix < 0:
+            raise ValueError(f"local_prefix must be >= 0, got {local_prefix}")
+        if any(s < 0 for s in skips) or config.window < max(skips, default=0) + 2:
+            raise ValueError(f"skips must be >= 0 and at most the window - 2, got {skips}")
+        shortest = max((config.skip, *skips)) + 2
+        if any(not shortest <= w < config.window for w in windows):
+            raise ValueError(
+                f"windows must be shorter than the window ({config.window}) and at least every skip + 2, got {windows}"
+            )
+        super().__init__(backend, bos, config, device_readouts)
+        if local_prefix and not self.reindex:
+            raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
+        if any(not 1 <= layer <= backend.depth for layer in layers):
+            raise ValueError(f"layers must be in 1..{backend.depth} for this model, got {layers}")
+        self.layers, self.windows, self.skips, self.local_prefix = layers, windows, skips, local_prefix
+        # a layer sweep stacks the states of these layers ([..., L, d]); None: the RR layer's states alone
+        self.state_layers = tuple(sorted({self.layer, *layers})) if layers else None
+        # (window, skip) of every other window and skip read from the same windows
+        self.variants = [
+            (w, s)
+            for w in (config.window, *windows)
+            for s in (config.skip, *skips)
+            if (w, s) != (config.window, config.skip)
+        ]
+        self.names = (
+            *config.readouts,
+            *(rr_layer_name(layer) for layer in layers),
+            *(self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts),
+        )
+        self.window_prefix += local_prefix
+        self.observer: WindowObserver | None = None
+
+    def readout_name(self, readout: str, window: int, skip: int) -> str:
+        """The name this engine gives a readout at a window and skip: the bare readout at its own window and skip,
+        else ``variant_name`` (the skip named only where it is not the run's)."""
+        if (window, skip) == (self.config.window, self.config.skip):
+            return readout
+        return variant_name(readout, window, None if skip == self.config.skip else skip)
+
+    def score(
+        self,
+        ids: np.ndarray,
+        edges: np.ndarray,
+        progress: Callable[[int], None] | None = None,
+        on_windows: WindowObserver | None = None,
+    ) -> dict[str, np.ndarray]:
+        """``Engine.score``, with ``on_windows`` as in ``score_many``."""
+        return next(self.score_many([(ids, edges)], progress, on_windows))
+
+    def score_many(
+        self,
+        documents: Iterable[tuple[np.ndarray, np.ndarray]],
+        progress: Callable[[int], None] | None = None,
+        on_windows: WindowObserver | None = None,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """``Engine.score_many``; ``on_windows``, when given, sees every window batch with its final states, so
+        that it computes scores of its own from the same windows with no forward call of its own."""
+        self.observer = on_windows
+        yield from super().score_many(documents, progress)
+
+    def forward(self, ids: np.ndarray, positions: np.ndarray, targets: np.ndarray | None, **head) -> Forward:
+        """``Engine.forward``; with a layer sweep the states of ``state_layers`` stacked ([B, T, L, d]), and while
+        an observer watches the final states too (of the full pass as well, where they go unused)."""
+        if self.state_layers is None and self.observer is None:
+            return super().forward(ids, positions, targets, **head)
+        if head:
+            raise UsageError("the focused normalizer does not combine with layer sweeps or final states")
+        layers = self.state_layers or ((self.layer,) if "rr" in self.config.readouts else ())
+        on_device = self.ops is not HOST_READOUTS
+        out = forward_layers(
+            self.backend, ids, positions, layers, targets, final=self.observer is not None, on_device=on_device
+        )
+        if self.state_layers is None and out.hidden is not None:
+            out = replace(out, hidden=out.hidden[:, :, 0])
+        return out
+
+    def window_rows(self, batch: WindowBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """``Engine.window_rows`` with the ``local_prefix`` tokens before each edge in front of the window (an
+        edge closer to the start repeats token 0), and LR's targets from the smallest skip on: a variant with
+        a smaller skip reads positions the run's own LR leaves out."""
+        if self.skips:
+            width = batch.layout.real.shape[1]
+            smallest = min(self.config.skip, *self.skips)
+            ids, targets = super().window_rows(
+                replace(batch, layout=window_layout(batch.counts, batch.edges, width, smallest))
+            )
+        else:
+            ids, targets = super().window_rows(batch)
+        if not self.local_prefix:
+            return ids, targets
+        local = batch.token_ids(np.maximum(batch.edges[:, None] + np.arange(-self.local_prefix, 0), 0))
+        start = self.window_prefix - self.local_prefix  # where the product's rows start the window
+        ids = np.concatenate([ids[:, :start], local, ids[:, start:]], axis=1)
+        if targets is not None:
+            targets = np.concatenate([targets[:, :start], np.full_like(local, -1), targets[:, start:]], axis=1)
+        return ids, targets
+
+    def window_readouts(self, full: Forward, reset: Forward, batch: WindowBatch) -> dict[str, np.ndarray]:
+        """``Engine.window_readouts``, RR at every swept layer, every readout at the other windows and skips;
+        then the observer sees the batch."""
+        p, compared, values = self.window_prefix, batch.layout.compared, {}
+        if self.state_layers is not None:  # stacked states: each swept layer, then the RR layer's alone
+            for i, layer in enumerate(self.state_layers):
+                if layer in self.layers:
+                    values[rr_layer_name(layer)] = self.ops.rr_cosine(
+                        full.hidden[:, :, i], reset.hidden[:, p:, i], compared
+                    )
+            i = self.state_layers.index(self.layer)
+            full, reset = replace(full, hidden=full.hidden[:, :, i]), replace(reset, hidden=reset.hidden[:, :, i])
+        values.update(super().window_readouts(full, reset, batch))
+        width = batch.layout.real.shape[1]
+        for w, s in self.variants:
+            view = window_layout(batch.counts, batch.edges, min(w, width), s)
+            k = view.real.shape[1]
+            if "rr" in self.config.readouts:
+                values[self.readout_name("rr", w, s)] = self.ops.rr_cosine(
+                    full.hidden[:, :k], reset.hidden[:, p : p + k], view.compared
+                )
+            if "lr" in self.config.readouts:
+                values[self.readout_name("lr", w, s)] = self.ops.lr_utility(
+                    full.logprobs[:, :k], reset.logprobs[:, p : p + k], view.predicted
+                )
+        if self.observer is not None:
+            self.observer(batch, reset.final[:, p:])
+        return values
+
+
+@dataclass
+class LayerForward(Forward):
+    """``Forward`` with what ``forward_layers`` adds; its ``hidden`` stacks the asked layers ([B, T, L, d])."""
+
+    final: Any = None  # [B, T, d] states after the final norm (what the LM head reads)
+    attention: Any = None  # [B, T, T] head-averaged attention weights of one layer
+
+
+@torch.inference_mode()
+def forward_layers(
+    backend: TorchBackend,
+    ids: np.ndarray,
+    positions: np.ndarray,
+    layers: tuple[int, ...],
+    targets: np.ndarray | None = None,
+    final: bool = False,
+    attention_layer: int | None = None,
+    on_device: bool = False,
+) -> LayerForward:
+    """One full-depth call of the torch backend's decoder over right-padded rows (as ``TorchBackend.forward``):
+    the states after each of ``layers`` (stacked [B, T, L, d], in the order asked), the final normed states when
+    ``final``, log-probabilities of ``targets``, and with ``attention_layer`` that layer's head-averaged attention
+    weights ([B, T, T]). ``on_device`` returns torch tensors where they were computed.
+
+    Layer sweeps and the benchmark's KL read many layers, or the whole next-token distribution, from the same
+    rows: one call instead of one per layer. Attention weights need eager attention, which only transformers'
+    modules offer; it is switched on for this call alone.
+    """
+    if not isinstance(backend, TorchBackend):
+        raise UsageError(f"the {backend.name} backend has no layer sweeps or final states (use the torch one)")
+    if any(not 0 <= layer <= backend.depth for layer in layers):
+        raise ValueError(f"layers must be in 0..{backend.depth}, got {layers}")
+    ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(backend.device)
+    pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(backend.device)
+    out_of = (lambda t: t) if on_device else _numpy
+    with _attention_weights(backend, attention_layer) as captured:
+        out = backend.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=True)
+    hidden = out_of(torch.stack([out.hidden_states[layer] for layer in layers], dim=2)) if layers else None
+    logprobs = None
+    if targets is not None:
+        logprobs = backend.observed_logprobs(out.last_hidden_state, targets)
+        logprobs = logprobs if on_device else logprobs.cpu().numpy()
+    weights = captured.get("weights")
+    return LayerForward(
+        hidden,
+        logprobs,
+        final=out_of(out.last_hidden_state) if final else None,
+        attention=None if weights is None else out_of(weights.float().mean(dim=1)),
+    )
+
+
+@contextmanager
+def _attention_weights(backend: TorchBackend, layer: int | None) -> Iterator[dict[str, torch.Tensor]]:
+    """Eager attention, and a hook that keeps layer ``layer``'s weights, for one call (nothing when None)."""
+    captured: dict[str, torch.Tensor] = {}
+    if layer is None:
+        yield captured
+        return
+    if not 1 <= layer <= backend.depth:
+        raise ValueError(f"attention_layer must be in 1..{backend.depth}, got {layer}")
+    model = backend.model
+    if not hasattr(model, "set_attn_implementation"):
+        raise UsageError("attention weights need transformers' modules: load with implementation='transformers'")
+    block = getattr(backend.decoder, backend.layers_attr)[layer - 1]
+    attention = block.self_attn if hasattr(block, "self_attn") else block.attn  # GPT-2 names it attn
+    hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        yield captured
+    finally:
+        model.set_attn_implementation(before)
+        hook.remove()
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.float().cpu().numpy()

@@ -1,0 +1,110 @@
+"""bench.engine.ResearchEngine: the benchmarks' instruments read from the product engine's windows equal the
+product's engine wherever they overlap (torch backend, fp32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_engine import random_text
+
+from bench.engine import ResearchEngine, rr_layer_name
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.config import paper_scoring
+from rr_fast.engine import Engine
+from rr_fast.errors import UsageError
+
+
+def test_without_instruments_it_is_the_product_engine(tiny_model_factory):
+    """No layers, windows, skips or local prefix: exactly the product's scores, names and rows."""
+    backend = TorchBackend.load(tiny_model_factory("qwen3"), device="cpu")
+    texts = [random_text(70, seed=1), random_text(33, seed=2)]
+    config = paper_scoring(window=12, readouts=("rr", "lr"), reset_prefix=(5,), batch_tokens=64)
+    research, product = ResearchEngine(backend, [1], config), Engine(backend, [1], config)
+    assert research.names == product.names and research.window_prefix == product.window_prefix
+    for got, want in zip(research.score_many(texts), product.score_many(texts)):
+        for name in ("rr", "lr"):
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "gpt2"])
+def test_layer_sweep_equals_one_engine_per_layer(tiny_model_factory, kind):
+    """layers: each rr_L{l} from the one window pass equals an engine run at layer l alone, and rr and lr are
+    the product's (rr-fast's plain modules for Gemma 3, transformers' GPT-2 with absolute positions)."""
+    backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
+    ids, edges = random_text(70)
+    every = tuple(range(1, backend.depth + 1))
+    sweep = ResearchEngine(backend, [1], paper_scoring(readouts=("rr", "lr")), layers=every).score(ids, edges)
+    assert set(sweep) == {"rr", "lr", *(rr_layer_name(layer) for layer in every)}
+    plain = Engine(backend, [1], paper_scoring(readouts=("rr", "lr"))).score(ids, edges)
+    for name in ("rr", "lr"):
+        np.testing.assert_allclose(sweep[name], plain[name], atol=1e-5, equal_nan=True)
+    for layer in every:
+        single = Engine(backend, [1], paper_scoring(layer=layer)).score(ids, edges)["rr"]
+        np.testing.assert_allclose(sweep[rr_layer_name(layer)], single, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("layers", [(), (1, 2)])
+def test_other_windows_and_skips_equal_an_engine_at_each(tiny_model_factory, layers):
+    """windows and skips: rr and lr over each window's first W' positions, skipping s, equal a product run at
+    (W', s) (edges near the end included, where windows are short), and the run's own readouts are unchanged."""
+    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
+    ids, edges = random_text(90)
+    config = paper_scoring(window=16, readouts=("rr", "lr"))
+    multi = ResearchEngine(backend, [1], config, layers=layers, windows=(4, 9), skips=(0, 2)).score(ids, edges)
+    for window in (16, 4, 9):
+        for skip in (1, 0, 2):
+            suffix = "" if (window, skip) == (16, 1) else f"@w{window}" + ("" if skip == 1 else f"s{skip}")
+            want = Engine(backend, [1], paper_scoring(window=window, skip=skip, readouts=("rr", "lr"))).score(
+                ids, edges
+            )
+            for name in ("rr", "lr"):
+                np.testing.assert_allclose(multi[name + suffix], want[name], atol=1e-5, equal_nan=True)
+
+
+def test_local_prefix_rows_and_observer(tiny_model_factory):
+    """local_prefix puts the tokens before the edge between the reset prefix and the window; the observer sees
+    every edge once, with the final states of its window's positions."""
+    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    ids, edges = random_text(50, seed=3)
+    config = paper_scoring(window=8, readouts=("rr", "lr"), reset_prefix=(5,), batch_tokens=40)
+    seen = []
+    engine = ResearchEngine(backend, [1], config, local_prefix=2)
+    got = engine.score(ids, edges, on_windows=lambda batch, final: seen.append((batch, np.asarray(final))))
+    assert engine.window_prefix == 4
+    assert sorted(i for batch, _ in seen for i in batch.edge_index) == list(range(len(edges)))
+    batch, final = seen[0]
+    assert final.shape == (*batch.layout.real.shape, backend.hidden_size)
+    # a window's own row, run alone, gives its rr
+    k = len(edges) // 2
+    e = int(edges[k])
+    row = np.concatenate([[1, 5], ids[e - 2 : e], ids[e : e + 8]])[None]
+    states = backend.forward(row, np.arange(row.shape[1])[None], engine.layer).hidden[0, 4:]
+    full = backend.forward(np.concatenate([[1], ids])[None], np.arange(len(ids) + 1)[None], engine.layer).hidden[0, 1:]
+    full = full[e : e + 8]
+    cosine = (full * states).sum(-1) / np.linalg.norm(full, axis=-1) / np.linalg.norm(states, axis=-1)
+    assert got["rr"][k] == pytest.approx(cosine[config.skip :].mean(), abs=1e-5)
+
+
+def test_instruments_are_checked(tiny_model_factory):
+    """The local prefix needs re-indexed windows (RoPE); layer sweeps need the torch backend; windows, skips and
+    layers must fit the run and the model; there is no shortlist."""
+    gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
+    with pytest.raises(ValueError, match="RoPE"):
+        ResearchEngine(gpt2, [1], paper_scoring(), local_prefix=2)
+    with pytest.raises(ValueError, match="local_prefix"):
+        ResearchEngine(gpt2, [1], paper_scoring(), local_prefix=-1)
+    with pytest.raises(ValueError, match="layers"):
+        ResearchEngine(gpt2, [1], paper_scoring(), layers=(gpt2.depth + 1,))
+    for bad in (dict(windows=(24,)), dict(windows=(2,)), dict(skips=(23,))):
+        with pytest.raises(ValueError):
+            ResearchEngine(gpt2, [1], paper_scoring(), **bad)
+    with pytest.raises(ValueError, match="shortlist"):
+        ResearchEngine(gpt2, [1], paper_scoring(shortlist=0.5))
+
+    class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
+        name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
+        max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
+
+    ids, edges = random_text(40)
+    with pytest.raises(UsageError, match="layer sweeps"):
+        ResearchEngine(ForwardOnly(), [1], paper_scoring(), layers=(1,)).score(ids, edges)
