@@ -21,6 +21,7 @@ import pytest
 from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
 import rr_fast.chunker
+import rr_fast.document
 import rr_fast.cli
 import rr_fast.engine
 import rr_fast.io
@@ -177,7 +178,7 @@ def test_num_chunks_beyond_the_candidate_edges_stops_before_the_model_pass(tiny,
 
 
 def test_num_chunks_dp_table_budget(tiny, sample, monkeypatch, capsys):
-    monkeypatch.setattr(rr_fast.chunker, "FIXED_COUNT_TABLE_BYTES", 1000)
+    monkeypatch.setattr(rr_fast.document, "FIXED_COUNT_TABLE_BYTES", 1000)
     code, _, err = run_cli([sample, *tiny_options(tiny), "--num-chunks", "10"], capsys)
     assert code == 2 and one_line(err) and "GiB table" in err
 

@@ -59,9 +59,9 @@ def test_fixed_count_matches_brute_force(seed):
     best, cuts = brute_force(n, edges, utilities, limits, 0.0, num_chunks=k)
     if best is None:
         with pytest.raises(ValueError):
-            segment(n, edges, utilities, limits, num_chunks=k)
+            segment(n, edges, utilities, limits, penalty=0.0, num_chunks=k)
         return
-    got = segment(n, edges, utilities, limits, num_chunks=k)
+    got = segment(n, edges, utilities, limits, penalty=0.0, num_chunks=k)
     assert len(got.cuts) == k - 1
     assert got.cuts.tolist() == cuts
 

@@ -124,7 +124,7 @@ def margins(scores: dict[str, np.ndarray], methods: list[str]) -> dict[str, floa
     out = {}
     for name in methods:
         values = -d_kl if name == "kl_oracle" else scores[name]
-        cuts = segment(n, edges, percentiles(values[eligible]), LIMITS, num_chunks=count).cuts
+        cuts = segment(n, edges, percentiles(values[eligible]), LIMITS, penalty=0.0, num_chunks=count).cuts
         chosen = np.isin(edges, cuts)
         out[name] = float(d_kl[eligible][~chosen].mean() - d_kl[eligible][chosen].mean())
     return out
