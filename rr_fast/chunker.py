@@ -23,7 +23,7 @@ from rr_fast.config import ChunkerConfig, Resolved, chunker_config
 from rr_fast.cuts import cut_document
 from rr_fast.document import Document, plan_document, text_tokens
 from rr_fast.engine import Engine, ScoreConfig
-from rr_fast.errors import RRFastError, UsageError
+from rr_fast.errors import RRFastError, UsageError, first_line
 from rr_fast.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.models import bos_prefix, cache_dir, hub_hint, model_type, resolve
 from rr_fast.readouts import readout_parts
@@ -209,7 +209,7 @@ def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):
         tokenizer = load_tokenizer(folder)
     except Exception as error:  # tokenizers' own exceptions are not OSError or ValueError
         raise RRFastError(
-            f"cannot load the tokenizer of {folder}: {_first_line(error)}{_cache_advice(folder)}"
+            f"cannot load the tokenizer of {folder}: {first_line(error)}{_cache_advice(folder)}"
         ) from None
     try:
         loaded = load_backend(
@@ -219,7 +219,7 @@ def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):
     except (RRFastError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as error:  # safetensors, torch and transformers raise many kinds for a bad folder
-        raise RRFastError(f"cannot load model {folder}: {_first_line(error)}{_cache_advice(folder)}") from None
+        raise RRFastError(f"cannot load model {folder}: {first_line(error)}{_cache_advice(folder)}") from None
     bos = bos_prefix(tokenizer, family)
     score_config = replace(score_config, reset_prefix=reset_prefix_ids(config.reset_prefix, tokenizer, bos))
     try:
@@ -241,11 +241,6 @@ def reset_prefix_ids(name: str, tokenizer, bos: list[int]) -> tuple[int, ...]:
     if bos:
         raise UsageError("--reset-prefix bos: this model already starts every window with its BOS (use sep or none)")
     return (int(bos_token),)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _cache_advice(folder: str) -> str:

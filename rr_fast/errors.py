@@ -7,3 +7,9 @@ class RRFastError(Exception):
 
 class UsageError(RRFastError):
     """An option or option combination that cannot work (the CLI exits 2, like argparse's own errors)."""
+
+
+def first_line(error: BaseException) -> str:
+    """A library's error as one line of ours: its message's first line, or its type where it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rr_fast.errors import RRFastError
+from rr_fast.errors import RRFastError, first_line
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
 
@@ -318,7 +318,7 @@ def cached_conversion(
             with _silenced(quiet):
                 (convert or convert_gguf)(source, staging)
         except Exception as error:  # conversion problems are the user's file, not our bug
-            raise RRFastError(f"could not convert {source}: {_first_line(error)}") from error
+            raise RRFastError(f"could not convert {source}: {first_line(error)}") from error
         if source.parent == staging:
             source.unlink()  # an assembled GGUF is only needed for the conversion
         write_manifest(staging)
@@ -476,11 +476,6 @@ def _silenced(quiet: bool):
         return
     with open(os.devnull, "w") as sink, redirect_stderr(sink), redirect_stdout(sink):
         yield
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def hub_model(model_id: str) -> str:

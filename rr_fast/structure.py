@@ -23,6 +23,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from rr_fast.text import MARKUP_CLOSERS, ends_sentence
+
 STRUCTURE_CHOICES = ("auto", "markdown", "plain", "none")
 
 
@@ -60,8 +62,6 @@ _HEADING = re.compile(r"^ {0,3}#{1,6}(\s|$)")
 _ITEM = re.compile(r"^\s*([-*+•]|\d{1,3}[.)])\s+\S")
 _TABLE_ROW = re.compile(r"^\s*\|")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
-_SENTENCE_END = frozenset(".?!…。！？")
-_CLOSERS = frozenset("\"'”’»)]}」』）】*_`")
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def detect(text: str) -> str:
     if any(not line.strip() for line in lines[1:-1]) or any(_ITEM.match(line) for line in lines):
         return "plain"
     content = [line.rstrip() for line in lines[:-1] if line.strip()]
-    finished = sum(_ends_sentence(line, len(line)) for line in content)
+    finished = sum(ends_sentence(line, len(line), MARKUP_CLOSERS) for line in content)
     return "plain" if content and 2 * finished >= len(content) else "none"
 
 
@@ -187,7 +187,7 @@ def _level(text: str, structure: Structure, cut: int, line: int) -> int:
         line >= 0 and structure.line_starts[line] <= cut and not text[structure.line_starts[line] : cut].strip()
     )
     if "\n" not in gap and "\r" not in gap or not at_line_start:
-        return Level.SENTENCE if _ends_sentence(text, gap_start) else Level.WORD
+        return Level.SENTENCE if ends_sentence(text, gap_start, MARKUP_CLOSERS) else Level.WORD
     previous = _previous_content_line(structure, line)
     if previous >= 0 and structure.headings[previous]:
         return Level.FORBIDDEN  # a heading stays with its first block
@@ -197,7 +197,7 @@ def _level(text: str, structure: Structure, cut: int, line: int) -> int:
         return Level.PARAGRAPH
     if structure.items[line]:
         return Level.ITEM
-    if _ends_sentence(text, gap_start) or text[gap_start - 1] == ":":
+    if ends_sentence(text, gap_start, MARKUP_CLOSERS) or text[gap_start - 1] == ":":
         return Level.LINE
     return Level.WORD  # a soft wrap inside a paragraph
 
@@ -211,13 +211,6 @@ def _previous_content_line(structure: Structure, line: int) -> int:
 
 def _lines_between(structure: Structure, previous: int, line: int) -> slice:
     return slice(previous + 1, line)
-
-
-def _ends_sentence(text: str, stop: int) -> bool:
-    i = stop
-    while i > 0 and text[i - 1] in _CLOSERS:
-        i -= 1
-    return i > 0 and text[i - 1] in _SENTENCE_END
 
 
 # Fallback tiers: the DP uses a cut of tier t only where no set of cuts of lower tiers keeps the limits

@@ -15,6 +15,8 @@ import regex
 # sentence (`."`, `?)`): records often end that way, and a rule blind to it misses many true ends.
 SENTENCE_END = frozenset(".?!…。！？")
 CLOSERS = frozenset("\"'”’»)]}」』）】")
+# In markup, emphasis and code marks close a sentence too (`**Done.**`): what structure.py reads lines with
+MARKUP_CLOSERS = CLOSERS | frozenset("*_`")
 
 
 @dataclass(frozen=True)
@@ -201,12 +203,12 @@ def clean_edges(text: str, tokens: Tokens) -> Edges:
     return Edges(edges, chars[edges])
 
 
-def ends_sentence(text: str, stop: int) -> bool:
+def ends_sentence(text: str, stop: int, closers: frozenset[str] = CLOSERS) -> bool:
     """Does text[:stop] end a sentence: a final mark, optional closing quotes or brackets, whitespace?"""
     i = stop
     while i > 0 and text[i - 1].isspace():
         i -= 1
-    while i > 0 and text[i - 1] in CLOSERS:
+    while i > 0 and text[i - 1] in closers:
         i -= 1
     return i > 0 and text[i - 1] in SENTENCE_END
 

@@ -21,8 +21,8 @@ import pytest
 from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
 import rr_fast.chunker
-import rr_fast.document
 import rr_fast.cli
+import rr_fast.document
 import rr_fast.engine
 import rr_fast.io
 from rr_fast.backends.torch import TorchBackend

@@ -47,8 +47,8 @@ from transformers import AutoConfig, AutoTokenizer
 from bench.common import save_npz
 from bench.engine import ResearchEngine, forward_layers, rr_layer_name
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.config import PAPER_SKIP, PAPER_WINDOW, ChunkerConfig
-from rr_fast.engine import ScoreConfig, WindowBatch, WindowLayout, blocks, default_layer, window_layout
+from rr_fast.config import PAPER_SKIP, PAPER_WINDOW, ChunkerConfig, paper_scoring
+from rr_fast.engine import WindowBatch, WindowLayout, blocks, default_layer, window_layout
 from rr_fast.models import bos_prefix, resolve
 from rr_fast.readouts import masked_mean
 from rr_fast.text import candidate_edges, tokenize
@@ -111,7 +111,7 @@ class LMScorer:
         self.layers = chosen_layers(backend.depth, layers)
         self.window, self.skip, self.step = window, skip, step
         # reset-prefix controls (paper Appendix, "configuration"): ScoreConfig.reset_prefix, and local_prefix
-        self.config = ScoreConfig(
+        self.config = paper_scoring(
             window=window,
             skip=skip,
             readouts=("rr", "lr"),

@@ -25,14 +25,6 @@ _START = re.compile(r"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG EBOOK[^\n]*\
 _END = re.compile(r"\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG EBOOK")
 
 
-def parse_size(text: str) -> int:
-    """'4k' → 4096, '256K' → 262144, '1000' → 1000."""
-    text = text.strip().lower()
-    if text.endswith("k"):
-        return int(float(text[:-1]) * 1024)
-    return int(text)
-
-
 def strip_gutenberg(text: str) -> str:
     """The book between the Gutenberg START and END markers (the whole text when they are missing)."""
     start = _START.search(text)

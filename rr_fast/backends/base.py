@@ -54,3 +54,10 @@ class Backend(Protocol):
         the real ones.
         """
         ...
+
+
+def length_dependent_rope(rope: dict) -> bool:
+    """Does a model's RoPE scaling (``rope_parameters`` or ``rope_scaling``, flat or per attention type) depend
+    on the sequence length? Then states change with absolute position, and windows may not be re-indexed."""
+    nested = [v for v in rope.values() if isinstance(v, dict)] or [rope]
+    return bool({str(v.get("rope_type", v.get("type", "default"))) for v in nested} & {"dynamic", "longrope"})

@@ -20,7 +20,7 @@ from mlx_lm.models import gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
-from rr_fast.backends.base import Forward
+from rr_fast.backends.base import Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
@@ -227,7 +227,4 @@ def _relative_positions_only(config: dict) -> bool:
     """RoPE attention depends only on position differences, unless the rotation depends on length."""
     if config.get("model_type") == "gpt2":
         return False
-    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    nested = [v for v in rope.values() if isinstance(v, dict)] or [rope]
-    kinds = {str(v.get("rope_type", v.get("type", "default"))) for v in nested}
-    return not kinds & {"dynamic", "longrope"}
+    return not length_dependent_rope(config.get("rope_parameters") or config.get("rope_scaling") or {})

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rr_fast.backends import plain
-from rr_fast.backends.base import Forward
+from rr_fast.backends.base import Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers
 
@@ -404,8 +404,4 @@ def _relative_positions_only(config, decoder: nn.Module) -> bool:
     if any(hasattr(decoder, name) for name in ("wpe", "embed_positions", "position_embeddings")):
         return False
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    kinds = set()
-    if isinstance(rope, dict):
-        nested = [v for v in rope.values() if isinstance(v, dict)] or [rope]
-        kinds = {str(v.get("rope_type", v.get("type", "default"))) for v in nested}
-    return not kinds & {"dynamic", "longrope"}
+    return not (isinstance(rope, dict) and length_dependent_rope(rope))

@@ -38,19 +38,14 @@ class LazyChunker:
 
     def chunk(self, text: str | None) -> list[Chunk]:
         """Chunks of one text; None, an empty or a whitespace-only text has none (as the frameworks' splitters do)."""
-        return chunk_list(self.get().chunk(text)) if has_text(text) else []
+        return list(self.get().chunk(text)) if has_text(text) else []
 
     def chunk_many(self, texts: Sequence[str | None]) -> list[list[Chunk]]:
-        """Chunks of each text, through ``Chunker.chunk_many`` where this rr-fast has it, else one by one."""
-        chunker = self.get()
+        """Chunks of each text, with the model calls of all of them batched (``Chunker.chunk_many``)."""
         filled = [i for i, text in enumerate(texts) if has_text(text)]
         out: list[list[Chunk]] = [[] for _ in texts]
-        if hasattr(chunker, "chunk_many"):
-            results = chunker.chunk_many([texts[i] for i in filled])
-        else:
-            results = [chunker.chunk(texts[i]) for i in filled]
-        for i, result in zip(filled, results):
-            out[i] = chunk_list(result)
+        for i, result in zip(filled, self.get().chunk_many([texts[i] for i in filled])):
+            out[i] = list(result)
         return out
 
 
@@ -58,11 +53,6 @@ def has_text(text: Any) -> bool:
     """Is there anything to chunk? None and blank strings are nothing; any other value goes to the ``Chunker``,
     which names what is wrong with it."""
     return text is not None and not (isinstance(text, str) and not text.strip())
-
-
-def chunk_list(result: Any) -> list[Chunk]:
-    """The chunks of one result, whether a plain list or a result object that carries them (and warnings)."""
-    return list(getattr(result, "chunks", result))
 
 
 @lru_cache(maxsize=8)
