@@ -1,4 +1,4 @@
-"""Issue 16's benchmark pieces: the embedding boundary's windows, the rule's noise floor, the true-cut oracle.
+"""The calibration set's benchmark pieces: the embedding boundary's windows, the rule's noise floor, the true-cut oracle.
 
 Fast and model-free: toy texts, a whitespace stand-in for MiniLM's tokenizer, synthetic recovery grids.
 """

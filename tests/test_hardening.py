@@ -1,4 +1,4 @@
-"""Issue 12: no input, option, signal or damaged model gets a traceback, a hang, a memory blow-up or a wrong answer.
+"""No input, option, signal or damaged model gets a traceback, a hang, a memory blow-up or a wrong answer.
 
 Every test runs the command line in-process (``rr_fast.cli.main``) or as ``python -m rr_fast.chunk`` with a tiny
 random Llama behind the real SmolLM2 tokenizer, and checks the exit status, that stderr is one line, and what
