@@ -53,10 +53,11 @@ class Chunker:
         folder: str | None = None,
         **options: Any,
     ):
-        self.resolved = config if isinstance(config, Resolved) and not (preset or options) else None
-        if self.resolved is None:
-            if isinstance(config, Resolved):
+        if isinstance(config, Resolved):
+            if preset or options:
                 raise UsageError("a resolved configuration takes no preset or options: resolve them in")
+            self.resolved = config
+        else:
             self.resolved = chunker_config(preset, config, **options).resolve()
         cfg = self.config = self.resolved.config
         self.limits = self.resolved.limits

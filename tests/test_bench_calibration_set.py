@@ -1,4 +1,4 @@
-"""The calibration set's benchmark pieces: the embedding boundary's windows, the rule's noise floor, the true-cut oracle.
+"""Calibration-set benchmark pieces: the embedding boundary's windows, the rule's noise floor, the true-cut oracle.
 
 Fast and model-free: toy texts, a whitespace stand-in for MiniLM's tokenizer, synthetic recovery grids.
 """
