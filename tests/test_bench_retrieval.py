@@ -62,6 +62,26 @@ def test_sweep_replays_cached_scores_and_matches_a_chunker_built_with_those_limi
     assert chunker.engine.seconds(chunker.tokenize(text).ids) > 0
 
 
+def test_limits_in_the_embedders_tokens_share_the_model_scores(tiny, tmp_path):
+    """``+length_unit=minilm`` counts the limits in MiniLM's word pieces, sweeps sizes that fit its window, and
+    reads the scores of the same configuration in model tokens."""
+    from bench.retrieval.chunkers import EMBEDDER_SWEEP, cached_chunker, rr_config, rr_settings
+
+    embedder = rr_config(f"{tiny}+backend=torch+length_unit=minilm")
+    assert embedder.length_unit.endswith("tokenizer.json")
+    settings, _ = rr_settings(f"{tiny}+backend=torch+length_unit=minilm", tmp_path)
+    assert [s.name.split("@")[1] for s in settings] == [f"{t}/{m}" for _, t, m, _ in EMBEDDER_SWEEP]
+    assert max(m for _, _, m, _ in EMBEDDER_SWEEP) <= 254  # MiniLM's 256 with [CLS] and [SEP]
+    text = " ".join(f"The {t} was quiet at dawn. Nobody spoke of the {t} until noon." for t in TOPICS * 3)
+    model = cached_chunker(rr_config(f"{tiny}+backend=torch"), tmp_path)
+    model.chunk(text)
+    shared = cached_chunker(embedder, tmp_path)
+    shared.engine.engine.score = None  # every score must come from the model-token run's cache
+    chunks = shared.chunk(text)
+    assert "".join(c.text for c in chunks) == text
+    assert all(shared.unit.count(c.text) <= shared.limits.max_tokens for c in chunks)
+
+
 def test_one_command_writes_results_report_and_figure(tiny, tmp_path):
     from bench.retrieval.__main__ import main
 

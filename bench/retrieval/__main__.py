@@ -170,7 +170,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--rr",
         default="preset:balanced",
         help="rr-fast configurations, comma-separated: preset:NAME, default, or a model, each with optional "
-        "+option=value (e.g. preset:balanced,default+dtype=bfloat16); '' for none",
+        "+option=value (e.g. preset:balanced,default+dtype=bfloat16; +length_unit=minilm: limits in the embedder's "
+        "tokens); '' for none",
     )
     parser.add_argument("--peers", default=",".join(PEER_FAMILIES), help="peer families, comma-separated")
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated")

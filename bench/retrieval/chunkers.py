@@ -39,6 +39,16 @@ LIMITS_SWEEP = (
     (24, 100, 200, 0.2),
     (48, 192, 384, 0.2),
 )
+# The same in the embedder's own tokens (``+length_unit=minilm``): no chunk longer than MiniLM's 256 word pieces
+# (254 and its [CLS] and [SEP]), so no chunk is cut short by the embedder; 48/192/254 is the product's default
+# limits with the maximum capped there, the point the targets judge for this family
+EMBEDDER_SWEEP = (
+    (16, 64, 128, None),
+    (24, 100, 200, None),
+    (32, 128, 254, None),
+    (48, 192, 254, None),
+)
+EMBEDDER = "minilm"  # ``length_unit=minilm``: all-MiniLM-L6-v2's tokenizer, the benchmark's embedder
 
 
 @dataclass(frozen=True)
@@ -226,6 +236,10 @@ def rr_config(spec: str) -> ChunkerConfig:
         key, value = override.split("=", 1)
         field_type = type(getattr(ChunkerConfig(), key))
         options[key] = value if field_type is str or getattr(ChunkerConfig(), key) is None else field_type(value)
+    if options.get("length_unit") == EMBEDDER:
+        from bench.quality.peers import _minilm_path
+
+        options["length_unit"] = str(Path(_minilm_path()) / "tokenizer.json")
     if base == "default":
         return chunker_config(None, None, **options)
     if base.startswith("preset:"):
@@ -283,7 +297,10 @@ class ScoreCache:
 def cached_chunker(config: ChunkerConfig, cache: Path) -> Chunker:
     """A ``Chunker`` for ``config`` whose scores live in ``cache/<key of the scoring options>``."""
     chunker = Chunker(config)
-    scoring = chunker.config.replace(min_tokens=1, max_tokens=1, target_tokens=1, penalty=0.0, length_weight=0.0)
+    # what only the DP and the assembly read stays out of the key: settings that differ there share their scores
+    scoring = chunker.config.replace(
+        min_tokens=1, max_tokens=1, target_tokens=1, penalty=0.0, length_weight=0.0, length_unit="model", overlap=0
+    )
     key = hashlib.sha1(repr(scoring).encode()).hexdigest()[:12]
     chunker.engine = ScoreCache(chunker.engine, cache / key)
     return chunker
@@ -297,9 +314,11 @@ def with_limits(chunker: Chunker, limits: Limits) -> Chunker:
     return other
 
 
-def rr_settings(spec: str, cache: Path, sweep=LIMITS_SWEEP) -> tuple[list[Setting], Callable[[str], float]]:
-    """One setting per limits of the sweep, and a function giving a text's cached scoring CPU seconds."""
+def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], float]]:
+    """One setting per limits of the sweep (in the embedder's tokens with ``+length_unit=minilm``), and a function
+    giving a text's cached scoring CPU seconds."""
     config = rr_config(spec)
+    sweep = LIMITS_SWEEP if config.length_unit == "model" else EMBEDDER_SWEEP
     loaded: dict[str, Chunker] = {}
 
     def chunker() -> Chunker:

@@ -20,7 +20,9 @@ from bench.common import REPO_ROOT
 from bench.retrieval.evaluate import paired_interval
 
 MATCH = 0.10  # a size within ±10% counts as matched
-DEFAULT_LIMITS = "@192/384"  # the product's default limits: the point the targets judge
+# the product's default limits, and the same with the maximum at the embedder's window (in its tokens): the points
+# the targets judge
+DEFAULT_LIMITS = ("@192/384", "@192/254")
 
 
 def values(row: dict, k: str, metric: str, mask: np.ndarray) -> np.ndarray:
@@ -135,7 +137,13 @@ def write(results: dict, report: Path, figure: Path) -> str:
                     f"{_interval(entry['iou'])} |"
                 )
         summary += _targets(name, condition, resamples, seed)
-    lines += ["", "### Targets (evaluation questions, rr-fast at its default limits 48/192/384)", "", *summary]
+    lines += [
+        "",
+        "### Targets (evaluation questions, rr-fast at its default limits: 48/192/384 model tokens, or 48/192/254 "
+        "embedder tokens)",
+        "",
+        *summary,
+    ]
     lines += _chosen(results)
     lines += _misses(results)
     lines += ["", f"![retrieval curves]({os.path.relpath(figure, report.parent)})"]
