@@ -282,7 +282,7 @@ class Engine:
                 # row index j predicts j + 1: index j - 1 holds log p(row token j | before it)
                 token_logprobs = self.ops.shifted(full.logprobs[i], first, count)
             if full.top_tokens is not None:
-                top_tokens = _shifted_top_tokens(full.top_tokens[i], first, count)
+                top_tokens = self.ops.shifted(full.top_tokens[i], first, count, fill=-1)
             doc.buffer.append(
                 out_start,
                 None if full.hidden is None else full.hidden[i, first : first + count],
@@ -332,7 +332,7 @@ class Engine:
         head = {}
         if targets is not None and self.config.normalizer == "focused":
             tops = [doc.buffer.top_tokens_at(next_index[a:b]) for doc, a, b in runs]
-            head["vocabulary"] = focused_vocabulary(np.concatenate(tops), targets[:, p:])
+            head["vocabulary"] = self.ops.focused_vocabulary(self.ops.concat(tops), targets[:, p:])
         reset = self.forward(row_ids, positions, targets, **head)
         now = time.perf_counter()
         self.timings["reset windows"] += now - started
@@ -348,34 +348,6 @@ class Engine:
         for doc, a, b in runs:
             doc.record(b - a, {name: v[a:b] for name, v in values.items()})
         self.timings["readouts"] += time.perf_counter() - now
-
-
-def focused_vocabulary(top_tokens: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """Each reset window's own vocabulary for its focused normalizer: the full pass's most probable next tokens at
-    the window's scored positions and the window's observed next tokens, one sorted row per window ([B, V], -1
-    padding). A window's vocabulary depends only on its own text, never on the windows batched with it.
-
-    top_tokens: [B, W, k] the full pass's top tokens predicting each window position's next token;
-    targets: [B, W] the observed next tokens, -1 where a position is not scored.
-    """
-    scored = targets >= 0
-    rows = [
-        np.unique(np.concatenate([top[keep].ravel(), target[keep]]))
-        for top, target, keep in zip(top_tokens, targets, scored)
-    ]
-    rows = [row[row >= 0] for row in rows]
-    out = np.full((len(rows), max((len(row) for row in rows), default=0)), -1, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
-
-
-def _shifted_top_tokens(row_top: np.ndarray, first: int, count: int) -> np.ndarray:
-    """Per-token top tokens of the distribution that predicted row tokens first..first+count-1 (as
-    ``HostReadouts.shifted`` for log-probabilities; the row's first token has none: -1)."""
-    if first >= 1:
-        return row_top[first - 1 : first - 1 + count]
-    return np.concatenate([np.full((1, row_top.shape[1]), -1, dtype=row_top.dtype), row_top[: count - 1]])
 
 
 def shortlist(cheap: np.ndarray, fraction: float) -> np.ndarray:
@@ -513,7 +485,7 @@ class _StateBuffer:
             # logprobs[i] belongs to the token at start + i: log p(x_j | x_<j)
             self.logprobs = logprobs if self.logprobs is None else ops.concat([self.logprobs, logprobs])
         if top_tokens is not None:
-            self.top_tokens = top_tokens if self.top_tokens is None else np.concatenate([self.top_tokens, top_tokens])
+            self.top_tokens = top_tokens if self.top_tokens is None else ops.concat([self.top_tokens, top_tokens])
 
     @property
     def end(self):

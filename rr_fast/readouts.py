@@ -56,7 +56,7 @@ def masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 class HostReadouts:
     """The engine's array operations on host (numpy) arrays: what every backend's ``Forward`` holds.
 
-    A backend that keeps results on its device offers the same five methods on its own arrays
+    A backend that keeps results on its device offers the same methods on its own arrays
     (``device_readouts``), so states never leave the device and only per-edge scores come back.
     """
 
@@ -65,12 +65,26 @@ class HostReadouts:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     @staticmethod
-    def shifted(row_logprobs: np.ndarray, first: int, count: int) -> np.ndarray:
-        """Per-token log p(token j | before it) for row tokens first..first+count-1, from a row whose
-        index j holds log p(token j + 1 | ..j); the row's first token has no prediction (NaN)."""
+    def shifted(row: np.ndarray, first: int, count: int, fill: float = np.nan) -> np.ndarray:
+        """Per-token values for row tokens first..first+count-1 from a row whose index j holds what predicts
+        token j + 1 (log p(token j + 1 | ..j), or its most probable tokens); the row's first token has no
+        prediction: ``fill``."""
         if first >= 1:
-            return row_logprobs[first - 1 : first - 1 + count]
-        return np.concatenate([[np.nan], row_logprobs[: count - 1]]).astype(row_logprobs.dtype)
+            return row[first - 1 : first - 1 + count]
+        return np.concatenate([np.full((1, *row.shape[1:]), fill, dtype=row.dtype), row[: count - 1]])
+
+    @staticmethod
+    def focused_vocabulary(top_tokens: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """Each reset window's tokens for its focused normalizer ([B, W × k + W], -1 padding, repeats allowed):
+        the full pass's most probable next tokens at the window's scored positions and its observed next tokens.
+        A window's vocabulary depends only on its own text, never on the windows batched with it.
+
+        top_tokens: [B, W, k] the full pass's top tokens predicting each window position's next token;
+        targets: [B, W] the observed next tokens, -1 where a position is not scored.
+        """
+        scored = targets >= 0
+        tops = np.where(scored[:, :, None], top_tokens, -1).reshape(len(targets), -1)
+        return np.concatenate([tops, np.where(scored, targets, -1)], axis=1)
 
     rr_cosine = staticmethod(rr_cosine)
     lr_utility = staticmethod(lr_utility)

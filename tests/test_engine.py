@@ -235,3 +235,20 @@ def test_head_readout_top_tokens_are_the_largest_logits(backend, monkeypatch):
     assert np.array_equal(np.sort(top[:, :5], -1), np.sort(expected[:, :5], -1))
     assert (top[:, 5:] == -1).all() and np.isnan(logprobs[:, 5:].numpy()).all()
     np.testing.assert_allclose(logprobs[:, :5].numpy(), torch.log_softmax(logits, -1)[:, :5, 3].numpy(), atol=1e-5)
+
+
+def test_running_top_tokens_hold_the_k_largest_values_with_ties():
+    """Tiles in any order of magnitude, and logits rounded so that many tie (as bfloat16 logits do): the running
+    top-k holds exactly the k largest values, each token once."""
+    import torch
+
+    from rr_fast.backends.torch import TopTokens
+
+    generator = torch.Generator().manual_seed(5)
+    logits = (torch.randn(9, 1000, generator=generator) * 4).round() + torch.linspace(0, 3, 1000)[None].round()
+    best = TopTokens(9, 50)
+    for first in range(0, 1000, 128):
+        tile = logits[:, first : first + 128]
+        best.add(tile, first, tile.amax(dim=1))
+    assert torch.equal(logits.gather(1, best.ids).sort(dim=1).values, logits.topk(50, dim=1).values.sort(dim=1).values)
+    assert all(len(set(row.tolist())) == 50 for row in best.ids)

@@ -88,10 +88,17 @@ def test_progress_counts_every_token(tiny_model_factory):
     assert seen == sorted(seen) and seen[-1] == sum(len(ids) for ids, _ in docs)
 
 
-def test_device_readouts_equal_host_readouts(tiny_model_dir):
-    """The torch readouts (the GPU path) run on the CPU here: same scores as the numpy readouts."""
+@pytest.mark.parametrize("normalizer", ["full", "focused"])
+def test_device_readouts_equal_host_readouts(tiny_model_dir, normalizer, monkeypatch):
+    """The torch readouts (the GPU path: states, log-probabilities and the focused normalizer's top tokens kept
+    on the device) run on the CPU here: same scores as the numpy readouts."""
+    import rr_fast.engine
+
+    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 5)
     backend = TorchBackend.load(tiny_model_dir, device="cpu")
-    config = paper_scoring(window=10, layer=2, readouts=("rr", "lr"), batch_tokens=120, context=50)
+    config = paper_scoring(
+        window=10, layer=2, readouts=("rr", "lr"), batch_tokens=120, context=50, normalizer=normalizer
+    )
     docs = random_documents(8, seed=3)
     host = list(Engine(backend, [1], config).score_many(docs))
     device = list(Engine(backend, [1], config, device_readouts=True).score_many(docs))

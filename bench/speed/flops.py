@@ -106,6 +106,7 @@ def engine_work(
     context: int,
     readouts: tuple[str, ...],
     batch_tokens: int | None = None,
+    normalizer: str = "full",
 ) -> dict[str, Work]:
     """Work of ``Engine.score`` on n tokens: the full pass in blocks, then one padded row per edge.
 
@@ -113,7 +114,9 @@ def engine_work(
     the head on the rows whose next token is scored. With ``batch_tokens`` the window rows are batched as
     the engine batches them, longest first and each batch only as wide as its longest window (exact for a
     text of one full-pass block; beyond that only the last block's few short windows may group otherwise);
-    without it every row is counted at the full width W.
+    without it every row is counted at the full width W. With ``normalizer="focused"`` the windows' LM head runs
+    over each batch's small vocabulary union, which this count does not know: those head rows are left out, so the
+    total is a lower bound.
     """
     lr = "lr" in readouts
     layers = depth if lr else layer
@@ -133,7 +136,8 @@ def engine_work(
             rows = max(1, batch_tokens // (width + prefix))
             reset.add_rows(min(rows, remaining.size), prefix + width, layers, 0)
             remaining = remaining[rows:]
-    reset.head_rows += scored
+    if normalizer == "full":
+        reset.head_rows += scored
     return {"full pass": full, "reset windows": reset}
 
 

@@ -1,28 +1,43 @@
-"""One short GPU benchmark of corpus mode, for a lent CUDA machine; about 5 minutes on an H100.
+"""Corpus mode of today's default (Gemma 3 270M, preset balanced) on a lent CUDA GPU, sized for ~5 minutes on an H100.
 
-    python -m bench.speed.gpu_corpus --prepare            # here: writes bench/out/gpu_corpus/ (data, tokenizer)
-    python -m bench.speed.gpu_corpus [--model FOLDER]     # there: carry bench/out/gpu_corpus
-    python -m bench.speed.gpu_corpus --smoke              # anywhere: tiny sizes on the CPU, checks the script
+    python -m bench.speed.gpu_corpus --prepare    # here: bench/out/gpu_corpus/ (corpus, Gemma 3's tokenizer, config)
+    python -m bench.speed.gpu_corpus --smoke      # here: a shrunk Gemma 3 on the CPU, a handful of documents
+    python -m bench.speed.gpu_corpus --out DIR    # there (below); --seconds 420 is the run's budget
 
-Parts, each a row of the table printed last (and bench/out/gpu_corpus/result.json):
-    peak         measured bf16 matmul throughput at the engine's shapes (the roof)
-    corpus       python -m rr_fast.corpus's run() over ≥ 1,000 documents of mixed length (records, Wiki-50
-                 documents, book excerpts) into Parquet, default configuration (SmolLM2, lr, W = 96), fp32
-                 and bf16: end-to-end source tokens/s, reading and writing included; the engine's FLOP/s
-                 (full pass + windows, counted by bench.speed.flops) against the peak
-    paper        the paper's configuration: RR, W = 24, layer 27, Qwen3-4B shapes with random weights, bf16,
-                 847-token streams with one edge per 6.6 tokens (bench.speed.gpu's workload), score_many
-    agreement    bf16 against fp32 on flattened-record streams: identical-cuts rate, cut Jaccard, score diffs
+On the device (the device tool's run; carry ["bench/out/gpu_corpus"], which .gitignore's bench/out/ keeps out of the
+copied tree; its python3 has torch, transformers and every package rr_fast imports there):
 
-``--model`` is a converted SmolLM2 folder (config.json, model.safetensors, tokenizer.json); without it the
-weights are random with SmolLM2's config (speed does not depend on the values; the agreement rows then mean
-little, and the table says so).
+    PYTHONUNBUFFERED=1 PYTHONPATH=$PWD python3 -m bench.speed.gpu_corpus --out $OUT
+
+The model is Gemma 3 270M's config.json with RANDOM weights (torch.manual_seed(0); speed does not depend on the
+values), written as the bundled model's cache entry in a temporary RR_FAST_CACHE: the product resolves and loads it
+as it does ``gemma3-270m`` (each preset's own dtype, normalizer and ρ, the plain Gemma 3 modules, the same
+tokenizer), and no option but backend and device is given.
+
+Rows, in this order, each saved to DIR/result.json when it finishes (a timeout keeps the earlier ones):
+    peak         bf16 matmul TFLOP/s at the engine's projection shapes, the full pass's LM-head tile and 8192³
+    balanced     rr_fast.corpus.run over 320 mixed documents (~115k tokens) into Parquet, one worker on the GPU:
+                 source tokens/s end to end (model load and Parquet included), the Chunker's time split (host wall
+                 clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
+    engine       the default's Engine.score_many over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
+                 FLOPs excluding the focused window head (a lower bound)
+    profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
+    balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state
+    fast         the fast preset on the corpus
+    balanced_full_normalizer  the default with the exact normalizer: what the focused one saves on a GPU
+    quality      float32, exact normalizer, on the corpus's first ~20k tokens only
+
+The default's Chunker from the balanced row stays loaded for the engine and profile rows (its weights count in
+their peak memory). A row whose estimate would end past --seconds (counted from the start) is skipped and named.
+``prepare`` also writes streams.json, the flattened-record streams bench.speed.mlx_gpu scores.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import os
 import random
 import shutil
 import sys
@@ -33,23 +48,45 @@ from pathlib import Path
 import numpy as np
 
 PREPARED = Path("bench/out/gpu_corpus")
+QUALITY_TOKENS, PROFILE_TOKENS, REPEAT = 20_000, 30_000, 4
+# prepare's sizes for --smoke: ~400 tokens, since the full vocabulary's LM head is slow on a CPU
+SMOKE = {
+    "records": 2,
+    "wiki": 0,
+    "excerpts": 1,
+    "excerpts_chars": (400,),
+    "streams": 2,
+    "stream_records": 1,
+}
 
 
-def prepare(data_root: Path, out: Path = PREPARED, docs: int = 1000, excerpts_chars=(4000, 8000, 16000)) -> None:
-    """corpus.jsonl (mixed lengths, real text) and SmolLM2's tokenizer and config: under 64 MiB to carry."""
-    from rr_fast.models import resolve
+def prepare(
+    data_root: Path,
+    out: Path = PREPARED,
+    records: int = 300,
+    wiki: int = 10,
+    excerpts: int = 10,
+    excerpts_chars: tuple[int, ...] = (4000, 8000),
+    streams: int = 24,
+    stream_records: int = 5,
+) -> None:
+    """corpus.jsonl, streams.json, and the default model's config and tokenizer (gzipped): about 7 MiB to carry.
+
+    The corpus mixes lengths as a real one does: records (~300 tokens), Wiki-50 documents and book excerpts
+    (1k-4k); the defaults make 320 documents of about 115k Gemma 3 tokens.
+    """
+    from rr_fast.models import DEFAULT_MODEL, resolve
 
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rng = random.Random(0)
+    pool = []
     for name in ("scifact", "fiqa", "pubmedqa"):
         for line in (data_root / "records" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             text = f"{record['title']} {record['text']}" if record["title"] else record["text"]
-            rows.append({"id": f"{name}/{record['id']}", "text": text})
-    rng = random.Random(0)
-    rng.shuffle(rows)
-    wiki, excerpts = (50, 30) if docs >= 1000 else (0, 2)
-    rows = rows[: docs - wiki - excerpts]
+            pool.append({"id": f"{name}/{record['id']}", "text": text})
+    rng.shuffle(pool)
+    rows = pool[:records]
     for path in sorted((data_root / "wiki50").iterdir())[:wiki]:
         lines = [x for x in path.read_text(encoding="utf-8").splitlines() if not x.startswith("========")]
         rows.append({"id": f"wiki50/{path.name}", "text": "\n".join(lines)})
@@ -57,42 +94,49 @@ def prepare(data_root: Path, out: Path = PREPARED, docs: int = 1000, excerpts_ch
     for i in range(excerpts):
         book = books[i % len(books)].read_text(encoding="utf-8")
         start = rng.randrange(len(book) // 4, len(book) // 2)
-        rows.append(
-            {
-                "id": f"book/{books[i % len(books)].stem}/{start}",
-                "text": book[start : start + rng.choice(excerpts_chars)],
-            }
-        )
+        text = book[start : start + rng.choice(excerpts_chars)]
+        rows.append({"id": f"book/{books[i % len(books)].stem}/{start}", "text": text})
     rng.shuffle(rows)
-    (out / "corpus.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    streams = []
-    records = [r for r in rows if "/" in r["id"] and r["id"].split("/")[0] in ("scifact", "fiqa", "pubmedqa")]
-    per = 5 if len(records) >= 200 else 2  # records per stream (2 for --smoke)
-    for i in range(0, min(24, len(records) // per) * per, per):
-        streams.append(" ".join(r["text"] for r in records[i : i + per]))
-    (out / "streams.json").write_text(json.dumps(streams, ensure_ascii=False))
-    tokenizer = out / "smollm2-tokenizer"
-    tokenizer.mkdir(exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
-        shutil.copy(Path(resolve("smollm2-135m")) / name, tokenizer / name)
+    write_jsonl(out / "corpus.jsonl", rows)
+    per = stream_records  # flattened-record streams, for bench.speed.mlx_gpu
+    flattened = [" ".join(r["text"] for r in pool[i * per : (i + 1) * per]) for i in range(streams)]
+    (out / "streams.json").write_text(json.dumps(flattened, ensure_ascii=False))
+    model = Path(resolve(DEFAULT_MODEL))
+    for name in ("config.json", "tokenizer_config.json"):
+        shutil.copy(model / name, out / name)
+    (out / "tokenizer.json.gz").write_bytes(gzip.compress((model / "tokenizer.json").read_bytes(), mtime=0))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"prepared {len(rows)} documents, {len(streams)} streams in {out} ({size / 2**20:.1f} MiB)")
+    print(f"prepared {len(rows)} documents, {streams} streams in {out} ({size / 2**20:.1f} MiB)")
 
 
-def random_model(tokenizer_folder: Path, into: Path, smoke: bool) -> Path:
-    """SmolLM2's config (or a tiny one) with random weights, beside SmolLM2's tokenizer."""
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
+    """The prepared config (shrunk for --smoke: hidden 64, 4 layers, the full vocabulary) with random weights,
+    beside the prepared tokenizer: a model folder."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = LlamaConfig.from_pretrained(tokenizer_folder)
+    from rr_fast.hf import quiet_transformers
+
+    settings = json.loads((inputs / "config.json").read_text())
     if smoke:
-        config.hidden_size, config.intermediate_size, config.num_hidden_layers = 64, 128, 4
-        config.num_attention_heads, config.num_key_value_heads, config.head_dim = 4, 2, 16
+        settings |= {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
+        settings |= {"num_key_value_heads": 1, "head_dim": 16, "query_pre_attn_scalar": 16}
+        settings["layer_types"] = settings["layer_types"][:4]
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "config.json").write_text(json.dumps(settings, indent=2))
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(into)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tokenizer_folder / name, into / name)
+    with quiet_transformers():
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(into), dtype=torch.float32)
+        model.save_pretrained(into)
+    # the prepared keys as written, whatever this transformers release writes: what rr_fast reads for the model
+    (into / "config.json").write_text(json.dumps(settings, indent=2))
+    shutil.copy(inputs / "tokenizer_config.json", into)
+    (into / "tokenizer.json").write_bytes(gzip.decompress((inputs / "tokenizer.json.gz").read_bytes()))
     return into
 
 
@@ -126,259 +170,297 @@ def matmul_peak(shapes, device: str) -> dict[str, float]:
     return out
 
 
-def defaults() -> dict:
-    from rr_fast.config import ChunkerConfig
+def memory_start(device: str) -> None:
+    import torch
 
-    c = ChunkerConfig().resolve().config
-    return {"readout": c.readout, "window": c.window, "layer": c.layer, "penalty": c.penalty}
-
-
-def engine_flops(chunker, texts: list[str], shape) -> float:
-    """FLOPs the engine spends on these texts (bench.speed.flops; windows counted at full width)."""
-    from bench.speed.flops import engine_work, total_flops
-    from rr_fast.text import candidate_edges, tokenize
-
-    total = 0.0
-    for text in texts:
-        if not isinstance(text, str) or not text.strip():
-            continue
-        tokens = tokenize(chunker.tokenizer, text)
-        edges = candidate_edges(text, tokens, chunker.config.step).tokens
-        if not len(edges):
-            continue
-        work = engine_work(
-            len(tokens),
-            edges,
-            prefix=len(chunker.engine.prefix),
-            window=chunker.config.window,
-            skip=chunker.config.skip,
-            layer=chunker.engine.layer,
-            depth=chunker.engine.backend.depth,
-            context=chunker.engine.context,
-            readouts=chunker.engine.config.readouts,
-        )
-        total += total_flops(work, shape)["total"]
-    return total
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
-def corpus_run(model: Path, data: Path, dtype: str, device: str, scratch: Path, flops: float | None) -> dict:
-    from rr_fast.corpus import RunConfig, run
+def memory_peak_gib(device: str) -> float | None:
+    import torch
 
-    options = {"model": str(model), "backend": "torch", "dtype": dtype, "device": device, **defaults()}
-    options["limits"] = {"min_tokens": 48, "max_tokens": 384, "target_tokens": 192}
-    out = scratch / f"out-{dtype}"
-    config = RunConfig((str(data),), str(out), "id", "text", 256, options)
-    sync(device)
-    started = time.perf_counter()
-    manifest = run(config, 1, [device], progress=False)
-    sync(device)
-    wall = time.perf_counter() - started
+    return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+
+
+def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
+    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset with ``changes``): the row and the
+    run's own Chunker."""
     import pyarrow.parquet as pq
 
+    import rr_fast.chunker
+    from rr_fast.corpus import RunConfig, run
+
+    made = []
+
+    class Recorded(rr_fast.chunker.Chunker):  # the Chunker run_worker builds, for its time split
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    out = scratch / f"out-{preset}-{data.stem}"
+    config = RunConfig(
+        (str(data),), str(out), "id", "text", 256, {"preset": preset, "backend": "torch", "device": device, **changes}
+    )
+    original, rr_fast.chunker.Chunker = rr_fast.chunker.Chunker, Recorded
+    memory_start(device)
+    try:
+        sync(device)
+        started = time.perf_counter()
+        manifest = run(config, 1, [device], progress=False)
+        sync(device)
+        wall = time.perf_counter() - started
+    finally:
+        rr_fast.chunker.Chunker = original
     tokens = sum(
-        pq.read_table(out / s["file"], columns=["token_count"])["token_count"].to_numpy().sum()
+        int(pq.read_table(out / s["file"], columns=["token_count"])["token_count"].to_numpy().sum())
         for s in manifest["shards"]
     )
-    row = {
+    shutil.rmtree(out, ignore_errors=True)
+    chunker = made[0]
+    c = chunker.config
+    load = chunker.timings.get("model load", 0.0)
+    return {
+        "preset": preset,
+        "config": {
+            "dtype": c.dtype,
+            "readout": c.readout,
+            "window": c.window,
+            "step": c.step,
+            "skip": c.skip,
+            "normalizer": c.normalizer,
+            "penalty": c.penalty,
+        },  # fmt: skip
         "documents": manifest["documents"],
         "errors": manifest["errors"],
-        "source_tokens": int(tokens),
+        "source_tokens": tokens,
         "wall_s": wall,
-    }
-    row["tokens_per_s"] = tokens / wall
-    if flops is not None:
-        row["engine_tflops_per_s_end_to_end"] = flops / wall / 1e12
-    return row
+        "tokens_per_s": tokens / wall,
+        "tokens_per_s_after_load": tokens / (wall - load),
+        "split_s": dict(chunker.timings),
+        "batch_tokens": chunker.engine.batch_tokens,
+        "max_memory_gib": memory_peak_gib(device),
+    }, chunker
 
 
-def engine_only(chunker, texts: list[str], device: str, flops: float) -> dict:
-    """score_many over the same texts (tokenized beforehand): the model's share of the corpus run."""
-    from rr_fast.text import candidate_edges, tokenize
+def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> dict:
+    """Engine.score_many over the texts, tokenized and planned beforehand: the model's share of the corpus run."""
+    from bench.speed.flops import engine_work, total_flops
+    from rr_fast.document import plan_document
 
-    docs = []
+    engine, docs, flops = chunker.engine, [], 0.0
     for text in texts:
-        if isinstance(text, str) and text.strip():
-            tokens = tokenize(chunker.tokenizer, text)
-            docs.append((tokens.ids, candidate_edges(text, tokens, chunker.config.step).tokens))
+        document = plan_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
+        ids, edges = document.tokens.ids, document.scored.tokens
+        docs.append((ids, edges))
+        work = engine_work(
+            len(ids),
+            edges,
+            prefix=engine.window_prefix,
+            window=engine.config.window,
+            skip=engine.config.skip,
+            layer=engine.layer,
+            depth=engine.backend.depth,
+            context=engine.context,
+            readouts=engine.config.readouts,
+            batch_tokens=engine.batch_tokens,
+            normalizer=engine.config.normalizer,
+        )
+        flops += total_flops(work, shape)["total"]
+    before = dict(engine.timings)
+    memory_start(device)
     sync(device)
     started = time.perf_counter()
-    for _ in chunker.engine.score_many(docs):
+    for _ in engine.score_many(docs):
         pass
     sync(device)
     wall = time.perf_counter() - started
     tokens = sum(len(ids) for ids, _ in docs)
-    return {"wall_s": wall, "tokens_per_s": tokens / wall, "tflops_per_s": flops / wall / 1e12}
-
-
-def paper_config(device: str, smoke: bool, peak: float) -> dict:
-    """RR, W = 24, layer 27, Qwen3-4B shapes (random weights), bf16, score_many over 847-token streams."""
-    import bench.speed.gpu as gpu
-    from bench.speed.cost_model import QWEN3_4B
-    from bench.speed.flops import ModelShape, engine_work, total_flops
-    from rr_fast.backends.torch import TorchBackend
-    from rr_fast.config import paper_scoring
-    from rr_fast.engine import Engine
-
-    gpu.DEVICE = device
-    started = time.perf_counter()
-    model = gpu.qwen3_4b_random(tiny=smoke)
-    init_s = time.perf_counter() - started
-    backend = TorchBackend(model, device)
-    data = gpu.streams(4 if smoke else 80)
-    layer = 2 if smoke else gpu.LAYER
-    engine = Engine(backend, [], paper_scoring(window=24, layer=layer, readouts=("rr",)))
-    list(engine.score_many(data[:2]))  # warm-up
-    sync(device)
-    started = time.perf_counter()
-    for _ in engine.score_many(data):
-        pass
-    sync(device)
-    wall = time.perf_counter() - started
-    tokens = sum(len(ids) for ids, _ in data)
-    shape = ModelShape.from_config(model.config.to_dict() | {"model_type": "qwen3"}) if smoke else QWEN3_4B
-    work = 0.0
-    for ids, edges in data:
-        w = engine_work(len(ids), edges, prefix=0, window=24, skip=1, layer=layer, depth=backend.depth,
-                        context=engine.context, readouts=("rr",))  # fmt: skip
-        work += total_flops(w, shape)["total"]
-    batch_tokens = engine.batch_tokens
-    del model, backend, engine
+    label = (
+        "FLOPs excluding the focused window head (a lower bound)" if engine.config.normalizer == "focused" else "FLOPs"
+    )
     return {
-        "init_s": init_s,
-        "streams": len(data),
         "source_tokens": tokens,
-        "batch_tokens": batch_tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
-        "tflops_per_s": work / wall / 1e12,
-        "fraction_of_peak": work / wall / 1e12 / peak,
+        "flops": flops,
+        "flops_counted": label,
+        "tflops_per_s": flops / wall / 1e12,
+        "fraction_of_peak": flops / wall / 1e12 / peak,
+        "split_s": {name: s - before.get(name, 0.0) for name, s in engine.timings.items()},
+        "max_memory_gib": memory_peak_gib(device),
     }
 
 
-def agreement(model: Path, streams: list[str], device: str) -> dict:
-    """bf16 against fp32 on the same streams: cuts and raw readout values."""
-    from rr_fast import Chunker
+def profile_row(chunker, texts: list[str], device: str, path: Path) -> dict:
+    """cProfile of chunk_many over the texts (the host's side): top 25 by tottime and by cumtime into ``path``."""
+    import cProfile
+    import io
+    import pstats
 
-    options = {"model": str(model), "backend": "torch", "device": device, **defaults()}
-    results = {}
-    for dtype in ("float32", "bfloat16"):
-        chunker = Chunker(dtype=dtype, **options)
-        results[dtype] = (list(chunker.chunk_many(streams)), list(chunker.score_many(streams)))
-    identical, jaccard, diffs = 0, [], []
-    for a, b, sa, sb in zip(
-        results["float32"][0], results["bfloat16"][0], results["float32"][1], results["bfloat16"][1]
-    ):
-        cuts_a, cuts_b = {c.end for c in a[:-1]}, {c.end for c in b[:-1]}
-        identical += cuts_a == cuts_b
-        jaccard.append(len(cuts_a & cuts_b) / max(1, len(cuts_a | cuts_b)))
-        for name in sa.readouts:
-            diffs.append(np.abs(sa.readouts[name] - sb.readouts[name]))
-    diffs = np.concatenate(diffs)
+    profiler = cProfile.Profile()
+    memory_start(device)
+    sync(device)
+    started = time.perf_counter()
+    profiler.enable()
+    tokens = sum(sum(c.token_count for c in result) for result in chunker.chunk_many(texts))
+    sync(device)
+    profiler.disable()
+    wall = time.perf_counter() - started
+    stream = io.StringIO()
+    stream.write(
+        f"cProfile of Chunker.chunk_many, {len(texts)} documents, {tokens} source tokens, {wall:.2f} s under the "
+        f"profiler, device {device}. CUDA runs asynchronously: time in a call that waits for the GPU (.cpu(), "
+        ".item(), synchronize) is GPU work; the rest is the host's own.\n"
+    )
+    for key in ("tottime", "cumulative"):
+        pstats.Stats(profiler, stream=stream).sort_stats(key).print_stats(25)
+    path.write_text(stream.getvalue())
+    stats = pstats.Stats(profiler).stats
+    top = sorted(stats.items(), key=lambda item: -item[1][2])[:10]
     return {
-        "streams": len(streams),
-        "identical_cuts_rate": identical / len(streams),
-        "mean_cut_jaccard": float(np.mean(jaccard)),
-        "score_abs_diff_median": float(np.nanmedian(diffs)),
-        "score_abs_diff_max": float(np.nanmax(diffs)),
+        "documents": len(texts),
+        "source_tokens": tokens,
+        "wall_s_profiled": wall,
+        "top_tottime": [[pstats.func_std_string(f), round(v[2], 3), round(v[3], 3)] for f, v in top],
+        "file": path.name,
+        "max_memory_gib": memory_peak_gib(device),
     }
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepare", action="store_true", help="write the carried inputs and stop")
     parser.add_argument("--data-dir", help="../shared/data by default (for --prepare)")
-    parser.add_argument("--model", help="a converted SmolLM2 folder; default random weights with its config")
     parser.add_argument("--inputs", default=str(PREPARED))
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
-    parser.add_argument("--out", help="result JSON (default INPUTS/result.json), rewritten after each part")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: corpus,paper,agreement")
+    parser.add_argument("--smoke", action="store_true", help="a shrunk model on the CPU: checks the script runs")
+    parser.add_argument("--out", help="results folder (result.json, profile.txt); default INPUTS/results")
+    parser.add_argument("--seconds", type=float, default=420, help="budget: later rows that would not fit are skipped")
     args = parser.parse_args(argv)
+    begun = time.perf_counter()
     inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
     if args.prepare or not (inputs / "corpus.jsonl").exists():
         from bench.common import data_dir
 
-        if args.smoke:
-            prepare(data_dir(args.data_dir), inputs, docs=6, excerpts_chars=(300, 600))
-        else:
-            prepare(data_dir(args.data_dir), inputs)
+        prepare(data_dir(args.data_dir), inputs, **(SMOKE if args.smoke else {}))
         if args.prepare:
             return {}
     import torch
+    import transformers
+
+    from bench.speed.flops import ModelShape, matmul_shapes
+    from rr_fast.backends.torch import LOGIT_BUDGET
+    from rr_fast.models import DEFAULT_MODEL, write_manifest
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
-    skip = set(filter(None, args.skip.split(",")))
-    result: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
+    out = Path(args.out) if args.out else inputs / "results"
+    out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gpu_corpus_"))
-    if args.model:
-        model, result["weights"] = Path(args.model), f"real ({args.model})"
-    else:
-        model = random_model(inputs / "smollm2-tokenizer", scratch / "model", args.smoke)
-        result["weights"] = "RANDOM (SmolLM2 config" + (", shrunk for --smoke)" if args.smoke else ")")
-    from bench.speed.flops import ModelShape, matmul_shapes
+    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")  # the random model is the bundled name's cache entry
+    started = time.perf_counter()
+    folder = random_model(inputs, scratch / "cache" / DEFAULT_MODEL, args.smoke)
+    write_manifest(folder)
+    settings = json.loads((folder / "config.json").read_text())
+    result: dict = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "weights": f"RANDOM ({DEFAULT_MODEL} config" + (", shrunk: hidden 64, 4 layers)" if args.smoke else ")"),
+        "vocabulary": settings["vocab_size"],
+        "random_model_s": time.perf_counter() - started,
+        "skipped": [],
+    }
 
-    shape = ModelShape.from_config(json.loads((model / "config.json").read_text()))
-    shapes = matmul_shapes(shape, 4096 if args.smoke else 32768) + ([] if args.smoke else [(8192, 8192, 8192)])
-    result["matmul_tflops"] = matmul_peak(shapes if not args.smoke else [(64, 64, 64)], device)
+    def save(row: str) -> None:
+        (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(row, json.dumps(result[row]), flush=True)
+
+    def fits(name: str, estimate: float) -> bool:
+        if time.perf_counter() - begun + estimate <= args.seconds:
+            return True
+        result["skipped"].append(name)
+        return False
+
+    shape = ModelShape.from_config(settings)
+    head_tile = (LOGIT_BUDGET // shape.vocab, shape.hidden, shape.vocab)  # the full pass's LM-head matmul
+    shapes = [*matmul_shapes(shape, 32768, square=False), head_tile, (8192, 8192, 8192)]
+    result["matmul_tflops"] = matmul_peak([(512, 512, 512)] if args.smoke else shapes, device)
     peak = result["matmul_tflops"]["peak"]
-    print(json.dumps(result), flush=True)
-    out = Path(args.out) if args.out else inputs / ("result_smoke.json" if args.smoke else "result.json")
-    texts = [json.loads(line)["text"] for line in (inputs / "corpus.jsonl").read_text().splitlines()]
-    if "corpus" not in skip:
-        from rr_fast import Chunker
+    save("matmul_tflops")
 
-        for dtype in ("float32", "bfloat16"):
-            chunker = Chunker(model=str(model), backend="torch", dtype=dtype, device=device, **defaults())
-            flops = engine_flops(chunker, texts, shape)
-            result[f"corpus_{dtype}"] = corpus_run(model, inputs / "corpus.jsonl", dtype, device, scratch, flops)
-            engine = engine_only(chunker, texts, device, flops)
-            engine["fraction_of_peak"] = engine["tflops_per_s"] / peak
-            engine["batch_tokens"] = chunker.engine.batch_tokens
-            result[f"engine_{dtype}"] = engine
-            print(dtype, json.dumps(result[f"corpus_{dtype}"]), json.dumps(engine), flush=True)
-            save(result, out)
-            del chunker
-    if "paper" not in skip:
-        result["paper_rr_w24_qwen3_4b_bf16"] = paper_config(device, args.smoke, peak)
-        print(json.dumps(result["paper_rr_w24_qwen3_4b_bf16"]), flush=True)
-        save(result, out)
-    if "agreement" not in skip:
-        streams = json.loads((inputs / "streams.json").read_text())
-        result["agreement_bf16_vs_fp32"] = agreement(model, streams[:4] if args.smoke else streams, device)
+    from rr_fast.tokenizer import load_tokenizer
+
+    rows = [json.loads(line) for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    tokenizer = load_tokenizer(folder)
+    counts = np.cumsum([len(tokenizer(r["text"], add_special_tokens=False)["input_ids"]) for r in rows])
+    scale = 1.0 if not args.smoke else counts[-1] / 100_000  # --smoke: the same shares of its few tokens
+    first = lambda tokens: rows[: max(1, int(np.searchsorted(counts, tokens * scale)))]  # noqa: E731
+    corpus = inputs / "corpus.jsonl"
+    result["corpus"] = {"documents": len(rows), "tokens": int(counts[-1])}
+
+    result["balanced"], default = corpus_row(corpus, "balanced", device, scratch)
+    save("balanced")
+    wall = result["balanced"]["wall_s"]
+    if fits("engine", wall):
+        result["engine"] = engine_row(default, [r["text"] for r in rows], device, shape, peak)
+        save("engine")
+    if fits("profile", wall * PROFILE_TOKENS / 100_000 * 2):
+        texts = [r["text"] for r in first(PROFILE_TOKENS)]
+        result["profile"] = profile_row(default, texts, device, out / "profile.txt")
+        save("profile")
+    if fits("balanced_x4", REPEAT * wall):
+        repeated = [{"id": f"{k}/{r['id']}", "text": r["text"]} for k in range(REPEAT) for r in rows]
+        data = write_jsonl(scratch / "corpus_x4.jsonl", repeated)
+        result["balanced_x4"], _ = corpus_row(data, "balanced", device, scratch)
+        save("balanced_x4")
+    if fits("fast", wall):
+        result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
+        save("fast")
+    if fits("balanced_full_normalizer", 2 * wall):  # the default's exact twin: what the focused normalizer saves
+        result["balanced_full_normalizer"], _ = corpus_row(corpus, "balanced", device, scratch, normalizer="full")
+        save("balanced_full_normalizer")
+    if fits("quality", wall):
+        subset = write_jsonl(scratch / "corpus_first_20k.jsonl", first(QUALITY_TOKENS))
+        result["quality"], _ = corpus_row(subset, "quality", device, scratch)
+        result["quality"]["note"] = f"the corpus's first ~{QUALITY_TOKENS * scale:,.0f} tokens only"
+        save("quality")
     shutil.rmtree(scratch, ignore_errors=True)
-    save(result, out)
+    result["total_s"] = time.perf_counter() - begun
+    save("skipped")
     print_table(result, peak)
     return result
 
 
-def save(result: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-
-
 def print_table(result: dict, peak: float) -> None:
-    print(f"\ndevice {result['device']}, torch {result['torch']}, weights {result['weights']}")
-    print(f"measured matmul peak: {peak:.1f} TFLOP/s")
-    print(f"{'row':40} {'source tok/s':>13} {'TFLOP/s':>8} {'of peak':>8}")
-
-    def line(label: str, rate: float, tflops: float) -> None:
-        print(f"{label:40} {rate:13,.0f} {tflops:8.1f} {tflops / peak:8.1%}")
-
-    for dtype in ("float32", "bfloat16"):
-        if f"corpus_{dtype}" in result:
-            c, e = result[f"corpus_{dtype}"], result[f"engine_{dtype}"]
-            line(f"corpus end-to-end {dtype}", c["tokens_per_s"], c["engine_tflops_per_s_end_to_end"])
-            line(f"  engine only (score_many) {dtype}", e["tokens_per_s"], e["tflops_per_s"])
-    if "paper_rr_w24_qwen3_4b_bf16" in result:
-        p = result["paper_rr_w24_qwen3_4b_bf16"]
-        line("paper config (RR W=24 Qwen3-4B bf16)", p["tokens_per_s"], p["tflops_per_s"])
-    if "agreement_bf16_vs_fp32" in result:
-        a = result["agreement_bf16_vs_fp32"]
-        note = " (random weights: not meaningful)" if "RANDOM" in result["weights"] else ""
-        print(
-            f"bf16 vs fp32 on {a['streams']} streams: identical cuts {a['identical_cuts_rate']:.2f}, "
-            f"cut Jaccard {a['mean_cut_jaccard']:.3f}, |score diff| median {a['score_abs_diff_median']:.2e}, "
-            f"max {a['score_abs_diff_max']:.2e}{note}"
-        )
+    print(f"\n{result['device']}, torch {result['torch']}, transformers {result['transformers']}, weights "
+          f"{result['weights']}, vocabulary {result['vocabulary']:,}")  # fmt: skip
+    print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
+          + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
+    split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp")
+    print(f"{'row':12} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
+          + " ".join(f"{name + ' s':>15}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
+    for name in ("balanced", "balanced_x4", "fast", "balanced_full_normalizer", "quality"):
+        if name in result:
+            r = result[name]
+            gib = "-" if r["max_memory_gib"] is None else f"{r['max_memory_gib']:.1f}"
+            cells = [f"{r['source_tokens']:8,}", f"{r['wall_s']:7.1f}", f"{r['tokens_per_s']:8,.0f}"]
+            cells += [f"{r['split_s'].get(part, 0.0):15.2f}" for part in split]
+            print(f"{name[:12]:12} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
+    if "quality" in result:
+        print(f"quality: {result['quality']['note']}")
+    if "engine" in result:
+        e = result["engine"]
+        print(f"engine only (balanced, score_many): {e['tokens_per_s']:,.0f} tok/s, {e['tflops_per_s']:.2f} TFLOP/s "
+              f"= {e['fraction_of_peak']:.2%} of peak ({e['flops_counted']})")  # fmt: skip
+    if "profile" in result:
+        p = result["profile"]
+        print(f"profile ({p['source_tokens']:,} tokens, {p['wall_s_profiled']:.1f} s profiled), top tottime:")
+        for name, tottime, cumtime in p["top_tottime"][:8]:
+            print(f"  {tottime:8.3f} s  (cum {cumtime:8.3f})  {name}")
+    if result["skipped"]:
+        print(f"skipped for the --seconds budget: {', '.join(result['skipped'])}")
+    print(f"total {result.get('total_s', 0):.0f} s")
     sys.stdout.flush()
 
 

@@ -1,6 +1,6 @@
 """MLX on an NVIDIA GPU beside torch on the same GPU: the closest stand-in for Metal here.
 
-    python -m bench.speed.gpu_corpus --prepare      # here: streams and SmolLM2's tokenizer (bench/out/gpu_corpus)
+    python -m bench.speed.gpu_corpus --prepare      # here: streams and Gemma 3's tokenizer (bench/out/gpu_corpus)
     python -m bench.speed.mlx_gpu [--model FOLDER]  # there, MLX for CUDA installed (below); carry bench/out/gpu_corpus
     python -m bench.speed.mlx_gpu --smoke           # anywhere: a tiny model, MLX and torch on the CPU
 
@@ -32,7 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.speed.gpu_corpus import PREPARED, defaults, prepare, random_model, sync
+from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare, random_model, sync
+
+
+def defaults() -> dict:
+    """The default's scoring options, which a model folder (not the bundled name) would not get by itself."""
+    from rr_fast.config import ChunkerConfig
+
+    c = ChunkerConfig().resolve().config
+    names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty")
+    return {name: getattr(c, name) for name in names}
+
 
 ARMS = (("torch", "float32"), ("torch", "bfloat16"), ("mlx", "float32"), ("mlx", "bfloat16"))
 REFERENCE = ("torch", "float32")
@@ -82,7 +92,7 @@ def compare(arm: dict, reference: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a converted model folder; default: random weights, SmolLM2's config")
+    parser.add_argument("--model", help="a converted model folder; default: random weights, Gemma 3's config")
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder")
     parser.add_argument("--streams", type=int, default=24, help="benchmark streams to score")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
@@ -95,18 +105,18 @@ def main(argv: list[str] | None = None) -> dict:
     if not (inputs / "streams.json").exists():
         from bench.common import data_dir
 
-        prepare(data_dir(), inputs, **({"docs": 6, "excerpts_chars": (300, 600)} if args.smoke else {}))
+        prepare(data_dir(), inputs, **(SMOKE if args.smoke else {}))
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     streams = json.loads((inputs / "streams.json").read_text())[: 2 if args.smoke else args.streams]
     scratch = Path(tempfile.mkdtemp(prefix="mlx_gpu_"))
     try:
-        model = Path(args.model) if args.model else random_model(inputs / "smollm2-tokenizer", scratch, args.smoke)
+        model = Path(args.model) if args.model else random_model(inputs, scratch / "model", args.smoke)
         result: dict = {
             "torch_device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "mlx_device": str(mx.default_device()),
             "torch": torch.__version__,
             "mlx": mx.__version__,
-            "weights": f"real ({args.model})" if args.model else "RANDOM (SmolLM2 config)",
+            "weights": f"real ({args.model})" if args.model else "RANDOM (Gemma 3 config)",
             "streams": len(streams),
             "config": defaults(),
         }

@@ -10,7 +10,8 @@ import numpy as np
 
 @dataclass
 class Forward:
-    """What one forward pass returns, as float32 numpy arrays (None when not asked for).
+    """What one forward pass returns (None when not asked for): numpy arrays, or the backend's own device
+    arrays where the engine reads on the device (``device_readouts``).
 
     hidden: [B, T, d] states after ``layer`` decoder layers (after the final norm when layer == depth,
         matching ``hidden_states[layer]`` of a stock forward).
@@ -48,8 +49,8 @@ class Backend(Protocol):
 
         Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities. Their
         normalizer runs over the whole vocabulary, or over ``vocabulary`` ([B, V] token ids per row, -1 as
-        padding: the focused normalizer); ``top_tokens`` = k also returns each position's k most probable
-        next tokens.
+        padding, repeats allowed: the focused normalizer); ``top_tokens`` = k also returns each position's k
+        most probable next tokens.
         Padding needs no mask: attention is causal, so padded positions at the right never reach
         the real ones.
         """

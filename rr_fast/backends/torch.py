@@ -27,6 +27,33 @@ LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp3
 CPU_ROWS, CPU_VOCAB = 512, 2048  # a CPU logit tile: 4 MiB in fp32, cache-sized
 
 
+class TopTokens:
+    """A running top-k over vocabulary tiles: the k largest logits of each row and their token ids.
+
+    A row whose tile holds nothing above its current k-th value is left alone, and a row that gains takes only as
+    many of the tile's best as beat that value: after the first tiles nearly every row is left alone, so tracking
+    costs about one comparison pass rather than a top-k per tile. Among equal logits (common in bfloat16) which
+    token is kept is torch.topk's choice, the same on every run.
+    """
+
+    def __init__(self, rows: int, k: int):
+        self.k = k
+        self.values = torch.full((rows, k), -torch.inf)
+        self.ids = torch.full((rows, k), -1, dtype=torch.int64)
+
+    def add(self, logits: torch.Tensor, first_id: int, tile_peak: torch.Tensor) -> None:
+        floor = self.values[:, -1]
+        hit = (tile_peak > floor).nonzero().squeeze(1)
+        if not hit.numel():
+            return
+        tile = logits.index_select(0, hit)
+        above = min(self.k, int((tile > floor[hit, None]).sum(dim=1).max()))
+        values, ids = tile.topk(above, dim=1)
+        values, keep = torch.cat([self.values[hit], values], dim=1).topk(self.k, dim=1)
+        self.values[hit] = values
+        self.ids[hit] = torch.cat([self.ids[hit], ids + first_id], dim=1).gather(1, keep)
+
+
 def pick_device(device: str = "auto") -> str:
     if device != "auto":
         return device
@@ -175,7 +202,9 @@ class TorchBackend:
         out = self.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=layer is not None)
         hidden = out_of(out.hidden_states[layer]) if layer is not None else None
         logprobs, top = self.head_readout(out.last_hidden_state, targets, vocabulary, top_tokens)
-        return Forward(hidden, logprobs if on_device else logprobs.cpu().numpy(), top_tokens=top)
+        if not on_device:
+            logprobs, top = logprobs.cpu().numpy(), None if top is None else top.cpu().numpy()
+        return Forward(hidden, logprobs, top_tokens=top)
 
     def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
         """log p(target) per position over the whole vocabulary (see ``head_readout``). Public: benchmark code that
@@ -184,7 +213,7 @@ class TorchBackend:
 
     def head_readout(
         self, final: torch.Tensor, targets: np.ndarray, vocabulary: np.ndarray | None = None, top_tokens: int = 0
-    ) -> tuple[torch.Tensor, np.ndarray | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log p(target) per position: the target's logit minus the log-normalizer, and with ``top_tokens`` = k
         the ids of the k most probable tokens at each position ([B, T, k], -1 where there is no target).
 
@@ -202,13 +231,12 @@ class TorchBackend:
             chosen = chosen + head.bias[picked].float()
         top = None
         if vocabulary is not None:
-            row_of = torch.div(wanted, targets_t.shape[1], rounding_mode="floor")
-            normalizer = self.focused_normalizer(rows, row_of, vocabulary, head.weight, head.bias)
+            normalizer = self.focused_normalizer(final, vocabulary, head.weight, head.bias).reshape(-1)[wanted]
         else:
             normalizer, top_ids = self.log_normalizer(rows, head.weight, head.bias, top_tokens)
             if top_tokens:
-                top = np.full((targets_t.numel(), top_tokens), -1, dtype=np.int64)
-                top[wanted.cpu().numpy()] = top_ids.cpu().numpy()
+                top = torch.full((targets_t.numel(), top_tokens), -1, dtype=torch.int64, device=final.device)
+                top[wanted] = top_ids
                 top = top.reshape(*targets_t.shape, top_tokens)
         out = torch.full((targets_t.numel(),), float("nan"), device=final.device)
         out[wanted] = self.cap_logits(chosen) - normalizer
@@ -239,58 +267,54 @@ class TorchBackend:
             block = rows[start : start + CPU_ROWS]
             peak = torch.full((block.shape[0],), -torch.inf)
             total = torch.zeros(block.shape[0])
-            best_values = best_ids = None
+            best = TopTokens(block.shape[0], top_tokens) if top_tokens else None
             for vocab in range(0, weight.shape[0], CPU_VOCAB):
                 tile_bias = None if bias is None else bias[vocab : vocab + CPU_VOCAB]
                 logits = self.cap_logits(
                     torch.nn.functional.linear(block, weight[vocab : vocab + CPU_VOCAB], tile_bias).float()
                 )
-                new_peak = torch.maximum(peak, logits.amax(dim=1))
+                tile_peak = logits.amax(dim=1)
+                new_peak = torch.maximum(peak, tile_peak)
                 total = total * torch.exp(peak - new_peak) + torch.exp(logits - new_peak[:, None]).sum(dim=1)
                 peak = new_peak
-                if top_tokens:
-                    values, ids = logits.topk(min(top_tokens, logits.shape[1]), dim=1)
-                    if best_values is not None:
-                        values, ids = torch.cat([best_values, values], 1), torch.cat([best_ids, ids + vocab], 1)
-                        values, keep = values.topk(top_tokens, dim=1)
-                        ids = ids.gather(1, keep)
-                    best_values, best_ids = values, ids
+                if best is not None:
+                    best.add(logits, vocab, tile_peak)
             out[start : start + CPU_ROWS] = peak + total.log()
             if top is not None:
-                top[start : start + CPU_ROWS] = best_ids
+                top[start : start + CPU_ROWS] = best.ids
         return out, top
 
     def focused_normalizer(
         self,
-        rows: torch.Tensor,
-        row_of: torch.Tensor,
-        vocabulary: np.ndarray,
+        final: torch.Tensor,
+        vocabulary: np.ndarray | torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
     ) -> torch.Tensor:
-        """logsumexp of each position's logits over its batch row's own tokens (``vocabulary[row_of]``).
+        """logsumexp of each position's logits over its own row's tokens: [B, T] from ``final`` [B, T, d] and
+        ``vocabulary`` [B, L] (token ids, -1 as padding, repeats allowed).
 
-        One matmul against the union of the rows' tokens serves every row; a row's sum leaves out the tokens
-        of the others, so a row's value does not depend on which rows share its batch.
+        Each row's tokens are made unique and packed to the front, then a group of rows gathers its own head
+        rows and multiplies them in one batched matmul: every position pays for its row's few thousand tokens,
+        never for the union of its batch's, and a row's value cannot depend on which rows share its batch.
         """
-        valid = vocabulary >= 0
-        union, inverse = np.unique(vocabulary[valid], return_inverse=True)
-        member = np.zeros((vocabulary.shape[0], len(union)), dtype=bool)
-        member[np.nonzero(valid)[0], inverse] = True
-        union_t = torch.from_numpy(union).to(rows.device)
-        sub_weight = weight.index_select(0, union_t)
-        sub_bias = None if bias is None else bias.index_select(0, union_t)
-        outside = torch.from_numpy(~member).to(rows.device)
-        out = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
-        step = max(1, LOGIT_BUDGET // max(1, len(union)))
-        if rows.device.type == "cpu":
-            step = min(step, CPU_ROWS)
-        for start in range(0, rows.shape[0], step):
-            logits = self.cap_logits(
-                torch.nn.functional.linear(rows[start : start + step], sub_weight, sub_bias).float()
-            )
-            logits.masked_fill_(outside[row_of[start : start + step]], -torch.inf)
-            out[start : start + step] = torch.logsumexp(logits, dim=-1)
+        vocabulary = torch.as_tensor(vocabulary, device=final.device).sort(dim=1).values
+        repeat = torch.zeros_like(vocabulary, dtype=torch.bool)
+        repeat[:, 1:] = vocabulary[:, 1:] == vocabulary[:, :-1]
+        vocabulary = vocabulary.masked_fill(repeat, -1).sort(dim=1, descending=True).values
+        vocabulary = vocabulary[:, : max(1, int((vocabulary >= 0).sum(dim=1).max()))]
+        outside = (vocabulary < 0)[:, None, :]
+        ids = vocabulary.clamp(min=0)
+        rows, length, width = final.shape[0], final.shape[1], vocabulary.shape[1]
+        step = max(1, LOGIT_BUDGET // (length * width))
+        out = torch.empty((rows, length), dtype=torch.float32, device=final.device)
+        for start in range(0, rows, step):
+            part = slice(start, start + step)
+            logits = torch.bmm(final[part], weight[ids[part]].transpose(1, 2))
+            if bias is not None:
+                logits = logits + bias[ids[part]][:, None, :]
+            logits = self.cap_logits(logits.float()).masked_fill_(outside[part], -torch.inf)
+            out[part] = torch.logsumexp(logits, dim=-1)
         return out
 
     def cap_logits(self, logits: torch.Tensor) -> torch.Tensor:
@@ -353,10 +377,16 @@ class TorchReadouts:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     @staticmethod
-    def shifted(row_logprobs: torch.Tensor, first: int, count: int) -> torch.Tensor:
+    def shifted(row: torch.Tensor, first: int, count: int, fill: float = float("nan")) -> torch.Tensor:
         if first >= 1:
-            return row_logprobs[first - 1 : first - 1 + count]
-        return torch.cat([row_logprobs.new_full((1,), float("nan")), row_logprobs[: count - 1]])
+            return row[first - 1 : first - 1 + count]
+        return torch.cat([row.new_full((1, *row.shape[1:]), fill), row[: count - 1]])
+
+    def focused_vocabulary(self, top_tokens: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
+        targets_t = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.int64)).to(top_tokens.device)
+        scored = targets_t >= 0
+        tops = torch.where(scored[:, :, None], top_tokens, -1).reshape(len(targets_t), -1)
+        return torch.cat([tops, torch.where(scored, targets_t, -1)], dim=1)
 
     @torch.inference_mode()
     def rr_cosine(self, full: torch.Tensor, reset: torch.Tensor, mask: np.ndarray) -> np.ndarray:
