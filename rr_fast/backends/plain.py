@@ -182,11 +182,12 @@ class RMSNorm(nn.Module):
         self.eps, self.gemma = eps, gemma
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        wide = x.float()
-        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        # torch's fused kernel, in fp32 as the reference computes it: the same values, a third of the time on a
+        # CPU, where each of the unfused version's elementwise passes is a trip through memory
+        size = (x.shape[-1],)
         if self.gemma:
-            return (normed * (1.0 + self.weight.float())).type_as(x)
-        return self.weight * normed.to(x.dtype)
+            return F.rms_norm(x.float(), size, 1.0 + self.weight.float(), self.eps).type_as(x)
+        return self.weight * F.rms_norm(x.float(), size, None, self.eps).to(x.dtype)
 
 
 class Attention(nn.Module):
