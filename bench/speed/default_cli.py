@@ -5,6 +5,10 @@ Speed is source tokens per second of process CPU time (the child's user + system
 second; the ratio of CPU times in the same run is what compares, since this machine is shared.
 
     python -m bench.speed.default_cli [--tokens 2500] [--presets quality,balanced,fast] [--out FILE.json]
+
+``--cold-start`` instead times a fresh ``python -m rr_fast.chunk`` on a 500-token page (the first chunk is the whole
+output: the DP cuts a document once it is scored), median of three after a run that warms the page cache and Numba's
+on-disk cache, and splits one such process into its steps.
 """
 
 from __future__ import annotations
@@ -53,12 +57,66 @@ def run(path: Path, preset: str | None) -> dict:
     return {"preset": preset or "default", "wall_seconds": wall, "cpu_seconds": cpu}
 
 
+STEPS = """
+import json, sys, time
+started = time.perf_counter()
+import torch
+steps = {"import torch": time.perf_counter() - started}
+mark = time.perf_counter()
+from rr_fast import Chunker
+from rr_fast.models import resolve
+from rr_fast.tokenizer import load_tokenizer
+steps["import rr_fast"] = time.perf_counter() - mark
+mark = time.perf_counter()
+load_tokenizer(resolve("gemma3-270m"))
+steps["tokenizer load (alone, for the split)"] = time.perf_counter() - mark
+mark = time.perf_counter()
+chunker = Chunker()
+steps["Chunker() (tokenizer and weights)"] = time.perf_counter() - mark
+steps["of which model load"] = chunker.timings["model load"]
+text = open(sys.argv[1], encoding="utf-8").read()
+mark = time.perf_counter()
+chunker.chunk(text)
+steps["chunk (score and cut)"] = time.perf_counter() - mark
+steps |= {f"of which {k}": v for k, v in chunker.timings.items() if k != "model load"}
+print(json.dumps(steps))
+"""
+
+
+def cold_start(text: str, tokens: int, out: Path) -> None:
+    """Wall seconds of a fresh CLI process on a ``tokens``-token page, and one process's steps."""
+    from rr_fast.models import resolve
+    from rr_fast.text import tokenize
+    from rr_fast.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(resolve("gemma3-270m"))
+    tokenized = tokenize(tokenizer, text)
+    page = text[: tokenized.ends[tokens - 1]] if len(tokenized) > tokens else text
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "page.txt"
+        path.write_text(page, encoding="utf-8")
+        run(path, None)  # warm
+        walls = sorted(run(path, None)["wall_seconds"] for _ in range(3))
+        steps = json.loads(subprocess.run([sys.executable, "-c", STEPS, str(path)], check=True,
+                                          capture_output=True, text=True).stdout)  # fmt: skip
+    result = {"page_tokens": len(tokenize(tokenizer, page)), "cli_wall_seconds_median": walls[1], "walls": walls}
+    result["steps_seconds"] = steps
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed.default_cli", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=2500)
     parser.add_argument("--presets", default="quality,fast", help="besides the default, comma-separated")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "cpu_default_cli.json")
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/cpu_default_cli.json")
+    parser.add_argument("--cold-start", action="store_true", help="time the CLI on a 500-token page instead")
     args = parser.parse_args(argv)
+    results = REPO_ROOT / "bench" / "results"
+    if args.cold_start:
+        cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json")
+        return
+    args.out = args.out or results / "cpu_default_cli.json"
     from rr_fast.models import resolve
     from rr_fast.text import tokenize
     from rr_fast.tokenizer import load_tokenizer
