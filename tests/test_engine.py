@@ -252,3 +252,18 @@ def test_running_top_tokens_hold_the_k_largest_values_with_ties():
         best.add(tile, first, tile.amax(dim=1))
     assert torch.equal(logits.gather(1, best.ids).sort(dim=1).values, logits.topk(50, dim=1).values.sort(dim=1).values)
     assert all(len(set(row.tolist())) == 50 for row in best.ids)
+
+
+def test_full_pass_rows_are_packed_by_length():
+    """Documents of mixed lengths in one big batch budget: long and short blocks go to separate batches, so the
+    full pass computes few padded tokens (in document order one batch would pad every short row to the longest)."""
+    from bench.speed.padding import CountingBackend
+
+    backend = CountingBackend(batch_tokens=100_000)
+    lengths = [300, 40, 290, 35, 280, 45]
+    docs = [(np.arange(n) % 50 + 3, np.arange(8, n - 1, 8)) for n in lengths]
+    config = paper_scoring(window=16, readouts=("lr",), normalizer="focused")
+    for _ in Engine(backend, [], config).score_many(docs):
+        pass
+    calls, rows, real = backend.counts["full pass"]
+    assert calls == 2 and rows <= 1.1 * real

@@ -24,7 +24,10 @@ from rr_fast.tokenizer import load_tokenizer
 
 
 class CountingBackend:
-    """Returns zeros of the right shapes and counts row tokens against scored ones, full pass and windows apart."""
+    """Returns zeros of the right shapes and counts row tokens against scored ones, full pass and windows apart.
+
+    For configurations with the focused normalizer (the default), where only a reset window's call carries its
+    vocabulary."""
 
     name, depth, hidden_size, uses_rope, max_positions, notes = "counting", 18, 8, True, None, ()
 
