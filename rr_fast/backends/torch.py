@@ -298,13 +298,14 @@ class TorchBackend:
         rows and multiplies them in one batched matmul: every position pays for its row's few thousand tokens,
         never for the union of its batch's, and a row's value cannot depend on which rows share its batch.
         """
-        vocabulary = torch.as_tensor(vocabulary, device=final.device).sort(dim=1).values
+        # int32: token ids fit, the sort is cheaper, and MPS has sorted int64 wrongly on some macOS releases
+        vocabulary = torch.as_tensor(vocabulary, device=final.device).to(torch.int32).sort(dim=1).values
         repeat = torch.zeros_like(vocabulary, dtype=torch.bool)
         repeat[:, 1:] = vocabulary[:, 1:] == vocabulary[:, :-1]
         vocabulary = vocabulary.masked_fill(repeat, -1).sort(dim=1, descending=True).values
         vocabulary = vocabulary[:, : max(1, int((vocabulary >= 0).sum(dim=1).max()))]
         outside = (vocabulary < 0)[:, None, :]
-        ids = vocabulary.clamp(min=0)
+        ids = vocabulary.clamp(min=0).long()
         rows, length, width = final.shape[0], final.shape[1], vocabulary.shape[1]
         step = max(1, LOGIT_BUDGET // (length * width))
         out = torch.empty((rows, length), dtype=torch.float32, device=final.device)
