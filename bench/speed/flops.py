@@ -115,8 +115,8 @@ def engine_work(
     the engine batches them, longest first and each batch only as wide as its longest window (exact for a
     text of one full-pass block; beyond that only the last block's few short windows may group otherwise);
     without it every row is counted at the full width W. With ``normalizer="focused"`` the windows' LM head runs
-    over each batch's small vocabulary union, which this count does not know: those head rows are left out, so the
-    total is a lower bound.
+    over each window's own few thousand tokens, which this count does not know: those head rows are left out, so
+    the total is a lower bound.
     """
     lr = "lr" in readouts
     layers = depth if lr else layer

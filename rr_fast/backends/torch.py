@@ -212,7 +212,11 @@ class TorchBackend:
         return self.head_readout(final, targets)[0]
 
     def head_readout(
-        self, final: torch.Tensor, targets: np.ndarray, vocabulary: np.ndarray | None = None, top_tokens: int = 0
+        self,
+        final: torch.Tensor,
+        targets: np.ndarray,
+        vocabulary: np.ndarray | torch.Tensor | None = None,
+        top_tokens: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log p(target) per position: the target's logit minus the log-normalizer, and with ``top_tokens`` = k
         the ids of the k most probable tokens at each position ([B, T, k], -1 where there is no target).
