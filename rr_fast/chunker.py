@@ -26,7 +26,7 @@ from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError, UsageError, first_line
 from rr_fast.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.models import bos_prefix, cache_dir, hub_hint, model_type, resolve
-from rr_fast.readouts import readout_parts
+from rr_fast.readouts import ATTENTION, CrossingHead, readout_parts
 from rr_fast.segment import utility
 from rr_fast.text import Tokens, tokenize
 from rr_fast.tokenizer import load_tokenizer
@@ -223,8 +223,9 @@ def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):
         raise RRFastError(f"cannot load model {folder}: {first_line(error)}{_cache_advice(folder)}") from None
     bos = bos_prefix(tokenizer, family)
     score_config = replace(score_config, reset_prefix=reset_prefix_ids(config.reset_prefix, tokenizer, bos))
+    head = CrossingHead.load(config.model, config.layer) if config.readout == ATTENTION else None
     try:
-        engine = Engine(loaded, bos, score_config)
+        engine = Engine(loaded, bos, score_config, crossing_head=head)
     except ValueError as error:
         raise UsageError(str(error)) from None
     return tokenizer, engine

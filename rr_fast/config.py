@@ -26,7 +26,7 @@ from rr_fast.backends import BACKENDS, DTYPES
 from rr_fast.engine import ScoreConfig
 from rr_fast.errors import UsageError
 from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.readouts import NORMALIZERS, READOUT_CHOICES, readout_parts
+from rr_fast.readouts import ATTENTION, HEADS, NORMALIZERS, READOUT_CHOICES, crossing_heads, readout_parts
 from rr_fast.segment import Limits
 from rr_fast.structure import STRUCTURE_CHOICES
 
@@ -88,7 +88,11 @@ class ChunkerConfig:
         choices=READOUT_CHOICES,
     )
     layer: int | None = option(
-        None, "scoring", "decoder layer for RR (default: the model's, else 75% of depth)", "positive"
+        None,
+        "scoring",
+        "decoder layer for RR (default: the model's, else 75% of depth); for the attention readout, the layers its "
+        "head reads (default: all)",
+        "positive",
     )
     window: int | None = option(
         None,
@@ -198,6 +202,7 @@ class ChunkerConfig:
         readout, window = self._readout_and_window()
         config = replace(
             self,
+            backend=self._backend(readout),
             readout=readout,
             layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
             window=window,
@@ -254,6 +259,11 @@ class ChunkerConfig:
         window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         return readout, window
 
+    def _backend(self, readout: str) -> str:
+        """``auto`` stays auto, except that the attention readout runs on torch (MPS on a Mac): MLX has no port of
+        the attention probabilities it reads."""
+        return "torch" if self.backend == "auto" and readout == ATTENTION else self.backend
+
     def _dtype(self) -> str:
         """``auto``: bfloat16 for a bundled model calibrated in it, where the hardware has it natively; else float32
         (any other model runs the paper's exact float32 unless asked)."""
@@ -262,7 +272,8 @@ class ChunkerConfig:
         from rr_fast.backends import native_bfloat16
 
         bundled = BUNDLED.get(self.model)
-        return "bfloat16" if bundled and bundled.bfloat16 and native_bfloat16(self.backend, self.device) else "float32"
+        backend = self._backend(self._readout_and_window()[0])
+        return "bfloat16" if bundled and bundled.bfloat16 and native_bfloat16(backend, self.device) else "float32"
 
     def _step(self) -> int:
         """The given word-grid step, else the bundled model's, else the paper's."""
@@ -279,6 +290,8 @@ class ChunkerConfig:
         bundled = BUNDLED.get(self.model)
         if bundled is None:
             return PAPER_PENALTY, None  # any other model: the paper's ρ, as the option's help says
+        if not any(key[0] == readout for key in bundled.penalties):  # a readout this model cannot run (RULES say why)
+            return PAPER_PENALTY, None
         return bundled.penalty(readout, window, self._step())
 
     @property
@@ -303,10 +316,44 @@ RULES: tuple[tuple[Callable[[ChunkerConfig], bool], Callable[[ChunkerConfig], st
         lambda c: f"context must be at least the window ({c.window}), got {c.context}",
     ),
     (
+        lambda c: (
+            c.readout != ATTENTION or (c.layer or max(crossing_heads(c.model), default=0)) in crossing_heads(c.model)
+        ),
+        lambda c: (
+            f"the attention readout needs a head distilled for the model and layer count; rr-fast ships "
+            f"{_shipped_heads()}; got {c.model}" + (f" with --layer {c.layer}" if c.layer else "")
+        ),
+    ),
+    (
+        lambda c: c.readout != ATTENTION or c.window == _head_span(c),
+        lambda c: (
+            f"the attention readout runs no reset window (it reads the {_head_span(c)} tokens right of each "
+            f"edge, its head's spans): --window {c.window} needs --readout lr, rr or rr+lr"
+        ),
+    ),
+    (
+        lambda c: c.readout != ATTENTION or (c.shortlist is None and c.reset_prefix == "none" and c.backend != "mlx"),
+        lambda c: (
+            "the attention readout runs one full pass on the torch backend: it takes no --shortlist, "
+            "--reset-prefix or --backend mlx"
+        ),
+    ),
+    (
         lambda c: c.shortlist is None or c.shortlist_window >= c.skip + 2,
         lambda c: f"shortlist_window must be at least skip + 2 = {c.skip + 2}, got {c.shortlist_window}",
     ),
 )
+
+
+def _shipped_heads() -> str:
+    """The attention readout's heads as a user names them: model, and the --layer values each has."""
+    models = sorted(path.stem for path in HEADS.glob("*.json"))
+    return "; ".join(f"{model} (--layer {', '.join(map(str, sorted(crossing_heads(model))))})" for model in models)
+
+
+def _head_span(config: ChunkerConfig) -> int:
+    heads = crossing_heads(config.model)
+    return max(heads[config.layer or max(heads)]["spans"])
 
 
 @dataclass(frozen=True)
@@ -331,15 +378,17 @@ class Resolved:
 # within the measured noise of it; fast the best among configurations at least 1.25× the default's speed. Each pins
 # its model, readout, window, skip, step and normalizer, and carries its own calibrated ρ.
 GEMMA_LR = {"model": "gemma3-270m", "readout": "lr", "skip": 1}
+GEMMA_ATTENTION = {"model": "gemma3-270m", "readout": "attention", "window": 128}
 PRESETS: dict[str, ChunkerConfig] = {
     # lr at W 192 on every 8th token, the exact normalizer, float32: the best recovery on the 45 calibration
-    # streams (0.786), at about a tenth of the default's speed
+    # streams (0.786), at about a hundredth of the default's speed
     "quality": ChunkerConfig(**GEMMA_LR, window=192, step=8, dtype="float32", normalizer="full", penalty=0.95),
-    # the default: lr at W 128 on sentence ends and a 64-token word grid, the focused normalizer, bfloat16 where
-    # native (0.773 on calibration: within the measured noise, ±0.068, of quality's)
-    "balanced": ChunkerConfig(**GEMMA_LR, window=128, step=64, normalizer="focused", penalty=0.90),
-    # lr at W 64 on the same grid, the focused normalizer, bfloat16 where native (0.641 on calibration)
-    "fast": ChunkerConfig(**GEMMA_LR, window=64, step=64, normalizer="focused", penalty=0.90),
+    # the default: one full pass, each edge scored by a head on its attention across the edge (all 18 layers), on
+    # sentence ends and a 64-token word grid, bfloat16 where native (0.725 on calibration, cross-fitted: within the
+    # measured noise, ±0.068, of quality's)
+    "balanced": ChunkerConfig(**GEMMA_ATTENTION, step=64, penalty=0.90),
+    # the same readout on the first 9 layers, on every 8th word boundary (0.683 on calibration, cross-fitted)
+    "fast": ChunkerConfig(**GEMMA_ATTENTION, layer=9, step=8, penalty=0.95),
 }
 
 

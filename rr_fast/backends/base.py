@@ -18,11 +18,24 @@ class Forward:
     logprobs: [B, T], log p(targets[:, t] | ids[:, :t + 1]); only the observed tokens, never [B, T, V].
     top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1
         elsewhere), when ``forward`` was asked for them (the focused normalizer's vocabulary).
+    crossing: [B, E, layers, heads, spans] float32 attention masses across the edges of a ``Crossing`` request.
     """
 
     hidden: np.ndarray | None
     logprobs: np.ndarray | None
     top_tokens: np.ndarray | None = None
+    crossing: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A request for the one-pass readout's features: for each edge of a row, the mean over the first k tokens right
+    of it (one k per span) of the attention mass they put on the row's tokens left of it, BOS left out, in every
+    layer and head (rr_fast.readouts.CrossingHead)."""
+
+    edges: np.ndarray  # [B, E] row index of the first token right of each edge; -1 pads
+    lengths: np.ndarray  # [B] real tokens in each row
+    spans: tuple[int, ...]
 
 
 class Backend(Protocol):
@@ -44,13 +57,15 @@ class Backend(Protocol):
         targets: np.ndarray | None = None,
         vocabulary: np.ndarray | None = None,
         top_tokens: int = 0,
+        crossing: Crossing | None = None,
     ) -> Forward:
         """Run right-padded rows [B, T] at ``positions`` ([B, T] or [1, T]).
 
         Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities. Their
         normalizer runs over the whole vocabulary, or over ``vocabulary`` ([B, V] token ids per row, -1 as
         padding, repeats allowed: the focused normalizer); ``top_tokens`` = k also returns each position's k
-        most probable next tokens.
+        most probable next tokens. ``crossing`` runs the first ``layer`` layers (all with None) and returns their
+        attention masses across its edges (backends that form attention probabilities; others raise ValueError).
         Padding needs no mask: attention is causal, so padded positions at the right never reach
         the real ones.
         """

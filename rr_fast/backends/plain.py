@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 FAMILIES = ("llama", "qwen3", "gemma3_text")
+# queries per tile where attention probabilities are formed (CrossingMasses): [tile, keys] floats per head at a time
+ATTENTION_TILE = 256
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,18 @@ def _rope(config: dict, layer_type: str) -> dict:
     return legacy
 
 
+@dataclass(frozen=True)
+class CrossingMasses:
+    """Asks every attention layer how much the tokens right of each edge attend across it: the mean, over the first
+    k tokens right of the edge (one k per span), of the attention mass they put on the tokens left of it. Row
+    index 0 (the BOS, where models park unused attention) is left out of the mass. The one-pass readout's features
+    (rr_fast.readouts.CrossingHead; the request is rr_fast.backends.base.Crossing)."""
+
+    edges: torch.Tensor  # [B, E] row index of the first token right of each edge; -1 pads
+    lengths: torch.Tensor  # [B] real tokens in each row (queries past them are padding)
+    spans: tuple[int, ...]
+
+
 class Linear(nn.Linear):
     def reset_parameters(self) -> None:
         """Nothing: the weights come from the checkpoint (random init of a 262k vocabulary costs seconds)."""
@@ -207,7 +221,11 @@ class Attention(nn.Module):
         self.rope = config.ropes[layer]
         self.sliding_window = config.sliding_windows[layer]
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], crossing: CrossingMasses | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The attention block's output; with ``crossing``, also its masses [B, heads, E, spans]
+        (``CrossingMasses``)."""
         batch, length, _ = x.shape
         q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -217,6 +235,9 @@ class Attention(nn.Module):
         cos, sin = rope
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
         grouped = self.kv_heads != self.heads  # SDPA shares each K/V head across its query group, no copies
+        if crossing is not None:
+            out, mass = self._explicit(q, k, v, crossing)
+            return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)), mass
         if self.sliding_window is not None and length > self.sliding_window:
             index = torch.arange(length, device=x.device)
             gap = index[:, None] - index[None, :]
@@ -226,6 +247,46 @@ class Attention(nn.Module):
             causal = bool(length > 1)  # a plain bool when torch.export traces the length symbolically (ONNX export)
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale, enable_gqa=grouped)
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+
+    def _explicit(self, q, k, v, crossing: CrossingMasses) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention with its probabilities formed, ATTENTION_TILE queries at a time (memory stays [tile, keys] per
+        head), and the crossing masses read from them. Scores and probabilities are float32; a sliding-window layer
+        forms only the keys its window reaches."""
+        tile = ATTENTION_TILE
+        if self.kv_heads != self.heads:
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        batch, length = q.shape[0], q.shape[2]
+        edges = crossing.edges
+        out = torch.empty_like(q)
+        mass = torch.zeros((batch, self.heads, edges.shape[1], len(crossing.spans)), device=q.device)
+        for first in range(0, length, tile):
+            last = min(length, first + tile)
+            low = 0 if self.sliding_window is None else max(0, first - self.sliding_window + 1)
+            queries = torch.arange(first, last, device=q.device)
+            gap = queries[:, None] - torch.arange(low, last, device=q.device)[None]
+            allowed = (gap >= 0) if self.sliding_window is None else (gap >= 0) & (gap < self.sliding_window)
+            scores = (q[:, :, first:last].float() @ k[:, :, low:last].float().transpose(-1, -2)) * self.scale
+            probs = scores.masked_fill_(~allowed, -torch.inf).softmax(dim=-1)
+            out[:, :, first:last] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
+            if low == 0:
+                probs[..., 0] = 0.0  # the BOS
+            # mass on keys [low, edge) for each edge: the running sum of the tile's probabilities at key edge - 1
+            column = (edges - 1 - low).clamp(min=0, max=last - low - 1)
+            before = probs.cumsum(dim=-1).gather(-1, column[:, None, None, :].expand(-1, self.heads, last - first, -1))
+            before = before * (edges - 1 >= low)[:, None, None, :]
+            for index, span in enumerate(crossing.spans):
+                inside = (
+                    (queries[None, :, None] >= edges[:, None, :])
+                    & (queries[None, :, None] < edges[:, None, :] + span)
+                    & (queries[None, :, None] < crossing.lengths[:, None, None])
+                    & (edges[:, None, :] > 0)
+                )
+                mass[..., index] += (before * inside[:, None]).sum(dim=2)
+        for index, span in enumerate(crossing.spans):
+            counted = (torch.minimum(edges + span, crossing.lengths[:, None]) - edges).clamp(min=1)
+            mass[..., index] /= counted[:, None, :]
+        return out, mass
 
 
 class MLP(nn.Module):
@@ -258,19 +319,27 @@ class DecoderLayer(nn.Module):
             self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps, gemma)
         self.gemma = gemma
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        attended = self.self_attn(self.input_layernorm(x), rope)
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], crossing: CrossingMasses | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        attended = self.self_attn(self.input_layernorm(x), rope, crossing)
+        mass = None
+        if crossing is not None:
+            attended, mass = attended
         if not self.gemma:
             x = x + attended
-            return x + self.mlp(self.post_attention_layernorm(x))
-        x = x + self.post_attention_layernorm(attended)
-        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+            x = x + self.mlp(self.post_attention_layernorm(x))
+        else:
+            x = x + self.post_attention_layernorm(attended)
+            x = x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+        return x if crossing is None else (x, mass)
 
 
 @dataclass
 class DecoderOutput:
     last_hidden_state: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    crossing: torch.Tensor | None = None  # [B, E, layers, heads, spans] when asked for (see ``CrossingMasses``)
 
 
 class Decoder(nn.Module):
@@ -290,23 +359,29 @@ class Decoder(nn.Module):
         position_ids: torch.Tensor,
         use_cache: bool = False,
         output_hidden_states: bool = False,
+        crossing: CrossingMasses | None = None,
     ) -> DecoderOutput:
         x = self.embed_tokens(input_ids)
         if self.config.gemma:  # the scale is rounded to the weights' dtype first, as transformers does
             x = x * torch.tensor(math.sqrt(self.config.hidden_size)).to(x.dtype)
         ropes: dict[Rope, tuple[torch.Tensor, torch.Tensor]] = {}
         states = [x] if output_hidden_states else None
+        masses = []
         for layer in self.layers:
             rope = layer.self_attn.rope
             if rope not in ropes:
                 ropes[rope] = _rope_tables(position_ids, rope, self.config.head_dim, x.dtype)
-            x = layer(x, ropes[rope])
+            x = layer(x, ropes[rope], crossing)
+            if crossing is not None:
+                x, mass = x
+                masses.append(mass)
             if states is not None:
                 states.append(x)
         x = self.norm(x)
         if states is not None:
             states[-1] = x  # transformers' last hidden state is the normalized one
-        return DecoderOutput(x, tuple(states) if states is not None else None)
+        crossed = torch.stack(masses, dim=1).permute(0, 3, 1, 2, 4) if masses else None  # [B, E, L, H, S]
+        return DecoderOutput(x, tuple(states) if states is not None else None, crossed)
 
 
 class CausalLM(nn.Module):

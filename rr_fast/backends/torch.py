@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rr_fast.backends import plain
-from rr_fast.backends.base import Forward, length_dependent_rope
+from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers
 
@@ -190,12 +190,16 @@ class TorchBackend:
         on_device: bool = False,
         vocabulary: np.ndarray | None = None,
         top_tokens: int = 0,
+        crossing: Crossing | None = None,
     ) -> Forward:
         """See ``Backend.forward``; ``on_device`` returns torch tensors where they were computed
-        (hidden in the model's dtype, log-probabilities in float32) for ``device_readouts``."""
+        (hidden in the model's dtype, log-probabilities in float32) for ``device_readouts``. Crossing masses
+        always come back as numpy arrays: they are a few numbers per edge."""
         ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
         pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
         out_of = (lambda t: t) if on_device else _numpy
+        if crossing is not None:
+            return self._crossing(ids_t, pos_t, layer, crossing)
         if targets is None:
             out = self.view(layer)(input_ids=ids_t, position_ids=pos_t, use_cache=False)
             return Forward(out_of(out.last_hidden_state), None)
@@ -205,6 +209,20 @@ class TorchBackend:
         if not on_device:
             logprobs, top = logprobs.cpu().numpy(), None if top is None else top.cpu().numpy()
         return Forward(hidden, logprobs, top_tokens=top)
+
+    def _crossing(self, ids: torch.Tensor, positions: torch.Tensor, layer: int | None, crossing: Crossing) -> Forward:
+        """The first ``layer`` layers (all with None), with attention probabilities formed (rr-fast's own decoders:
+        plain.CrossingMasses)."""
+        if not isinstance(self.decoder, plain.Decoder):
+            raise ValueError("the attention readout needs rr-fast's own decoders (Llama, Qwen3, Gemma 3)")
+        request = plain.CrossingMasses(
+            torch.from_numpy(np.ascontiguousarray(crossing.edges, dtype=np.int64)).to(self.device),
+            torch.from_numpy(np.ascontiguousarray(crossing.lengths, dtype=np.int64)).to(self.device),
+            crossing.spans,
+        )
+        decoder = self.decoder if layer is None else self.view(layer)
+        out = decoder(input_ids=ids, position_ids=positions, use_cache=False, crossing=request)
+        return Forward(None, None, crossing=out.crossing.cpu().numpy())
 
     def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
         """log p(target) per position over the whole vocabulary (see ``head_readout``). Public: benchmark code that

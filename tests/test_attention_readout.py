@@ -1,0 +1,167 @@
+"""The one-pass readout: crossing masses against transformers' own attention probabilities, the engine's blocks and
+batches against one document at a time, the shipped heads, and the options it refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rr_fast.backends import plain
+from rr_fast.backends.base import Crossing
+from rr_fast.backends.torch import TorchBackend
+from rr_fast.config import ChunkerConfig, paper_scoring
+from rr_fast.engine import Engine
+from rr_fast.errors import UsageError
+from rr_fast.readouts import ATTENTION, CrossingHead, crossing_heads
+
+SPANS = (2, 5, 9)
+
+
+def reference_masses(model, ids: np.ndarray, edges: np.ndarray, spans=SPANS) -> np.ndarray:
+    """[E, layers, heads, spans] from transformers' eager attention probabilities, one row, BOS at index 0."""
+    with torch.inference_mode():
+        out = model(input_ids=torch.from_numpy(ids)[None], output_attentions=True, use_cache=False)
+    probs = torch.stack([a[0] for a in out.attentions]).double().numpy()  # [L, H, T, T]
+    result = np.zeros((len(edges), probs.shape[0], probs.shape[1], len(spans)))
+    for e, p in enumerate(edges):
+        for s, span in enumerate(spans):
+            queries = range(p, min(len(ids), p + span))
+            result[e, :, :, s] = np.mean([probs[:, :, q, 1:p].sum(-1) for q in queries], axis=0)
+    return result
+
+
+@pytest.fixture(scope="module")
+def gemma(tiny_model_factory):
+    folder = tiny_model_factory("gemma3")
+    from transformers import AutoModelForCausalLM
+
+    eager = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    return TorchBackend.load(folder, device="cpu"), eager
+
+
+def random_head(backend: TorchBackend, layers: int | None = None, seed: int = 0) -> CrossingHead:
+    layers = layers or backend.depth
+    size = layers * backend.model.config.num_attention_heads * len(SPANS)
+    rng = np.random.default_rng(seed)
+    return CrossingHead("tiny", layers, SPANS, rng.normal(size=size) * 0.01, np.ones(size), rng.normal(size=size))
+
+
+@pytest.mark.parametrize("tile", [256, 7])
+def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile):
+    """Sliding-window and global layers, rows past the 16-token window, several query tiles; the states are the
+    same as without the request."""
+    backend, eager = gemma
+    monkeypatch.setattr(plain, "ATTENTION_TILE", tile)
+    ids = np.random.default_rng(0).integers(3, 512, size=41)
+    ids[0] = 1
+    edges = np.array([1, 2, 5, 17, 30, 38, 40])
+    got = backend.forward(ids[None], np.arange(41)[None], None, crossing=Crossing(edges[None], np.array([41]), SPANS))
+    np.testing.assert_allclose(got.crossing[0], reference_masses(eager, ids, edges), atol=2e-5)
+    request = plain.CrossingMasses(torch.from_numpy(edges[None]), torch.tensor([41]), SPANS)
+    with torch.inference_mode():
+        ids_t, positions = torch.from_numpy(ids[None]), torch.arange(41)[None]
+        explicit = backend.decoder(ids_t, positions, crossing=request).last_hidden_state
+        fused = backend.decoder(ids_t, positions).last_hidden_state
+    torch.testing.assert_close(explicit, fused, atol=1e-4, rtol=1e-4)
+
+
+def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):
+    backend, _ = gemma
+    rng = np.random.default_rng(1)
+    long, short = rng.integers(3, 512, size=40), rng.integers(3, 512, size=23)
+    rows = np.zeros((2, 40), dtype=np.int64)
+    rows[0], rows[1, :23] = long, short
+    edges = np.array([[4, 10, 33], [6, 20, -1]])
+    both = backend.forward(rows, np.arange(40)[None], None, crossing=Crossing(edges, np.array([40, 23]), SPANS))
+    alone = backend.forward(
+        short[None], np.arange(23)[None], None, crossing=Crossing(edges[1:, :2], np.array([23]), SPANS)
+    )
+    np.testing.assert_allclose(both.crossing[1, :2], alone.crossing[0], atol=1e-5)
+
+
+def test_engine_scores_each_edge_from_its_block_and_batches_do_not_matter(gemma):
+    """Short and long documents (several full-pass blocks), alone and batched, against the head on reference masses
+    of each edge's own block: the block's input range and the head's longest span after its output end."""
+    backend, eager = gemma
+    head = random_head(backend)
+    context = 20
+    config = paper_scoring(readouts=(ATTENTION,), window=max(SPANS), context=context)
+    rng = np.random.default_rng(2)
+    documents = []
+    for length in (12, 35, 90):
+        ids = rng.integers(3, 512, size=length)
+        documents.append((ids, np.unique(rng.integers(1, length, size=length // 3))))
+    alone = [Engine(backend, [1], config, crossing_head=head).score(ids, edges) for ids, edges in documents]
+    batched = list(Engine(backend, [1], config, crossing_head=head).score_many(documents))
+    for a, b in zip(alone, batched):
+        np.testing.assert_allclose(a[ATTENTION], b[ATTENTION], atol=1e-4)
+    ids, edges = documents[2]  # blocks of 2 × context, then context at a time (rr_fast.engine.blocks)
+    for in_start, out_start, out_end in [(0, 0, 40), (20, 40, 60), (40, 60, 80), (60, 80, 90)]:
+        end = min(len(ids), out_end + max(SPANS))
+        row = np.concatenate([[1], ids[in_start:end]])
+        inside = (edges >= out_start) & (edges < out_end)
+        masses = reference_masses(eager, row, 1 + edges[inside] - in_start)
+        np.testing.assert_allclose(alone[2][ATTENTION][inside], head(masses), atol=1e-3)
+
+
+def test_a_head_reads_only_its_layers(gemma):
+    backend, eager = gemma
+    ids = np.random.default_rng(3).integers(3, 512, size=30)
+    edges = np.array([3, 11, 20])
+    head = random_head(backend, layers=2)
+    got = Engine(backend, [1], paper_scoring(readouts=(ATTENTION,), window=9), crossing_head=head).score(ids, edges)
+    masses = reference_masses(eager, np.concatenate([[1], ids]), edges + 1)[:, :2]
+    np.testing.assert_allclose(got[ATTENTION], head(masses), atol=1e-3)
+
+
+def test_engine_refuses_a_head_without_the_readout_and_the_readout_without_a_head(gemma):
+    backend, _ = gemma
+    with pytest.raises(ValueError, match="crossing head"):
+        Engine(backend, [1], paper_scoring(readouts=(ATTENTION,)))
+    with pytest.raises(ValueError, match="crossing head"):
+        Engine(backend, [1], paper_scoring(readouts=("lr",)), crossing_head=random_head(backend))
+
+
+def test_shipped_heads_fit_gemma():
+    heads = crossing_heads("gemma3-270m")
+    assert sorted(heads) == [9, 18]
+    for layers in heads:
+        head = CrossingHead.load("gemma3-270m", layers)
+        assert head.weights.shape == head.mean.shape == head.scale.shape == (layers * 4 * len(head.spans),)
+        assert np.all(head.scale > 0) and np.all(np.isfinite(head.weights))
+    assert CrossingHead.load("gemma3-270m").layers == 18
+    with pytest.raises(ValueError, match="not 5"):
+        CrossingHead.load("gemma3-270m", 5)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"model": "smollm2-135m", "readout": ATTENTION}, "head distilled"),
+        ({"readout": ATTENTION, "layer": 5}, "head distilled"),
+        ({"readout": ATTENTION, "window": 64}, "runs no reset window"),
+        ({"readout": ATTENTION, "shortlist": 0.25}, "one full pass"),
+        ({"readout": ATTENTION, "backend": "mlx"}, "one full pass"),
+    ],
+)
+def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
+    with pytest.raises(UsageError, match=words):
+        ChunkerConfig(**options).resolve()
+
+
+def test_the_attention_readout_takes_torch_where_auto_would_take_mlx():
+    assert ChunkerConfig(readout=ATTENTION).resolve().config.backend == "torch"
+    assert ChunkerConfig(readout="lr").resolve().config.backend == "auto"
+
+
+def test_progress_moves_with_each_full_pass_block(gemma):
+    """The full pass is all the work the attention readout does: a long document reports progress block by block."""
+    backend, _ = gemma
+    ids = np.random.default_rng(4).integers(3, 512, size=120)
+    edges = np.arange(1, 120, 3)
+    config = paper_scoring(readouts=(ATTENTION,), window=9, context=20)
+    engine = Engine(backend, [1], config, crossing_head=random_head(backend))
+    seen = []
+    list(engine.score_many([(ids, edges)], progress=seen.append))
+    assert seen == sorted(seen) and seen[-1] == 120 and len(set(seen)) >= 4
