@@ -52,7 +52,7 @@ class CrossingHead:
         """Scores [E] from masses [E, layers, heads, spans] (larger: a better place to cut)."""
         if masses.shape[1] != self.layers or masses.shape[-1] != len(self.spans):
             raise ValueError(f"crossing masses of shape {masses.shape[1:]} do not fit this head")
-        features = masses.reshape(len(masses), -1).astype(np.float64)
+        features = masses.reshape(len(masses), int(np.prod(masses.shape[1:]))).astype(np.float64)  # E may be 0
         return ((features - self.mean) / self.scale) @ self.weights
 
     @classmethod

@@ -165,3 +165,14 @@ def test_progress_moves_with_each_full_pass_block(gemma):
     seen = []
     list(engine.score_many([(ids, edges)], progress=seen.append))
     assert seen == sorted(seen) and seen[-1] == 120 and len(set(seen)) >= 4
+
+
+def test_a_block_without_edges_is_passed_over(gemma):
+    """A long stretch with no candidate (a blob without word boundaries) leaves whole full-pass blocks without an
+    edge: they score nothing, and the edges after them are still scored."""
+    backend, _ = gemma
+    ids = np.random.default_rng(5).integers(3, 512, size=100)
+    edges = np.array([3, 5, 90, 95])  # nothing in the blocks whose outputs are tokens 40-60 and 60-80
+    config = paper_scoring(readouts=(ATTENTION,), window=9, context=20)
+    got = Engine(backend, [1], config, crossing_head=random_head(backend)).score(ids, edges)
+    assert np.isfinite(got[ATTENTION]).all() and len(got[ATTENTION]) == 4
