@@ -202,7 +202,6 @@ class ChunkerConfig:
         readout, window = self._readout_and_window()
         config = replace(
             self,
-            backend=self._backend(readout),
             readout=readout,
             layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
             window=window,
@@ -259,11 +258,6 @@ class ChunkerConfig:
         window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
         return readout, window
 
-    def _backend(self, readout: str) -> str:
-        """``auto`` stays auto, except that the attention readout runs on torch (MPS on a Mac): MLX has no port of
-        the attention probabilities it reads."""
-        return "torch" if self.backend == "auto" and readout == ATTENTION else self.backend
-
     def _dtype(self) -> str:
         """``auto``: bfloat16 for a bundled model calibrated in it, where the hardware has it natively; else float32
         (any other model runs the paper's exact float32 unless asked)."""
@@ -272,8 +266,7 @@ class ChunkerConfig:
         from rr_fast.backends import native_bfloat16
 
         bundled = BUNDLED.get(self.model)
-        backend = self._backend(self._readout_and_window()[0])
-        return "bfloat16" if bundled and bundled.bfloat16 and native_bfloat16(backend, self.device) else "float32"
+        return "bfloat16" if bundled and bundled.bfloat16 and native_bfloat16(self.backend, self.device) else "float32"
 
     def _step(self) -> int:
         """The given word-grid step, else the bundled model's, else the paper's."""
@@ -332,10 +325,9 @@ RULES: tuple[tuple[Callable[[ChunkerConfig], bool], Callable[[ChunkerConfig], st
         ),
     ),
     (
-        lambda c: c.readout != ATTENTION or (c.shortlist is None and c.reset_prefix == "none" and c.backend != "mlx"),
+        lambda c: c.readout != ATTENTION or (c.shortlist is None and c.reset_prefix == "none"),
         lambda c: (
-            "the attention readout runs one full pass on the torch backend: it takes no --shortlist, "
-            "--reset-prefix or --backend mlx"
+            "the attention readout runs one full pass and no reset window: it takes no --shortlist or --reset-prefix"
         ),
     ),
     (

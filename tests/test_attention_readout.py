@@ -142,17 +142,11 @@ def test_shipped_heads_fit_gemma():
         ({"readout": ATTENTION, "layer": 5}, "head distilled"),
         ({"readout": ATTENTION, "window": 64}, "runs no reset window"),
         ({"readout": ATTENTION, "shortlist": 0.25}, "one full pass"),
-        ({"readout": ATTENTION, "backend": "mlx"}, "one full pass"),
     ],
 )
 def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
     with pytest.raises(UsageError, match=words):
         ChunkerConfig(**options).resolve()
-
-
-def test_the_attention_readout_takes_torch_where_auto_would_take_mlx():
-    assert ChunkerConfig(readout=ATTENTION).resolve().config.backend == "torch"
-    assert ChunkerConfig(readout="lr").resolve().config.backend == "auto"
 
 
 def test_progress_moves_with_each_full_pass_block(gemma):

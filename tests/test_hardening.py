@@ -206,7 +206,7 @@ def test_usage_errors_exit_2_before_the_model(extra, message, sample, tmp_path, 
 def test_backend_mlx_without_mlx(sample, monkeypatch, capsys):
     no_model(monkeypatch)
     monkeypatch.setitem(sys.modules, "mlx_lm", None)  # as if not installed
-    code, _, err = run_cli([sample, "--backend", "mlx", "--readout", "lr"], capsys)  # the default's has no MLX port
+    code, _, err = run_cli([sample, "--backend", "mlx"], capsys)
     assert code == 2 and one_line(err) and "--backend mlx needs mlx_lm" in err
 
 

@@ -36,8 +36,9 @@ from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare, random_model, sync
 
 
 def defaults() -> dict:
-    """The scoring options of the default's two-pass lr readout, which a model folder (not the bundled name) would not
-    get by itself. The default's one-pass attention readout has no MLX port (it runs on torch, MPS on a Mac)."""
+    """The scoring options of the default's lr teacher (``--readout lr``), which a model folder (not the bundled name)
+    would not get by itself. The default's attention readout needs the bundled name's head, which a folder of random
+    or shrunk weights does not have; tests/test_mlx.py holds MLX's attention readout to torch's instead."""
     from rr_fast.config import ChunkerConfig
 
     c = ChunkerConfig(readout="lr").resolve().config

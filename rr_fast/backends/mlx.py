@@ -11,6 +11,7 @@ positions. The embedding step and the masks are replicated per family, following
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import mlx.core as mx
@@ -20,7 +21,7 @@ from mlx_lm.models import gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
-from rr_fast.backends.base import Forward, length_dependent_rope
+from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
@@ -104,8 +105,11 @@ class MLXBackend:
         targets: np.ndarray | None = None,
         vocabulary: np.ndarray | None = None,
         top_tokens: int = 0,
+        crossing: Crossing | None = None,
     ) -> Forward:
         """See ``Backend.forward``."""
+        if crossing is not None:
+            return self._crossing(ids, positions, self.depth if layer is None else layer, crossing)
         if layer is None and targets is None:
             raise ValueError("nothing to compute: give a layer, targets or both")
         if layer is not None and not 0 <= layer <= self.depth:
@@ -135,6 +139,28 @@ class MLXBackend:
             mx.eval(hidden)
             hidden = np.array(hidden)
         return Forward(hidden, logprobs, top_tokens=top)
+
+    def _crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, crossing: Crossing) -> Forward:
+        """The first ``layers`` layers with the family's attention function replaced by ``_ExplicitAttention``,
+        which forms the probabilities and reads the crossing masses (rows start at position 0: full-pass rows)."""
+        if self.family != "gemma3_text":
+            raise ValueError("the attention readout runs on the mlx backend for Gemma 3 only")
+        h = self._embed(mx.array(np.asarray(ids, dtype=np.int32)), np.asarray(positions, dtype=np.int64))
+        length = h.shape[1]
+        gap = mx.arange(length)[:, None] - mx.arange(length)[None]
+        masks = {w: (gap >= 0) if w is None else (gap >= 0) & (gap < w) for w in set(self.windows)}
+        module = sys.modules[type(self.layers[0].self_attn).__module__]
+        attention = _ExplicitAttention(crossing)
+        original, module.scaled_dot_product_attention = module.scaled_dot_product_attention, attention
+        try:
+            cache = _Positions(int(positions[0, 0]))
+            for i in range(layers):
+                h = self.layers[i](h, masks[self.windows[i]], cache)
+                mx.eval(h, attention.masses[-1])
+        finally:
+            module.scaled_dot_product_attention = original
+        masses = mx.stack(attention.masses, axis=1).transpose(0, 3, 1, 2, 4)  # [B, E, layers, heads, spans]
+        return Forward(None, None, crossing=np.array(masses.astype(mx.float32)))
 
     def _embed(self, ids: mx.array, positions: np.ndarray) -> mx.array:
         h = self.embed(ids)
@@ -205,6 +231,41 @@ class MLXBackend:
         if top is not None:
             top = top.reshape(*np.shape(targets), top_tokens)
         return out.reshape(np.shape(targets)), top
+
+
+class _ExplicitAttention:
+    """mlx-lm's ``scaled_dot_product_attention`` for one crossing forward: the same output from explicitly formed
+    float32 probabilities, and each layer's crossing masses [B, heads, E, spans] appended to ``masses`` (what
+    rr_fast.backends.plain.CrossingMasses computes on torch; tests/test_mlx.py holds the two together)."""
+
+    def __init__(self, crossing: Crossing):
+        self.edges = mx.array(crossing.edges.astype(np.int32))  # [B, E]
+        self.lengths = mx.array(crossing.lengths.astype(np.int32))  # [B]
+        self.spans = crossing.spans
+        self.masses: list[mx.array] = []
+
+    def __call__(self, queries, keys, values, cache, scale: float, mask: mx.array, sinks=None) -> mx.array:
+        heads, length = queries.shape[1], queries.shape[2]
+        if keys.shape[1] != heads:
+            keys = mx.repeat(keys, heads // keys.shape[1], axis=1)
+            values = mx.repeat(values, heads // values.shape[1], axis=1)
+        scores = (queries.astype(mx.float32) @ keys.astype(mx.float32).transpose(0, 1, 3, 2)) * scale
+        probs = mx.softmax(mx.where(mask, scores, -mx.inf), axis=-1)
+        out = probs.astype(values.dtype) @ values
+        # mass on keys [1, edge) for each edge: the running sum, BOS left out, at key edge - 1
+        before = mx.cumsum(probs * (mx.arange(length) > 0), axis=-1)
+        column = mx.clip(self.edges - 1, 0, length - 1)[:, None, None, :]
+        before = mx.take_along_axis(before, mx.broadcast_to(column, (*before.shape[:3], column.shape[-1])), axis=-1)
+        queries_at = mx.arange(length)[None, :, None]
+        edges = self.edges[:, None, :]
+        layer = []
+        for span in self.spans:
+            inside = (queries_at >= edges) & (queries_at < edges + span) & (edges > 0)
+            inside = inside & (queries_at < self.lengths[:, None, None])
+            counted = mx.maximum(mx.minimum(self.edges + span, self.lengths[:, None]) - self.edges, 1)
+            layer.append((before * inside[:, None]).sum(axis=2) / counted[:, None, :])
+        self.masses.append(mx.stack(layer, axis=-1))
+        return out
 
 
 def logsumexp(logits: mx.array, block: int = 512) -> mx.array:
