@@ -123,6 +123,9 @@ OPTIONS: dict[str, dict] = {
     # the default's scores (bench.quality.student); on the default's candidates, and on every 8th word boundary
     "gemma3-270m:attention-bf16": GEMMA_ATTENTION,
     "gemma3-270m:attention": {**GEMMA_ATTENTION, "dtype": "float32"},  # where bf16 is not native: the bf16 head
+    # the same readout on MLX (its CPU backend here): speed only, its scores match torch's (tests/test_mlx.py)
+    "gemma3-270m:attention-mlx-bf16": {**GEMMA_ATTENTION, "backend": "mlx"},
+    "gemma3-270m:attention-mlx": {**GEMMA_ATTENTION, "backend": "mlx", "dtype": "float32"},
     "gemma3-270m:attention-step8-bf16": {**GEMMA_ATTENTION, "step": 8},
     "gemma3-270m:attention-L9-bf16": {**GEMMA_ATTENTION, "layer": 9},  # the head on the first 9 of 18 layers
     "gemma3-270m:attention-L9-step8-bf16": {**GEMMA_ATTENTION, "layer": 9, "step": 8},
@@ -130,7 +133,7 @@ OPTIONS: dict[str, dict] = {
 # Each student option's calibration scores cross-fitted (each stream scored by a head fitted without it, written by
 # bench.quality.student): their calibration recovery is the honest one, since the shipped head has seen the
 # calibration streams; there is nothing to run on evaluation streams, where the option itself is the student.
-CROSS_FITTED = {f"{name}-crossfit": name for name in OPTIONS if ":attention" in name}
+CROSS_FITTED = {f"{name}-crossfit": name for name in OPTIONS if ":attention" in name and "-mlx" not in name}
 OPTIONS |= {crossfit: OPTIONS[name] for crossfit, name in CROSS_FITTED.items()}
 # The product's default (ChunkerConfig(); a test keeps the two equal) and the paper-faithful exact configuration
 # that the default is measured against (``--preset quality``)
@@ -229,6 +232,7 @@ def chunk(
 
 # one speed run each, newest first; the report takes a row from the first file that has it
 SPEED_FILES = (
+    "mlx_cpu_speed.json",  # the attention readout on MLX's CPU backend beside torch's
     "student_speed.json",  # the one-pass students against the two-pass configurations
     "focused_speed.json",  # the focused normalizer against the exact configurations
     "gemma_presets_speed.json",  # Gemma 3 on coarser grids, shorter windows and bf16
