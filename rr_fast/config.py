@@ -377,7 +377,7 @@ PRESETS: dict[str, ChunkerConfig] = {
     "quality": ChunkerConfig(**GEMMA_LR, window=192, step=8, dtype="float32", normalizer="full", penalty=0.95),
     # the default: one full pass, each edge scored by a head on its attention across the edge (all 18 layers), on
     # sentence ends and a 64-token word grid, bfloat16 where native (0.725 on calibration, cross-fitted: within the
-    # measured noise, ±0.068, of quality's)
+    # measured noise, ±0.077, of quality's)
     "balanced": ChunkerConfig(**GEMMA_ATTENTION, step=64, penalty=0.90),
     # the same readout on the first 9 layers, on every 8th word boundary (0.683 on calibration, cross-fitted)
     "fast": ChunkerConfig(**GEMMA_ATTENTION, layer=9, step=8, penalty=0.95),

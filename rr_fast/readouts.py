@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,10 @@ class CrossingHead:
         return cls(model, layers, tuple(saved["spans"]), *(np.asarray(saved[k]) for k in ("mean", "scale", "weights")))
 
 
+@cache
 def crossing_heads(model: str) -> dict[int, dict]:
-    """The heads shipped for ``model``, by the number of layers each reads (rr_fast/heads/<model>.json)."""
+    """The heads shipped for ``model``, by the number of layers each reads (rr_fast/heads/<model>.json); read once
+    per process, since every resolution of a config checks them. Callers must not change the result."""
     path = HEADS / f"{model}.json"
     if not path.exists():
         return {}

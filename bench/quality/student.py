@@ -30,7 +30,7 @@ import numpy as np
 from bench.common import REPO_ROOT, save_npz
 from bench.quality.pareto import OUT, STREAMS
 from bench.quality.streams import read_streams
-from rr_fast.document import plan_document
+from rr_fast.document import Document, plan_document
 from rr_fast.engine import Engine
 from rr_fast.readouts import ATTENTION, HEADS, CrossingHead
 from rr_fast.segment import percentiles
@@ -59,8 +59,8 @@ class _Collecting(Engine):
         return np.zeros(len(masses))
 
 
-def features(chunker, texts: list[str], step: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(candidate edges, masses [E, layers, heads, spans] of every layer) of each text on the step-``step`` grid,
+def features(chunker, texts: list[str], step: int) -> list[tuple[Document, np.ndarray]]:
+    """(planned document, masses [E, layers, heads, spans] of every layer) of each text on the step-``step`` grid,
     through the product's engine. A layer's masses do not depend on the layers above it, so a head reading the
     first k layers takes the first k of these."""
     backend = chunker.engine.backend
@@ -78,7 +78,7 @@ def features(chunker, texts: list[str], step: int) -> list[tuple[np.ndarray, np.
         document = plan_document(text, chunker.tokenize(text), config, chunker.limits)
         engine.masses = []
         engine.score(document.tokens.ids, document.scored.tokens)
-        out.append((document.scored.tokens, np.concatenate(engine.masses)))
+        out.append((document, np.concatenate(engine.masses)))
     return out
 
 
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     extracted = {step: features(chunker, [s.text for s in calibration], step) for step in STEPS}
     seconds = time.perf_counter() - started
-    for (edges, _), saved, stream in zip(extracted[64], teacher, calibration):
-        assert np.array_equal(edges, saved["edge_tokens"]), f"{stream.id}: candidates differ from the teacher's"
+    for (document, _), saved, stream in zip(extracted[64], teacher, calibration):
+        assert np.array_equal(document.scored.tokens, saved["edge_tokens"]), f"{stream.id}: not the teacher's edges"
     y = [percentiles(saved["lr"]) for saved in teacher]
     heads, report = [], {"feature_seconds": seconds, "edges": int(sum(len(v) for v in y)), "heads": []}
     for layers in sorted((int(n) for n in args.layers.split(",")), reverse=True):
@@ -143,15 +143,12 @@ def main(argv: list[str] | None = None) -> None:
             on_grid = [flat(masses, layers) for _, masses in extracted[step]]
             folder = args.out / "scores" / option_name(layers, depth, step, cross_fitted=True)
             folder.mkdir(parents=True, exist_ok=True)
-            for stream, (edges, _), scores in zip(
+            for stream, (document, _), scores in zip(
                 calibration, extracted[step], cross_fitted(x, y, best["alpha"], on_grid)
             ):
-                document = plan_document(
-                    stream.text, chunker.tokenize(stream.text), replace(chunker.config, step=step), chunker.limits
-                )
                 save_npz(
                     folder / f"{stream.id}.npz",
-                    edge_tokens=edges,
+                    edge_tokens=document.scored.tokens,
                     edge_chars=document.scored.chars,
                     num_tokens=np.int64(len(document.tokens.ids)),
                     utility=percentiles(scores),

@@ -257,11 +257,11 @@ class _ExplicitAttention:
         column = mx.clip(self.edges - 1, 0, length - 1)[:, None, None, :]
         before = mx.take_along_axis(before, mx.broadcast_to(column, (*before.shape[:3], column.shape[-1])), axis=-1)
         queries_at = mx.arange(length)[None, :, None]
-        edges = self.edges[:, None, :]
+        right = queries_at - self.edges[:, None, :]  # [B, T, E] how far right of each edge a query is
+        real = (queries_at < self.lengths[:, None, None]) & (self.edges[:, None, :] > 0)
         layer = []
         for span in self.spans:
-            inside = (queries_at >= edges) & (queries_at < edges + span) & (edges > 0)
-            inside = inside & (queries_at < self.lengths[:, None, None])
+            inside = real & (right >= 0) & (right < span)
             counted = mx.maximum(mx.minimum(self.edges + span, self.lengths[:, None]) - self.edges, 1)
             layer.append((before * inside[:, None]).sum(axis=2) / counted[:, None, :])
         self.masses.append(mx.stack(layer, axis=-1))

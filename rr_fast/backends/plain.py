@@ -258,6 +258,7 @@ class Attention(nn.Module):
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
         batch, length = q.shape[0], q.shape[2]
         edges = crossing.edges
+        real_edges = edges > 0  # -1 pads
         out = torch.empty_like(q)
         mass = torch.zeros((batch, self.heads, edges.shape[1], len(crossing.spans)), device=q.device)
         for first in range(0, length, tile):
@@ -275,13 +276,10 @@ class Attention(nn.Module):
             column = (edges - 1 - low).clamp(min=0, max=last - low - 1)
             before = probs.cumsum(dim=-1).gather(-1, column[:, None, None, :].expand(-1, self.heads, last - first, -1))
             before = before * (edges - 1 >= low)[:, None, None, :]
+            right = queries[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
+            real = (queries[None, :, None] < crossing.lengths[:, None, None]) & real_edges[:, None, :]
             for index, span in enumerate(crossing.spans):
-                inside = (
-                    (queries[None, :, None] >= edges[:, None, :])
-                    & (queries[None, :, None] < edges[:, None, :] + span)
-                    & (queries[None, :, None] < crossing.lengths[:, None, None])
-                    & (edges[:, None, :] > 0)
-                )
+                inside = real & (right >= 0) & (right < span)
                 mass[..., index] += (before * inside[:, None]).sum(dim=2)
         for index, span in enumerate(crossing.spans):
             counted = (torch.minimum(edges + span, crossing.lengths[:, None]) - edges).clamp(min=1)
