@@ -14,6 +14,7 @@ import regex
 # Sentence-final marks, Latin and CJK; closing quotes and brackets after them still belong to the
 # sentence (`."`, `?)`): records often end that way, and a rule blind to it misses many true ends.
 SENTENCE_END = frozenset(".?!…。！？")
+CJK_SENTENCE_END = frozenset("。！？")
 CLOSERS = frozenset("\"'”’»)]}」』）】")
 # In markup, emphasis and code marks close a sentence too (`**Done.**`): what structure.py reads lines with
 MARKUP_CLOSERS = CLOSERS | frozenset("*_`")
@@ -124,22 +125,60 @@ def cut_chars(text: str, tokens: Tokens) -> np.ndarray:
     letter with its combining marks, which a reader sees as one character. Leading whitespace of the right
     token is moved to the left chunk, so chunks end with the space after a sentence and start with its
     first word. Result index e is the edge before token e.
+
+    Computed on whole arrays (a per-token loop cost a GPU run more host time than its model).
     """
     count = len(tokens)
     out = np.full(count, -1, dtype=np.int64)
-    starts, ends = tokens.starts, tokens.ends
+    if count < 2:
+        return out
+    length = len(text)
     boundary = grapheme_boundaries(text)
-    for e in range(1, count):
-        start, end = int(starts[e]), int(ends[e])
-        if end <= start or start < ends[e - 1]:
-            continue
-        cut = start
-        while cut < end and text[cut].isspace():
-            cut += 1
-        if cut == end or not boundary[cut]:
-            cut = start
-        if boundary[cut]:
-            out[e] = cut
+    word_start = _first_at_or_after(~_members(codepoints(text), WHITESPACE))  # first non-space at or after i
+    starts, ends = tokens.starts[1:], tokens.ends[1:]
+    covers = (ends > starts) & (starts >= tokens.ends[:-1])
+    cut = word_start[np.minimum(starts, length)]
+    cut = np.where((cut >= ends) | ~boundary[cut], starts, cut)  # a whitespace-only token keeps its start
+    clean = covers & boundary[np.minimum(cut, length)]
+    out[1:][clean] = cut[clean]
+    return out
+
+
+def codepoints(text: str) -> np.ndarray:
+    """The text's characters as code points, one array element each: character classes over a whole text."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+
+
+# the characters str.isspace accepts (tests/test_text_arrays.py holds the list to it)
+WHITESPACE = frozenset(
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _members(points: np.ndarray, chars: frozenset[str]) -> np.ndarray:
+    """Which code points are among ``chars``, by a lookup table (np.isin sorts: several times slower)."""
+    table = np.zeros(max(256, max(map(ord, chars)) + 1), dtype=bool)
+    table[[ord(c) for c in chars]] = True
+    if points.dtype == np.uint8:
+        return table[points]
+    return table[np.minimum(points, len(table) - 1)] & (points < len(table))
+
+
+def _first_at_or_after(mask: np.ndarray) -> np.ndarray:
+    """For each position i in 0..len(mask): the first j >= i where mask is True, else len(mask)."""
+    length = len(mask)
+    out = np.full(length + 1, length, dtype=np.int64)
+    out[:length] = np.minimum.accumulate(np.where(mask, np.arange(length), length)[::-1])[::-1]
+    return out
+
+
+def _end_of_last_before(mask: np.ndarray) -> np.ndarray:
+    """For each position k in 0..len(mask): 1 + the last j < k where mask is True, else 0."""
+    out = np.zeros(len(mask) + 1, dtype=np.int64)
+    out[1:] = np.maximum.accumulate(np.where(mask, np.arange(1, len(mask) + 1), 0))
     return out
 
 
@@ -172,19 +211,24 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8) -> Edges:
     if step < 1:
         raise ValueError(f"candidate step must be at least 1, got {step}")
     chars = cut_chars(text, tokens)
+    points = codepoints(text)
+    space = _members(points, WHITESPACE)
+    edges = np.flatnonzero(chars >= 0)
+    cut, before = chars[edges], tokens.ends[edges - 1]
+    # a word boundary: whitespace between the tokens, or just before the cut
+    non_space = np.concatenate([[0], np.cumsum(~space)])
+    word_gap = (cut > before) & (non_space[cut] == non_space[before])
+    after_space = (cut > 0) & space[np.maximum(cut - 1, 0)]
+    is_word = word_gap | after_space
+    # ends_sentence at each cut: back over whitespace, then over closers, then a sentence-final mark?
+    final = _end_of_last_before(~space)[cut]
+    final = _end_of_last_before(~_members(points, CLOSERS))[final]
+    ends_one = (final > 0) & _members(points, SENTENCE_END)[np.maximum(final - 1, 0)]
+    cjk_end = (cut > 0) & _members(points, CJK_SENTENCE_END)[np.maximum(cut - 1, 0)]  # no space follows them
     word = np.zeros(len(tokens), dtype=bool)
     sentence = np.zeros(len(tokens), dtype=bool)
-    for e in range(1, len(tokens)):
-        cut = int(chars[e])
-        if cut < 0:
-            continue
-        before = int(tokens.ends[e - 1])
-        gap = text[before:cut]
-        if gap and gap.isspace() or (cut > 0 and text[cut - 1].isspace()):
-            word[e] = True
-            sentence[e] = ends_sentence(text, cut)
-        elif cut > 0 and text[cut - 1] in SENTENCE_END and _is_cjk(text[cut - 1]):
-            sentence[e] = True  # CJK sentences are not followed by a space
+    word[edges] = is_word
+    sentence[edges] = np.where(is_word, ends_one, cjk_end)
     keep = sentence.copy()
     word_edges = np.flatnonzero(word)
     if word_edges.size:
@@ -211,7 +255,3 @@ def ends_sentence(text: str, stop: int, closers: frozenset[str] = CLOSERS) -> bo
     while i > 0 and text[i - 1] in closers:
         i -= 1
     return i > 0 and text[i - 1] in SENTENCE_END
-
-
-def _is_cjk(char: str) -> bool:
-    return char in "。！？"

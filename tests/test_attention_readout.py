@@ -48,22 +48,34 @@ def random_head(backend: TorchBackend, layers: int | None = None, seed: int = 0)
 
 
 @pytest.mark.parametrize("tile", [256, 7])
-def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile):
-    """Sliding-window and global layers, rows past the 16-token window, several query tiles; the states are the
-    same as without the request."""
+@pytest.mark.parametrize("spans", [SPANS, (2, 5, 20)], ids=["spans-in-window", "span-past-window"])
+def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, spans):
+    """Sliding-window and global layers, rows past the 16-token window, several query tiles, a span longer than
+    the window; the states are the same as without the request."""
     backend, eager = gemma
     monkeypatch.setattr(plain, "ATTENTION_TILE", tile)
     ids = np.random.default_rng(0).integers(3, 512, size=41)
     ids[0] = 1
     edges = np.array([1, 2, 5, 17, 30, 38, 40])
-    got = backend.forward(ids[None], np.arange(41)[None], None, crossing=Crossing(edges[None], np.array([41]), SPANS))
-    np.testing.assert_allclose(got.crossing[0], reference_masses(eager, ids, edges), atol=2e-5)
+    got = backend.forward(ids[None], np.arange(41)[None], None, crossing=Crossing(edges[None], np.array([41]), spans))
+    np.testing.assert_allclose(got.crossing[0], reference_masses(eager, ids, edges, spans), atol=2e-5)
     request = plain.CrossingMasses(torch.from_numpy(edges[None]), torch.tensor([41]), SPANS)
     with torch.inference_mode():
         ids_t, positions = torch.from_numpy(ids[None]), torch.arange(41)[None]
         explicit = backend.decoder(ids_t, positions, crossing=request).last_hidden_state
         fused = backend.decoder(ids_t, positions).last_hidden_state
     torch.testing.assert_close(explicit, fused, atol=1e-4, rtol=1e-4)
+
+
+def test_gpu_tiles_hold_the_element_budget_and_cpu_tiles_stay_small():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert plain.attention_tile(cpu, 1, 4, 5000) == plain.ATTENTION_TILE
+    budget = plain.GPU_TILE_ELEMENTS
+    for rows, length in [(3, 4224), (256, 640), (1, 131072), (1000, 131)]:
+        tile = plain.attention_tile(gpu, rows, 4, length)
+        assert tile % plain.ATTENTION_TILE == 0 or tile == length
+        assert rows * 4 * tile * length <= budget or tile == plain.ATTENTION_TILE
+    assert plain.attention_tile(gpu, 3, 4, 4224) == 4224  # a few long rows: one tile
 
 
 def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):

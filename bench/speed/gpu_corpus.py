@@ -21,8 +21,11 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
     engine       the default's Engine.score_many over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
                  FLOPs (the lr readout's exclude the focused window head: a lower bound)
+    engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (plain.GPU_TILE_ELEMENTS 0),
+                 and the scores' largest difference from the engine row's
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state
+    balanced_x4_workers2, _workers4   the same with 2 and 4 worker processes sharing the GPU (--workers N)
     fast         the fast preset on the corpus
     balanced_lr  the default with the two-pass lr readout its attention head was distilled from
     quality      float32, exact normalizer, on the corpus's first ~20k tokens only
@@ -49,6 +52,7 @@ import numpy as np
 
 PREPARED = Path("bench/out/gpu_corpus")
 QUALITY_TOKENS, PROFILE_TOKENS, REPEAT = 20_000, 30_000, 4
+WORKERS = (2, 4)  # worker processes on the one GPU, for the repeated corpus
 # prepare's sizes for --smoke: ~400 tokens, since the full vocabulary's LM head is slow on a CPU
 SMOKE = {
     "records": 2,
@@ -182,9 +186,9 @@ def memory_peak_gib(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
 
 
-def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
-    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset with ``changes``): the row and the
-    run's own Chunker."""
+def corpus_row(data: Path, preset: str, device: str, scratch: Path, workers: int = 1, **changes):
+    """rr_fast.corpus.run of ``data`` with ``workers`` processes on ``device`` (the preset with ``changes``): the row
+    and, with one worker, the run's own Chunker (its time split; worker processes keep theirs)."""
     import pyarrow.parquet as pq
 
     import rr_fast.chunker
@@ -197,7 +201,7 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    out = scratch / f"out-{preset}-{data.stem}"
+    out = scratch / f"out-{preset}-{data.stem}-{workers}"
     config = RunConfig(
         (str(data),), str(out), "id", "text", 256, {"preset": preset, "backend": "torch", "device": device, **changes}
     )
@@ -206,7 +210,7 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
     try:
         sync(device)
         started = time.perf_counter()
-        manifest = run(config, 1, [device], progress=False)
+        manifest = run(config, workers, [device] * workers, progress=False)
         sync(device)
         wall = time.perf_counter() - started
     finally:
@@ -216,11 +220,12 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
         for s in manifest["shards"]
     )
     shutil.rmtree(out, ignore_errors=True)
-    chunker = made[0]
-    c = chunker.config
-    load = chunker.timings.get("model load", 0.0)
+    chunker = made[0] if made else None
+    c = chunker.config if chunker else config.resolved.config
+    load = chunker.timings.get("model load", 0.0) if chunker else 0.0
     return {
         "preset": preset,
+        "workers": workers,
         "config": {
             "dtype": c.dtype,
             "readout": c.readout,
@@ -235,15 +240,16 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
         "source_tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
-        "tokens_per_s_after_load": tokens / (wall - load),
-        "split_s": dict(chunker.timings),
-        "batch_tokens": chunker.engine.batch_tokens,
-        "max_memory_gib": memory_peak_gib(device),
+        "tokens_per_s_after_load": tokens / (wall - load) if chunker else None,
+        "split_s": dict(chunker.timings) if chunker else {},
+        "batch_tokens": chunker.engine.batch_tokens if chunker else None,
+        "max_memory_gib": memory_peak_gib(device) if chunker else None,
     }, chunker
 
 
-def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> dict:
-    """Engine.score_many over the texts, tokenized and planned beforehand: the model's share of the corpus run."""
+def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tuple[dict, list]:
+    """Engine.score_many over the texts, tokenized and planned beforehand: the model's share of the corpus run.
+    Also returns the scores."""
     from bench.speed.flops import engine_work, total_flops
     from rr_fast.document import plan_document
 
@@ -270,8 +276,7 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> di
     memory_start(device)
     sync(device)
     started = time.perf_counter()
-    for _ in engine.score_many(docs):
-        pass
+    scores = list(engine.score_many(docs))
     sync(device)
     wall = time.perf_counter() - started
     tokens = sum(len(ids) for ids, _ in docs)
@@ -287,7 +292,7 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> di
         "fraction_of_peak": flops / wall / 1e12 / peak,
         "split_s": {name: s - before.get(name, 0.0) for name, s in engine.timings.items()},
         "max_memory_gib": memory_peak_gib(device),
-    }
+    }, scores
 
 
 def profile_row(chunker, texts: list[str], device: str, path: Path) -> dict:
@@ -349,6 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.speed.flops import ModelShape, matmul_shapes
     from rr_fast.backends.torch import LOGIT_BUDGET
     from rr_fast.models import DEFAULT_MODEL, write_manifest
+    from rr_fast.readouts import ATTENTION
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     out = Path(args.out) if args.out else inputs / "results"
@@ -396,12 +402,24 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = inputs / "corpus.jsonl"
     result["corpus"] = {"documents": len(rows), "tokens": int(counts[-1])}
 
+    from rr_fast.backends import plain
+
     result["balanced"], default = corpus_row(corpus, "balanced", device, scratch)
     save("balanced")
     wall = result["balanced"]["wall_s"]
-    if fits("engine", wall):
-        result["engine"] = engine_row(default, [r["text"] for r in rows], device, shape, peak)
+    if fits("engine", 2 * wall):
+        texts = [r["text"] for r in rows]
+        result["engine"], tiled_scores = engine_row(default, texts, device, shape, peak)
         save("engine")
+        budget, plain.GPU_TILE_ELEMENTS = (
+            plain.GPU_TILE_ELEMENTS,
+            0,
+        )  # the attention in tiles of 256 queries, as on a CPU
+        result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
+        plain.GPU_TILE_ELEMENTS = budget
+        diff = max(float(np.nanmax(np.abs(a[ATTENTION] - b[ATTENTION]))) for a, b in zip(tiled_scores, scores))
+        result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = diff
+        save("engine_tile256")
     if fits("profile", wall * PROFILE_TOKENS / 100_000 * 2):
         texts = [r["text"] for r in first(PROFILE_TOKENS)]
         result["profile"] = profile_row(default, texts, device, out / "profile.txt")
@@ -411,6 +429,11 @@ def main(argv: list[str] | None = None) -> dict:
         data = write_jsonl(scratch / "corpus_x4.jsonl", repeated)
         result["balanced_x4"], _ = corpus_row(data, "balanced", device, scratch)
         save("balanced_x4")
+        for workers in WORKERS:  # processes sharing the GPU: one's host work overlaps another's model calls
+            name = f"balanced_x4_workers{workers}"
+            if fits(name, REPEAT * wall):
+                result[name], _ = corpus_row(data, "balanced", device, scratch, workers=workers)
+                save(name)
     if fits("fast", wall):
         result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
         save("fast")
@@ -435,21 +458,24 @@ def print_table(result: dict, peak: float) -> None:
     print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
           + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
     split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp")
-    print(f"{'row':12} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
+    print(f"{'row':20} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
           + " ".join(f"{name + ' s':>15}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
-    for name in ("balanced", "balanced_x4", "fast", "balanced_lr", "quality"):
+    names = ("balanced", "balanced_x4", *(f"balanced_x4_workers{w}" for w in WORKERS), "fast", "balanced_lr", "quality")
+    for name in names:
         if name in result:
             r = result[name]
             gib = "-" if r["max_memory_gib"] is None else f"{r['max_memory_gib']:.1f}"
             cells = [f"{r['source_tokens']:8,}", f"{r['wall_s']:7.1f}", f"{r['tokens_per_s']:8,.0f}"]
             cells += [f"{r['split_s'].get(part, 0.0):15.2f}" for part in split]
-            print(f"{name[:12]:12} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
+            batch = "-" if r["batch_tokens"] is None else f"{r['batch_tokens']:,}"
+            print(f"{name[:20]:20} {r['config']['dtype']:9} " + " ".join(cells) + f" {batch:>7} {gib:>5}")
     if "quality" in result:
         print(f"quality: {result['quality']['note']}")
-    if "engine" in result:
-        e = result["engine"]
-        print(f"engine only (balanced, score_many): {e['tokens_per_s']:,.0f} tok/s, {e['tflops_per_s']:.2f} TFLOP/s "
-              f"= {e['fraction_of_peak']:.2%} of peak ({e['flops_counted']})")  # fmt: skip
+    for name in ("engine", "engine_tile256"):
+        if name in result:
+            e = result[name]
+            print(f"{name} (balanced, score_many): {e['tokens_per_s']:,.0f} tok/s, {e['tflops_per_s']:.2f} TFLOP/s "
+                  f"= {e['fraction_of_peak']:.2%} of peak ({e['flops_counted']})")  # fmt: skip
     if "profile" in result:
         p = result["profile"]
         print(f"profile ({p['source_tokens']:,} tokens, {p['wall_s_profiled']:.1f} s profiled), top tottime:")

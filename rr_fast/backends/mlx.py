@@ -252,18 +252,21 @@ class _ExplicitAttention:
         scores = (queries.astype(mx.float32) @ keys.astype(mx.float32).transpose(0, 1, 3, 2)) * scale
         probs = mx.softmax(mx.where(mask, scores, -mx.inf), axis=-1)
         out = probs.astype(values.dtype) @ values
-        # mass on keys [1, edge) for each edge: the running sum, BOS left out, at key edge - 1
-        before = mx.cumsum(probs * (mx.arange(length) > 0), axis=-1)
-        column = mx.clip(self.edges - 1, 0, length - 1)[:, None, None, :]
-        before = mx.take_along_axis(before, mx.broadcast_to(column, (*before.shape[:3], column.shape[-1])), axis=-1)
+        # mass on keys [1, edge) for each edge, from each query's last max(spans) keys (as the torch backend reads it)
+        band = max(self.spans)
+        key = mx.arange(length)[:, None] - mx.arange(band)[None]  # [T, band]: the query's last keys, itself first
+        near = mx.take_along_axis(probs, mx.broadcast_to(mx.maximum(key, 0), (*probs.shape[:2], *key.shape)), axis=-1)
+        through = mx.cumsum(mx.where(key >= 0, near, 0.0), axis=-1)  # [..., d]: probability on keys [query - d, query]
         queries_at = mx.arange(length)[None, :, None]
         right = queries_at - self.edges[:, None, :]  # [B, T, E] how far right of each edge a query is
+        column = mx.broadcast_to(mx.clip(right, 0, band - 1)[:, None], (*probs.shape[:3], right.shape[-1]))
+        left = 1.0 - probs[..., :1] - mx.take_along_axis(through, column, axis=-1)  # [B, heads, T, E]
         real = (queries_at < self.lengths[:, None, None]) & (self.edges[:, None, :] > 0)
         layer = []
         for span in self.spans:
             inside = real & (right >= 0) & (right < span)
             counted = mx.maximum(mx.minimum(self.edges + span, self.lengths[:, None]) - self.edges, 1)
-            layer.append((before * inside[:, None]).sum(axis=2) / counted[:, None, :])
+            layer.append((left * inside[:, None]).sum(axis=2) / counted[:, None, :])
         self.masses.append(mx.stack(layer, axis=-1))
         return out
 

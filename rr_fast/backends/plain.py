@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 FAMILIES = ("llama", "qwen3", "gemma3_text")
-# queries per tile where attention probabilities are formed (CrossingMasses): [tile, keys] floats per head at a time
+# queries per tile where attention probabilities are formed (CrossingMasses), on a CPU: [tile, keys] floats per head
 ATTENTION_TILE = 256
+# on a GPU, as many queries per tile (a multiple of ATTENTION_TILE) as keep [rows, heads, tile, keys] float32
+# probabilities within this many (1 GiB): see attention_tile
+GPU_TILE_ELEMENTS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -172,9 +176,25 @@ class CrossingMasses:
     index 0 (the BOS, where models park unused attention) is left out of the mass. The one-pass readout's features
     (rr_fast.readouts.CrossingHead; the request is rr_fast.backends.base.Crossing)."""
 
-    edges: torch.Tensor  # [B, E] row index of the first token right of each edge; -1 pads
+    edges: torch.Tensor  # [B, E] row index of the first token right of each edge, increasing in a row; -1 pads
     lengths: torch.Tensor  # [B] real tokens in each row (queries past them are padding)
     spans: tuple[int, ...]
+    host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
+    _columns: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def columns(self, first: int, last: int) -> tuple[int, int]:
+        """[lo, hi): the edge columns, over all rows, that some query in [first, last) is less than max(spans)
+        right of. A tile of queries reads only these: a long row's other edges are far from it. The same for every
+        layer, so computed once per tile (on the host: no wait for the device)."""
+        if (first, last) not in self._columns:
+            if "sorted" not in self._columns:  # pads last in order: every row increasing
+                edges = self.host_edges if self.host_edges is not None else self.edges.cpu().numpy()
+                self._columns["sorted"] = np.where(edges > 0, edges, np.iinfo(np.int64).max)
+            edges = self._columns["sorted"]
+            lo = int((edges < first - max(self.spans) + 1).sum(axis=1).min(initial=0))
+            hi = int((edges < last).sum(axis=1).max(initial=0))
+            self._columns[first, last] = (lo, max(lo, hi))
+        return self._columns[first, last]
 
 
 class Linear(nn.Linear):
@@ -234,57 +254,87 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        if crossing is None:
+            out = self._attend(q, k, v)
+        else:
+            out, mass = self._attend_with_masses(q, k, v, crossing)
+        out = self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+        return out if crossing is None else (out, mass)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        length = q.shape[2]
         grouped = self.kv_heads != self.heads  # SDPA shares each K/V head across its query group, no copies
-        if crossing is not None:
-            out, mass = self._explicit(q, k, v, crossing)
-            return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)), mass
         if self.sliding_window is not None and length > self.sliding_window:
-            index = torch.arange(length, device=x.device)
+            index = torch.arange(length, device=q.device)
             gap = index[:, None] - index[None, :]
             mask = (gap >= 0) & (gap < self.sliding_window)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
-        else:
-            causal = bool(length > 1)  # a plain bool when torch.export traces the length symbolically (ONNX export)
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale, enable_gqa=grouped)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
+        causal = bool(length > 1)  # a plain bool when torch.export traces the length symbolically (ONNX export)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale, enable_gqa=grouped)
 
-    def _explicit(self, q, k, v, crossing: CrossingMasses) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention with its probabilities formed, ATTENTION_TILE queries at a time (memory stays [tile, keys] per
-        head), and the crossing masses read from them. Scores and probabilities are float32; a sliding-window layer
-        forms only the keys its window reaches."""
-        tile = ATTENTION_TILE
+    def _attend_with_masses(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, crossing: CrossingMasses
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention's output and its crossing masses [B, heads, E, spans], from probabilities formed explicitly in
+        float32, a tile of queries at a time (``attention_tile``; a sliding-window layer forms only the keys its
+        window reaches).
+
+        A query less than a span right of an edge attends to keys [edge, query], all among its last max(spans)
+        keys, so the mass it puts left of the edge (the BOS left out) is 1 − p(BOS) − Σ p(key) over keys
+        [edge, query]: a running sum over those few keys' probabilities, not over every key of the row.
+        """
+        band = max(crossing.spans)
+        tile = attention_tile(q.device, q.shape[0], self.heads, q.shape[2])
         if self.kv_heads != self.heads:
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        batch, length = q.shape[0], q.shape[2]
-        edges = crossing.edges
-        real_edges = edges > 0  # -1 pads
+        batch, heads, length, _ = q.shape
+        device = q.device
         out = torch.empty_like(q)
-        mass = torch.zeros((batch, self.heads, edges.shape[1], len(crossing.spans)), device=q.device)
+        window = self.sliding_window or length
+        mass = torch.zeros((batch, heads, crossing.edges.shape[1], len(crossing.spans)), device=device)
+        behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
         for first in range(0, length, tile):
             last = min(length, first + tile)
-            low = 0 if self.sliding_window is None else max(0, first - self.sliding_window + 1)
-            queries = torch.arange(first, last, device=q.device)
-            gap = queries[:, None] - torch.arange(low, last, device=q.device)[None]
-            allowed = (gap >= 0) if self.sliding_window is None else (gap >= 0) & (gap < self.sliding_window)
+            queries = torch.arange(first, last, device=device)
+            low = max(0, first - window + 1)  # the first key the tile's window reaches
             scores = (q[:, :, first:last].float() @ k[:, :, low:last].float().transpose(-1, -2)) * self.scale
-            probs = scores.masked_fill_(~allowed, -torch.inf).softmax(dim=-1)
+            gap = queries[:, None] - torch.arange(low, last, device=device)[None]
+            scores = scores.masked_fill_((gap < 0) | (gap >= window), -torch.inf)
+            probs = scores.softmax(dim=-1)
             out[:, :, first:last] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
-            if low == 0:
-                probs[..., 0] = 0.0  # the BOS
-            # mass on keys [low, edge) for each edge: the running sum of the tile's probabilities at key edge - 1
-            column = (edges - 1 - low).clamp(min=0, max=last - low - 1)
-            before = probs.cumsum(dim=-1).gather(-1, column[:, None, None, :].expand(-1, self.heads, last - first, -1))
-            before = before * (edges - 1 >= low)[:, None, None, :]
+            bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
+            key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
+            near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
+            near = near.masked_fill_(key < low, 0.0)  # keys not formed: before the row or the window (probability 0)
+            through = near.cumsum(dim=-1)  # [..., d]: probability on keys [query - d, query]
+            lo, hi = crossing.columns(first, last)
+            if lo == hi:
+                continue
+            edges = crossing.edges[:, lo:hi]
             right = queries[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
-            real = (queries[None, :, None] < crossing.lengths[:, None, None]) & real_edges[:, None, :]
+            real = (queries[None, :, None] < crossing.lengths[:, None, None]) & (edges > 0)[:, None, :]
+            column = right.clamp(0, band - 1)[:, None].expand(-1, heads, -1, -1)
+            left = 1.0 - bos - through.gather(-1, column)  # [B, heads, tile, E]: mass on keys [1, edge)
             for index, span in enumerate(crossing.spans):
                 inside = real & (right >= 0) & (right < span)
-                mass[..., index] += (before * inside[:, None]).sum(dim=2)
+                mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
+        edges = crossing.edges
         for index, span in enumerate(crossing.spans):
             counted = (torch.minimum(edges + span, crossing.lengths[:, None]) - edges).clamp(min=1)
             mass[..., index] /= counted[:, None, :]
         return out, mass
+
+
+def attention_tile(device: torch.device, rows: int, heads: int, length: int) -> int:
+    """Queries per tile of the explicit attention. On a CPU ATTENTION_TILE, whose [tile, keys] blocks stay in cache.
+    On a GPU each tile costs some forty kernel launches, whatever its size, and a batch of a few long rows in tiles of
+    256 kept the GPU waiting for the host: there a tile takes as many queries as keep [rows, heads, tile, length]
+    float32 probabilities within GPU_TILE_ELEMENTS (the whole row for a few long rows)."""
+    if device.type == "cpu":
+        return ATTENTION_TILE
+    fits = GPU_TILE_ELEMENTS // max(1, rows * heads * length)
+    return length if fits >= length else max(ATTENTION_TILE, fits // ATTENTION_TILE * ATTENTION_TILE)
 
 
 class MLP(nn.Module):

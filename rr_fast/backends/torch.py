@@ -215,10 +215,12 @@ class TorchBackend:
         plain.CrossingMasses)."""
         if not isinstance(self.decoder, plain.Decoder):
             raise ValueError("the attention readout needs rr-fast's own decoders (Llama, Qwen3, Gemma 3)")
+        edges = np.ascontiguousarray(crossing.edges, dtype=np.int64)
         request = plain.CrossingMasses(
-            torch.from_numpy(np.ascontiguousarray(crossing.edges, dtype=np.int64)).to(self.device),
+            torch.from_numpy(edges).to(self.device),
             torch.from_numpy(np.ascontiguousarray(crossing.lengths, dtype=np.int64)).to(self.device),
             crossing.spans,
+            host_edges=edges,
         )
         decoder = self.decoder if layer is None else self.view(layer)
         out = decoder(input_ids=ids, position_ids=positions, use_cache=False, crossing=request)
