@@ -25,7 +25,6 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  and the scores' largest difference from the engine row's
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state
-    balanced_x4_workers2, _workers4   the same with 2 and 4 worker processes sharing the GPU (--workers N)
     fast         the fast preset on the corpus
     balanced_lr  the default with the two-pass lr readout its attention head was distilled from
     quality      float32, exact normalizer, on the corpus's first ~20k tokens only
@@ -52,7 +51,6 @@ import numpy as np
 
 PREPARED = Path("bench/out/gpu_corpus")
 QUALITY_TOKENS, PROFILE_TOKENS, REPEAT = 20_000, 30_000, 4
-WORKERS = (2, 4)  # worker processes on the one GPU, for the repeated corpus
 # prepare's sizes for --smoke: ~400 tokens, since the full vocabulary's LM head is slow on a CPU
 SMOKE = {
     "records": 2,
@@ -186,9 +184,9 @@ def memory_peak_gib(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
 
 
-def corpus_row(data: Path, preset: str, device: str, scratch: Path, workers: int = 1, **changes):
-    """rr_fast.corpus.run of ``data`` with ``workers`` processes on ``device`` (the preset with ``changes``): the row
-    and, with one worker, the run's own Chunker (its time split; worker processes keep theirs)."""
+def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
+    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset with ``changes``): the row and the
+    run's own Chunker."""
     import pyarrow.parquet as pq
 
     import rr_fast.chunker
@@ -201,7 +199,7 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, workers: int
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    out = scratch / f"out-{preset}-{data.stem}-{workers}"
+    out = scratch / f"out-{preset}-{data.stem}"
     config = RunConfig(
         (str(data),), str(out), "id", "text", 256, {"preset": preset, "backend": "torch", "device": device, **changes}
     )
@@ -210,7 +208,7 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, workers: int
     try:
         sync(device)
         started = time.perf_counter()
-        manifest = run(config, workers, [device] * workers, progress=False)
+        manifest = run(config, 1, [device], progress=False)
         sync(device)
         wall = time.perf_counter() - started
     finally:
@@ -220,12 +218,11 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, workers: int
         for s in manifest["shards"]
     )
     shutil.rmtree(out, ignore_errors=True)
-    chunker = made[0] if made else None
-    c = chunker.config if chunker else config.resolved.config
-    load = chunker.timings.get("model load", 0.0) if chunker else 0.0
+    chunker = made[0]
+    c = chunker.config
+    load = chunker.timings.get("model load", 0.0)
     return {
         "preset": preset,
-        "workers": workers,
         "config": {
             "dtype": c.dtype,
             "readout": c.readout,
@@ -240,10 +237,10 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, workers: int
         "source_tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
-        "tokens_per_s_after_load": tokens / (wall - load) if chunker else None,
-        "split_s": dict(chunker.timings) if chunker else {},
-        "batch_tokens": chunker.engine.batch_tokens if chunker else None,
-        "max_memory_gib": memory_peak_gib(device) if chunker else None,
+        "tokens_per_s_after_load": tokens / (wall - load),
+        "split_s": dict(chunker.timings),
+        "batch_tokens": chunker.engine.batch_tokens,
+        "max_memory_gib": memory_peak_gib(device),
     }, chunker
 
 
@@ -429,11 +426,6 @@ def main(argv: list[str] | None = None) -> dict:
         data = write_jsonl(scratch / "corpus_x4.jsonl", repeated)
         result["balanced_x4"], _ = corpus_row(data, "balanced", device, scratch)
         save("balanced_x4")
-        for workers in WORKERS:  # processes sharing the GPU: one's host work overlaps another's model calls
-            name = f"balanced_x4_workers{workers}"
-            if fits(name, REPEAT * wall):
-                result[name], _ = corpus_row(data, "balanced", device, scratch, workers=workers)
-                save(name)
     if fits("fast", wall):
         result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
         save("fast")
@@ -458,17 +450,16 @@ def print_table(result: dict, peak: float) -> None:
     print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
           + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
     split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp")
-    print(f"{'row':20} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
+    print(f"{'row':12} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
           + " ".join(f"{name + ' s':>15}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
-    names = ("balanced", "balanced_x4", *(f"balanced_x4_workers{w}" for w in WORKERS), "fast", "balanced_lr", "quality")
+    names = ("balanced", "balanced_x4", "fast", "balanced_lr", "quality")
     for name in names:
         if name in result:
             r = result[name]
             gib = "-" if r["max_memory_gib"] is None else f"{r['max_memory_gib']:.1f}"
             cells = [f"{r['source_tokens']:8,}", f"{r['wall_s']:7.1f}", f"{r['tokens_per_s']:8,.0f}"]
             cells += [f"{r['split_s'].get(part, 0.0):15.2f}" for part in split]
-            batch = "-" if r["batch_tokens"] is None else f"{r['batch_tokens']:,}"
-            print(f"{name[:20]:20} {r['config']['dtype']:9} " + " ".join(cells) + f" {batch:>7} {gib:>5}")
+            print(f"{name[:12]:12} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
     if "quality" in result:
         print(f"quality: {result['quality']['note']}")
     for name in ("engine", "engine_tile256"):
