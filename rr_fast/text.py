@@ -185,20 +185,26 @@ def _end_of_last_before(mask: np.ndarray) -> np.ndarray:
 def grapheme_boundaries(text: str) -> np.ndarray:
     """``out[i]`` is True where a cut before character i keeps every grapheme cluster whole (i = 0..len).
 
-    Pure ASCII text has clusters of one character except CRLF, so it skips the regex scan (about 0.3 s per
-    million characters otherwise).
+    Between two ASCII characters there is always a boundary except inside CRLF, so the Unicode rules (the regex
+    ``\\X``) run only over each run of non-ASCII characters with one neighbour either side: the clusters a run
+    can join. Over a whole text the regex cost about 0.3 s per million characters.
     """
     length = len(text)
+    out = np.ones(length + 1, dtype=bool)
+    start = text.find("\r\n")
+    while start >= 0:
+        out[start + 1] = False
+        start = text.find("\r\n", start + 2)
     if text.isascii():
-        out = np.ones(length + 1, dtype=bool)
-        start = text.find("\r\n")
-        while start >= 0:
-            out[start + 1] = False
-            start = text.find("\r\n", start + 2)
         return out
-    out = np.zeros(length + 1, dtype=bool)
-    out[0] = True
-    out[np.fromiter((m.end() for m in regex.finditer(r"\X", text)), dtype=np.int64)] = True
+    wide = np.flatnonzero(codepoints(text) > 127)
+    breaks = np.flatnonzero(np.diff(wide) > 1)
+    for first, last in zip(wide[np.r_[0, breaks + 1]].tolist(), wide[np.r_[breaks, len(wide) - 1]].tolist()):
+        low, high = max(0, first - 1), min(length, last + 2)
+        out[low + 1 : high] = False  # decided inside the run and at its two ends, by the rules
+        for match in regex.finditer(r"\X", text[low:high]):
+            if low + match.end() < high:
+                out[low + match.end()] = True
     return out
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+import regex
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rr_fast.text import (
@@ -87,3 +88,19 @@ def test_array_rules_equal_the_loops(case, step):
 def test_whitespace_is_what_str_isspace_accepts():
     assert WHITESPACE == {chr(c) for c in range(0x110000) if chr(c).isspace()}
     assert not CLOSERS & WHITESPACE
+
+
+# ASCII around what joins it: CRLF, combining and spacing marks, ZWJ emoji, flags, a keycap, Hangul jamo, a prepend mark
+GRAPHEME_PARTS = [*"ab #1 \r\n", "\u0301", "\u0903", "\u200d", "\U0001f468", "\U0001f1eb", "\U0001f1f7", "\ufe0f",
+                  "\u20e3", "\u1100", "\u1161", "\u11a8", "\u0600", "é", "—"]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(GRAPHEME_PARTS), max_size=40))
+@example(["é", "\r", "\n", "a"])  # a run's window that ends inside CRLF
+def test_grapheme_boundaries_equal_the_unicode_rules_over_the_whole_text(parts):
+    text = "".join(parts)
+    whole = np.zeros(len(text) + 1, dtype=bool)
+    whole[0] = True
+    whole[[m.end() for m in regex.finditer(r"\X", text)]] = True
+    np.testing.assert_array_equal(grapheme_boundaries(text), whole)
