@@ -21,7 +21,7 @@ import numpy as np
 from rr_fast.chunks import Chunk, ChunkResult, Scores, assemble
 from rr_fast.config import ChunkerConfig, Resolved, chunker_config
 from rr_fast.cuts import cut_document
-from rr_fast.document import Document, plan_document, text_tokens
+from rr_fast.document import Document, plan_document, text_tokens, texts_tokens
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError, UsageError, first_line
 from rr_fast.lengths import MODEL, LengthUnit, load_unit
@@ -120,8 +120,48 @@ class Chunker:
         self.timings["tokenization"] += time.perf_counter() - started
         return tokens
 
-    def _prepare(self, text: str) -> Document:
-        return plan_document(text, self.tokenize(text), self.config, self.limits)
+    def _prepared(self, texts: Iterable[str], errors: str, source_failure: list) -> Iterator[Document | RRFastError]:
+        """Each text tokenized and planned, in order (with errors="return", a text's error in its place). Texts are
+        read and tokenized in groups (PREPARE_GROUP texts or PREPARE_CHARS characters: one batch call of the
+        tokenizer, on all the CPU's cores); an error of the iterable itself ends them, after the texts before it,
+        and is kept in ``source_failure``."""
+        source, ended = iter(texts), False
+        while not ended:
+            group: list = []
+            chars = 0
+            while len(group) < PREPARE_GROUP and chars < PREPARE_CHARS:
+                try:
+                    group.append(next(source))
+                    chars += len(group[-1]) if isinstance(group[-1], str) else 0
+                except StopIteration:
+                    ended = True
+                    break
+                except Exception as error:
+                    source_failure.append(error)
+                    ended = True
+                    break
+            if not group:
+                return
+            started = time.perf_counter()
+            try:
+                tokenized = texts_tokens(self.tokenizer, group)
+            except Exception:  # a tokenizer's own failure on exotic input: each text alone, to say which
+                tokenized = [None] * len(group)
+            self.timings["tokenization"] += time.perf_counter() - started
+            for text, tokens in zip(group, tokenized):
+                try:
+                    if isinstance(tokens, RRFastError):
+                        raise tokens
+                    tokens = self.tokenize(text) if tokens is None else tokens
+                    yield plan_document(text, tokens, self.config, self.limits)
+                except RRFastError as error:
+                    if errors == "raise":
+                        raise
+                    yield error
+                except Exception as error:  # a tokenizer's own failure on exotic input
+                    if errors == "raise":
+                        raise
+                    yield RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
 
     def _scored(self, texts: Iterable[str], progress: bool, errors: str) -> Iterator[tuple[Any, dict]]:
         """(document or its error, readout values) per text, in order; the engine batches across texts."""
@@ -132,25 +172,7 @@ class Chunker:
         source_failure: list[BaseException] = []  # the iterable's own error, raised after the texts before it
 
         def feed():
-            source = iter(texts)
-            while True:
-                try:
-                    text = next(source)
-                except StopIteration:
-                    return
-                except Exception as error:
-                    source_failure.append(error)
-                    return
-                try:
-                    document = self._prepare(text)
-                except RRFastError as error:
-                    if errors == "raise":
-                        raise
-                    document = error
-                except Exception as error:  # a tokenizer's own failure on exotic input
-                    if errors == "raise":
-                        raise
-                    document = RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
+            for document in self._prepared(texts, errors, source_failure):
                 queue.append(document)
                 if isinstance(document, RRFastError):
                     yield _NO_TOKENS, _NO_TOKENS  # nothing to score; keeps the order
@@ -201,6 +223,9 @@ class Chunker:
 
 
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
+# texts read and tokenized together, up to this many or this many characters (the engine keeps about as many
+# documents of a few hundred tokens open on a CPU anyway)
+PREPARE_GROUP, PREPARE_CHARS = 32, 1 << 20
 
 
 def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):

@@ -15,7 +15,7 @@ from rr_fast.errors import RRFastError, UsageError
 from rr_fast.lengths import MODEL
 from rr_fast.segment import Limits
 from rr_fast.structure import Plan, analyse, plan
-from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize
+from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize_many
 
 BOM = "\ufeff"
 # The fixed-count DP keeps a (K + 1) × (edges + 2) float64 table; beyond this, refuse rather than thrash.
@@ -43,15 +43,30 @@ def text_tokens(tokenizer, text: str) -> Tokens:
     A leading byte-order mark stays in the first chunk, so chunks still join to the caller's text, but
     the model never reads it: it is encoding, not content (the CLI passes it through the same way).
     """
-    if not isinstance(text, str):
-        raise RRFastError(f"text must be a str, got {type(text).__name__}")
-    body = text[1:] if text.startswith(BOM) else text
-    if not body.strip():
-        raise RRFastError("the text is empty or only whitespace: nothing to chunk")
-    tokens = tokenize(tokenizer, body)
-    if body is not text:
-        tokens = Tokens(tokens.ids, tokens.starts + 1, tokens.ends + 1)
+    tokens = texts_tokens(tokenizer, [text])[0]
+    if isinstance(tokens, RRFastError):
+        raise tokens
     return tokens
+
+
+def texts_tokens(tokenizer, texts: list) -> list[Tokens | RRFastError]:
+    """``text_tokens`` of each text, or the error it raises, the texts tokenized together (``text.tokenize_many``).
+    A tokenizer's own failure (exotic input) is raised for the whole list."""
+    out: list[Tokens | RRFastError] = [RRFastError("")] * len(texts)
+    bodies: dict[int, str] = {}
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            out[i] = RRFastError(f"text must be a str, got {type(text).__name__}")
+            continue
+        body = text[1:] if text.startswith(BOM) else text
+        if not body.strip():
+            out[i] = RRFastError("the text is empty or only whitespace: nothing to chunk")
+            continue
+        bodies[i] = body
+    for i, tokens in zip(bodies, tokenize_many(tokenizer, list(bodies.values()))):
+        shift = len(texts[i]) - len(bodies[i])  # the byte-order mark
+        out[i] = Tokens(tokens.ids, tokens.starts + shift, tokens.ends + shift) if shift else tokens
+    return out
 
 
 def plan_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limits) -> Document:

@@ -98,7 +98,7 @@ def _raise_interrupt(*args, **kwargs):
     "stage, target",
     [
         ("reading", "rr_fast.io._decode_stream"),
-        ("tokenizing", "rr_fast.document.tokenize"),
+        ("tokenizing", "rr_fast.document.tokenize_many"),
         ("model", "rr_fast.engine.Engine.score_many"),
         ("dp", "rr_fast.cuts.segment"),
         ("writing", "rr_fast.cli.format_chunks"),

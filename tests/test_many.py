@@ -155,6 +155,29 @@ def test_a_failing_iterable_keeps_the_texts_read_before_it(chunker, errors):
     assert [r for r in got if not isinstance(r, RRFastError)] == [chunker.chunk(text) for text in TEXTS]
 
 
+def test_texts_read_in_small_groups_give_the_same_results(chunker, monkeypatch):
+    """Texts are tokenized in groups; group edges fall between every pair here, errors and a failing source too."""
+    import rr_fast.chunker
+
+    texts = [TEXTS[0], "   ", 42, "lone surrogate \ud800 here", *TEXTS[1:]]
+    expected = list(chunker.chunk_many(texts, errors="return"))
+    monkeypatch.setattr(rr_fast.chunker, "PREPARE_GROUP", 2)
+    got = list(chunker.chunk_many(texts, errors="return"))
+    assert [str(r) if isinstance(r, RRFastError) else r for r in got] == [
+        str(r) if isinstance(r, RRFastError) else r for r in expected
+    ]
+
+    def failing_halfway():
+        yield from texts[:5]
+        raise OSError("the source went away")
+
+    with pytest.raises(OSError, match="went away"):
+        got = []
+        for result in chunker.chunk_many(failing_halfway(), errors="return"):
+            got.append(result)
+    assert len(got) == 5 and got[4] == expected[4]
+
+
 @pytest.mark.bundled
 def test_chunk_many_equals_chunk_on_the_bundled_model():
     from pathlib import Path

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rr_fast.models import resolve
-from rr_fast.text import tokenize
+from rr_fast.text import tokenize, tokenize_many
 from rr_fast.tokenizer import load_tokenizer
 
 SAMPLES = {
@@ -56,3 +56,15 @@ def test_pieces_equal_whole_text(tokenizer, name):
 )
 def test_pieces_equal_whole_text_on_random_text(tokenizer, text):
     assert_same(tokenizer, text, piece_chars=30)
+
+
+@pytest.mark.parametrize("piece_chars", [1 << 40, 500])
+def test_many_texts_at_once_equal_each_alone(tokenizer, piece_chars):
+    """One batch call for the texts of one piece, pieces for the longer ones: the same as one text at a time."""
+    texts = [*SAMPLES.values(), "", "x"]
+    for alone, together in zip(
+        [tokenize(tokenizer, t, piece_chars) for t in texts], tokenize_many(tokenizer, texts, piece_chars)
+    ):
+        for field in ("ids", "starts", "ends"):
+            assert np.array_equal(getattr(alone, field), getattr(together, field)), field
+            assert getattr(together, field).dtype == np.int64
