@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -180,21 +181,21 @@ class CrossingMasses:
     lengths: torch.Tensor  # [B] real tokens in each row (queries past them are padding)
     spans: tuple[int, ...]
     host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
-    _columns: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def _ordered_edges(self) -> np.ndarray:
+        """The edges on the host with the pads moved past every edge, so that each row increases."""
+        edges = self.host_edges if self.host_edges is not None else self.edges.cpu().numpy()
+        return np.where(edges > 0, edges, np.iinfo(np.int64).max)
 
     def columns(self, first: int, last: int) -> tuple[int, int]:
         """[lo, hi): the edge columns, over all rows, that some query in [first, last) is less than max(spans)
-        right of. A tile of queries reads only these: a long row's other edges are far from it. The same for every
-        layer, so computed once per tile (on the host: no wait for the device)."""
-        if (first, last) not in self._columns:
-            if "sorted" not in self._columns:  # pads last in order: every row increasing
-                edges = self.host_edges if self.host_edges is not None else self.edges.cpu().numpy()
-                self._columns["sorted"] = np.where(edges > 0, edges, np.iinfo(np.int64).max)
-            edges = self._columns["sorted"]
-            lo = int((edges < first - max(self.spans) + 1).sum(axis=1).min(initial=0))
-            hi = int((edges < last).sum(axis=1).max(initial=0))
-            self._columns[first, last] = (lo, max(lo, hi))
-        return self._columns[first, last]
+        right of. A tile of queries reads only these: a long row's other edges are far from it. Computed on the
+        host, so nothing waits for the device."""
+        edges = self._ordered_edges
+        lo = int((edges < first - max(self.spans) + 1).sum(axis=1).min(initial=0))
+        hi = int((edges < last).sum(axis=1).max(initial=0))
+        return lo, max(lo, hi)
 
 
 class Linear(nn.Linear):
