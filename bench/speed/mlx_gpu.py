@@ -20,8 +20,8 @@ applies; ``--readout lr`` for the two-pass teacher) on the same streams: torch f
 bf16 on MLX's default device (the GPU under mlx-cuda), and MLX bf16 at 16,384 tokens per call (MLX's own default
 is 4,096; torch on a GPU sizes its batches from free memory). Per arm: source tokens/s over the streams after one
 warm-up stream, max and median |Δ| of every readout against torch fp32, and the share of streams whose cuts equal
-torch fp32's and torch bf16's. MLX's layers are mlx-lm's (RMSNorm and RoPE as ``mx.fast`` kernels; the attention readout forms its
-probabilities explicitly on both backends); ``mx.compile`` is not used.
+torch fp32's and torch bf16's. MLX's layers are mlx-lm's (RMSNorm and RoPE as ``mx.fast`` kernels; the attention
+readout forms its probabilities explicitly on both backends); ``mx.compile`` is not used.
 """
 
 from __future__ import annotations
