@@ -52,7 +52,7 @@ def text_tokens(tokenizer, text: str) -> Tokens:
 def texts_tokens(tokenizer, texts: list) -> list[Tokens | RRFastError]:
     """``text_tokens`` of each text, or the error it raises, the texts tokenized together (``text.tokenize_many``).
     A tokenizer's own failure (exotic input) is raised for the whole list."""
-    out: list[Tokens | RRFastError] = [RRFastError("")] * len(texts)
+    out: list = [None] * len(texts)  # every index is set below
     bodies: dict[int, str] = {}
     for i, text in enumerate(texts):
         if not isinstance(text, str):
@@ -74,7 +74,7 @@ def plan_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limi
     clean = clean_edges(text, tokens)
     structure = analyse(text, config.structure)
     if structure.mode == "none":
-        document = Document(text, tokens, clean, candidate_edges(text, tokens, config.step), None)
+        document = Document(text, tokens, clean, candidate_edges(text, tokens, config.step, clean), None)
     else:
         layout = plan(text, clean.tokens, clean.chars, tokens.starts, structure, config.step, limits.max_tokens)
         scored = Edges(layout.tokens[layout.scored], layout.chars[layout.scored])

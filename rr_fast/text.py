@@ -7,6 +7,7 @@ Every edge we may cut maps to one character offset, so chunks are verbatim slice
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import regex
@@ -179,11 +180,18 @@ WHITESPACE = frozenset(
 
 def _members(points: np.ndarray, chars: frozenset[str]) -> np.ndarray:
     """Which code points are among ``chars``, by a lookup table (np.isin sorts: several times slower)."""
-    table = np.zeros(max(256, max(map(ord, chars)) + 1), dtype=bool)
-    table[[ord(c) for c in chars]] = True
+    table = _lookup_table(chars)
     if points.dtype == np.uint8:
         return table[points]
     return table[np.minimum(points, len(table) - 1)] & (points < len(table))
+
+
+@cache
+def _lookup_table(chars: frozenset[str]) -> np.ndarray:
+    table = np.zeros(max(256, max(map(ord, chars)) + 1), dtype=bool)
+    table[[ord(c) for c in chars]] = True
+    table.flags.writeable = False  # shared by every call
+    return table
 
 
 def _first_at_or_after(mask: np.ndarray) -> np.ndarray:
@@ -227,19 +235,19 @@ def grapheme_boundaries(text: str) -> np.ndarray:
     return out
 
 
-def candidate_edges(text: str, tokens: Tokens, step: int = 8) -> Edges:
+def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | None = None) -> Edges:
     """Word-boundary edges on a ``step``-token grid plus every sentence end (paper, Application section).
 
     For each grid point g = step, 2·step, ... the first word-boundary edge at or after g is kept; sentence
-    ends are always kept.
+    ends are always kept. Candidates are clean edges: ``clean`` (``clean_edges``), where the caller has them.
     """
     if step < 1:
         raise ValueError(f"candidate step must be at least 1, got {step}")
-    chars = cut_chars(text, tokens)
+    clean = clean_edges(text, tokens) if clean is None else clean
     points = codepoints(text)
     space = _members(points, WHITESPACE)
-    edges = np.flatnonzero(chars >= 0)
-    cut, before = chars[edges], tokens.ends[edges - 1]
+    edges, cut = clean.tokens, clean.chars
+    before = tokens.ends[edges - 1]
     # a word boundary: whitespace between the tokens, or just before the cut
     non_space = np.concatenate([[0], np.cumsum(~space)])
     word_gap = (cut > before) & (non_space[cut] == non_space[before])
@@ -261,8 +269,8 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8) -> Edges:
         picks = np.searchsorted(word_edges, grid, side="left")
         picks = picks[picks < word_edges.size]
         keep[word_edges[picks]] = True
-    edges = np.flatnonzero(keep).astype(np.int64)
-    return Edges(edges, chars[edges])
+    kept = keep[edges]
+    return Edges(edges[kept], cut[kept])
 
 
 def clean_edges(text: str, tokens: Tokens) -> Edges:
