@@ -67,6 +67,23 @@ def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, 
     torch.testing.assert_close(explicit, fused, atol=1e-4, rtol=1e-4)
 
 
+def test_a_tile_reads_exactly_the_edge_columns_its_queries_are_near():
+    """The narrowest [lo, hi) of columns holding, in every row, each edge some query of the tile is less than
+    max(spans) right of (rows increase; -1 pads last)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        rows = [np.sort(rng.choice(np.arange(1, 300), size=rng.integers(0, 30), replace=False)) for _ in range(3)]
+        edges = np.full((3, 30), -1)
+        for i, row in enumerate(rows):
+            edges[i, : len(row)] = row
+        request = plain.CrossingMasses(torch.from_numpy(edges), torch.tensor([300] * 3), (4, 16))
+        first = int(rng.integers(0, 290))
+        last = first + int(rng.integers(1, 40))
+        near = [i for row in rows for i, e in enumerate(row) if any(0 <= q - e < 16 for q in range(first, last))]
+        lo, hi = request.columns(first, last)
+        assert (lo, hi) == ((min(near), max(near) + 1) if near else (0, 0))
+
+
 def test_gpu_tiles_hold_the_element_budget_and_cpu_tiles_stay_small():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert plain.attention_tile(cpu, 1, 4, 5000) == plain.ATTENTION_TILE

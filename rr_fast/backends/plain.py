@@ -193,9 +193,12 @@ class CrossingMasses:
         right of. A tile of queries reads only these: a long row's other edges are far from it. Computed on the
         host, so nothing waits for the device."""
         edges = self._ordered_edges
-        lo = int((edges < first - max(self.spans) + 1).sum(axis=1).min(initial=0))
-        hi = int((edges < last).sum(axis=1).max(initial=0))
-        return lo, max(lo, hi)
+        below = (edges < first - max(self.spans) + 1).sum(axis=1)  # per row: edges too far left of the tile
+        through = (edges < last).sum(axis=1)  # per row: edges left of the tile's end
+        near = below < through  # rows with an edge near the tile
+        if not near.any():
+            return 0, 0
+        return int(below[near].min()), int(through[near].max())
 
 
 class Linear(nn.Linear):
