@@ -21,7 +21,7 @@ import numpy as np
 from rr_fast.chunks import Chunk, ChunkResult, Scores, assemble
 from rr_fast.config import ChunkerConfig, Resolved, chunker_config
 from rr_fast.cuts import cut_document
-from rr_fast.document import Document, plan_document, text_tokens, texts_tokens
+from rr_fast.document import Document, Planner, text_tokens
 from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError, UsageError, first_line
 from rr_fast.lengths import MODEL, LengthUnit, load_unit
@@ -67,6 +67,7 @@ class Chunker:
         self.folder = folder or resolve(cfg.model)
         self.tokenizer, self.engine = _load(self.folder, cfg, self.resolved.scoring)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
+        self.planner = Planner(self.tokenizer, cfg, self.limits, self.timings)
         self.notes = (*self.resolved.notes, *self.engine.backend.notes)  # every result repeats them as warnings
         self.timings["model load"] += time.perf_counter() - started
 
@@ -80,7 +81,7 @@ class Chunker:
 
     def explain(self, text: str, progress: bool = False) -> tuple[ChunkResult, Scores]:
         """Chunks and the scored candidates behind them, from one model run (for the HTML view and plot)."""
-        for document, values in self._scored([text], progress, "raise"):
+        for document, values in self._scored(self.planner.prepare([text], "raise", []), progress, "raise"):
             return self._segment(document, values)
         raise AssertionError("one text in, one result out")
 
@@ -93,7 +94,18 @@ class Chunker:
         iterable itself (a generator that fails halfway) ends the results: every text read before it is
         yielded first, then that error is raised.
         """
-        for document, values in self._scored(texts, progress, errors):
+        source_failure: list[BaseException] = []
+        yield from self.chunk_prepared(self.planner.prepare(texts, errors, source_failure), progress, errors)
+        if source_failure:
+            raise source_failure[0]
+
+    def chunk_prepared(
+        self, documents: Iterable[Document | RRFastError], progress: bool = False, errors: str = "raise"
+    ) -> Iterator[ChunkResult]:
+        """``chunk_many`` of texts that a ``Planner`` (``self.planner``, or one in another process) has tokenized and
+        planned already: corpus mode on a GPU plans the next documents in a helper process while the model runs.
+        An ``RRFastError`` in ``documents`` is yielded in its place (``errors="return"``) or raised."""
+        for document, values in self._scored(documents, progress, errors):
             if isinstance(document, RRFastError):
                 yield document
                 continue
@@ -106,12 +118,15 @@ class Chunker:
 
     def score_many(self, texts: Iterable[str], progress: bool = False, errors: str = "raise") -> Iterator[Scores]:
         """``score`` of each text, in order, batched as in ``chunk_many``."""
-        for document, values in self._scored(texts, progress, errors):
+        source_failure: list[BaseException] = []
+        for document, values in self._scored(self.planner.prepare(texts, errors, source_failure), progress, errors):
             if isinstance(document, RRFastError):
                 yield document
                 continue
             edges = document.scored
             yield Scores(edges.tokens, edges.chars, values, len(document.tokens), utility(values, self.config.readout))
+        if source_failure:
+            raise source_failure[0]
 
     def tokenize(self, text: str) -> Tokens:
         """The text as model tokens with character offsets (``document.text_tokens``)."""
@@ -120,63 +135,24 @@ class Chunker:
         self.timings["tokenization"] += time.perf_counter() - started
         return tokens
 
-    def _prepared(self, texts: Iterable[str], errors: str, source_failure: list) -> Iterator[Document | RRFastError]:
-        """Each text tokenized and planned, in order (with errors="return", a text's error in its place). Texts are
-        read and tokenized in groups (PREPARE_GROUP texts or PREPARE_CHARS characters: one batch call of the
-        tokenizer, on all the CPU's cores); an error of the iterable itself ends them, after the texts before it,
-        and is kept in ``source_failure``."""
-        source, ended = iter(texts), False
-        while not ended:
-            group: list = []
-            chars = 0
-            while len(group) < PREPARE_GROUP and chars < PREPARE_CHARS:
-                try:
-                    group.append(next(source))
-                    chars += len(group[-1]) if isinstance(group[-1], str) else 0
-                except StopIteration:
-                    ended = True
-                    break
-                except Exception as error:
-                    source_failure.append(error)
-                    ended = True
-                    break
-            if not group:
-                return
-            started = time.perf_counter()
-            try:
-                tokenized = texts_tokens(self.tokenizer, group)
-            except Exception:  # a tokenizer's own failure on exotic input: each text alone, to say which
-                tokenized = [None] * len(group)
-            self.timings["tokenization"] += time.perf_counter() - started
-            for text, tokens in zip(group, tokenized):
-                try:
-                    if isinstance(tokens, RRFastError):
-                        raise tokens
-                    tokens = self.tokenize(text) if tokens is None else tokens
-                    yield plan_document(text, tokens, self.config, self.limits)
-                except RRFastError as error:
-                    if errors == "raise":
-                        raise
-                    yield error
-                except Exception as error:  # a tokenizer's own failure on exotic input
-                    if errors == "raise":
-                        raise
-                    yield RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
-
-    def _scored(self, texts: Iterable[str], progress: bool, errors: str) -> Iterator[tuple[Any, dict]]:
-        """(document or its error, readout values) per text, in order; the engine batches across texts."""
+    def _scored(
+        self, documents: Iterable[Document | RRFastError], progress: bool, errors: str
+    ) -> Iterator[tuple[Any, dict]]:
+        """(document or its error, readout values) per prepared document, in order; the engine batches across them."""
         if errors not in ("raise", "return"):
             raise UsageError(f"errors must be 'raise' or 'return', got {errors!r}")
         bar = _progress_bar() if progress else None
         queue: deque = deque()
-        source_failure: list[BaseException] = []  # the iterable's own error, raised after the texts before it
 
         def feed():
-            for document in self._prepared(texts, errors, source_failure):
-                queue.append(document)
+            for document in documents:
                 if isinstance(document, RRFastError):
+                    if errors == "raise":
+                        raise document
+                    queue.append(document)
                     yield _NO_TOKENS, _NO_TOKENS  # nothing to score; keeps the order
                     continue
+                queue.append(document)
                 if bar:
                     bar.add_total(len(document.tokens))
                 yield document.tokens.ids, document.scored.tokens
@@ -188,8 +164,6 @@ class Chunker:
                 if not isinstance(document, RRFastError):
                     self._check_finite(values, len(document.tokens), document.scored.tokens)
                 yield document, values
-            if source_failure:
-                raise source_failure[0]
         finally:
             if bar:
                 bar.close()
@@ -223,9 +197,6 @@ class Chunker:
 
 
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
-# texts read and tokenized together, up to this many or this many characters (the engine keeps about as many
-# documents of a few hundred tokens open on a CPU anyway)
-PREPARE_GROUP, PREPARE_CHARS = 32, 1 << 20
 
 
 def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):

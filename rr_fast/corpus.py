@@ -26,7 +26,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from rr_fast.command import (
@@ -40,11 +43,11 @@ from rr_fast.command import (
 )
 from rr_fast.corpus_files import (
     COLUMNS,
+    Document,
     OutputLock,
     RunConfig,
     Scan,
     checked_inputs,
-    chunk_documents,
     chunk_rows,
     commit_shard,
     done_shards,
@@ -54,6 +57,7 @@ from rr_fast.corpus_files import (
     pyarrow_modules,
     read_documents,
     scan_documents,
+    shard_sizes,
     start_run,
     without_repeated_ids,
 )
@@ -84,7 +88,7 @@ def run(
         devices = devices or [None] * workers
         bar = _Progress(progress, already * config.shard_docs)
         if workers == 1:
-            run_worker(config, 0, 1, devices[0], bar.update, found.repeated)
+            run_worker(config, 0, 1, devices[0], bar.update, found)
         else:
             _run_processes(config, workers, devices, bar, found)
         bar.close()
@@ -97,60 +101,202 @@ def run_worker(
     workers: int,
     device: str | None,
     report_progress: Callable[[int, int], None],
-    repeated: frozenset[str] = frozenset(),
+    found: Scan,
     before_commit: Callable[[], None] = lambda: None,
 ) -> None:
     """Chunk this worker's unfinished shards.
 
-    report_progress(documents, tokens) is called after each finished document; ``repeated``: the ids that
-    several documents share (``Scan.repeated``), reported as errors; ``before_commit`` runs before each shard is
-    written.
+    report_progress(documents, tokens) is called after each finished document; ``found``: the input's scan (its
+    repeated ids are reported as errors); ``before_commit`` runs before each shard is written. On a CUDA GPU the
+    documents are read, tokenized and planned in a helper process while this one runs the model
+    (``plans_in_helper``).
     """
     from rr_fast.chunker import Chunker
+    from rr_fast.models import resolve
 
     output = Path(config.output)
     skip = done_shards(output)
-
-    def mine():
-        documents = read_documents(list(config.inputs), config.id_field, config.text_field)
-        for number, document in enumerate(without_repeated_ids(documents, repeated)):
-            shard = number // config.shard_docs
-            if shard % workers == worker and shard not in skip:
-                yield shard, document
-
-    selected = mine()
-    first = next(selected, None)
-    if first is None:
+    shards = len(shard_sizes(found.documents, config.shard_docs))
+    if all(k % workers != worker or k in skip for k in range(shards)):
         return
-    chunker = Chunker(config.resolved if device is None else config.resolved.on_device(device))
-    shards: list[int] = []
+    resolved = config.resolved if device is None else config.resolved.on_device(device)
+    folder = resolve(resolved.config.model)
+    selection = (config, worker, workers, skip, found.repeated)
+    with _PlanningHelper(*selection, folder) if plans_in_helper(resolved.config.device) else nullcontext() as helper:
+        chunker = Chunker(resolved, folder=folder)  # the helper starts on its tokenizer meanwhile
+        planned = helper if helper is not None else planned_documents(chunker.planner, _selected(*selection))
+        pending: deque = deque()
 
-    def documents():
-        shards.append(first[0])
-        yield first[1]
-        for shard, document in selected:
-            shards.append(shard)
-            yield document
+        def prepared():
+            for shard, document, item in planned:
+                pending.append((shard, document))
+                yield item
 
-    rows: list[dict] = []
-    errors: list[dict] = []
-    current = None
-    for document, result in chunk_documents(chunker, documents()):
-        shard = shards.pop(0)
-        if current is not None and shard != current:
+        rows: list[dict] = []
+        errors: list[dict] = []
+        current = None
+        for result in chunker.chunk_prepared(prepared(), errors="return"):
+            shard, document = pending.popleft()
+            if current is not None and shard != current:
+                before_commit()
+                commit_shard(output, current, rows, errors)
+                rows, errors = [], []
+            current = shard
+            if isinstance(result, RRFastError):
+                errors.append({"doc_id": document.doc_id, "reason": error_reason(document, result)})
+                report_progress(1, 0)
+            else:
+                rows.extend(chunk_rows(document.doc_id, result))
+                report_progress(1, sum(c.token_count for c in result))
+        if current is not None:
             before_commit()
             commit_shard(output, current, rows, errors)
-            rows, errors = [], []
-        current = shard
-        if isinstance(result, RRFastError):
-            errors.append({"doc_id": document.doc_id, "reason": error_reason(document, result)})
-            report_progress(1, 0)
-        else:
-            rows.extend(chunk_rows(document.doc_id, result))
-            report_progress(1, sum(c.token_count for c in result))
-    if current is not None:
-        before_commit()
-        commit_shard(output, current, rows, errors)
+        if helper is not None:
+            chunker.timings["waiting for the planner"] += helper.waited
+
+
+def plans_in_helper(device: str) -> bool:
+    """Whether a worker plans its documents in a helper process: on a CUDA GPU. There the host's tokenizing and
+    planning, done between the model's calls, would leave the GPU waiting; a thread would not overlap them, since
+    it shares Python's GIL with the thread that launches the model's kernels. On a CPU the model is the cost and a
+    helper would take cores from it (Metal is not measured)."""
+    return device.startswith("cuda")
+
+
+def _selected(config: RunConfig, worker: int, workers: int, skip: set[int], repeated: frozenset[str]):
+    """(shard, document) of this worker's unfinished shards, in input order."""
+    documents = read_documents(list(config.inputs), config.id_field, config.text_field)
+    for number, document in enumerate(without_repeated_ids(documents, repeated)):
+        shard = number // config.shard_docs
+        if shard % workers == worker and shard not in skip:
+            yield shard, document
+
+
+def planned_documents(planner, selected: Iterable[tuple[int, Document]]) -> Iterator[tuple[int, Document, object]]:
+    """(shard, document, its ``rr_fast.document.Document`` or the error that stops it) for each selected document,
+    tokenized and planned by ``planner`` (an unreadable document's text is None: an error)."""
+    pending: deque = deque()
+
+    def texts():
+        for shard, document in selected:
+            pending.append((shard, document))
+            yield document.text
+
+    source_failure: list[BaseException] = []
+    for item in planner.prepare(texts(), "return", source_failure):
+        yield (*pending.popleft(), item)
+    if source_failure:
+        raise source_failure[0]
+
+
+# documents per message from the planning helper, and messages it may run ahead of the model: about 4 GPU batches of
+# documents of a few hundred tokens, bounded whatever their size by the characters per message
+HELPER_DOCUMENTS, HELPER_CHARS, HELPER_AHEAD = 128, 1 << 20, 8
+
+
+class _PlanningHelper:
+    """A process that reads this worker's documents, tokenizes and plans them (``planned_documents``) and sends
+    them on in order through a pipe, while this process runs the model; iterating gives what it sends.
+
+    It is a plain subprocess, not ``multiprocessing``'s, so that a script calling ``run`` needs no ``__main__``
+    guard. It loads only the tokenizer, dies with this process (``_die_with``), runs at most HELPER_AHEAD messages
+    ahead, and a failure there ends the run as one line here.
+    """
+
+    def __init__(self, config, worker, workers, skip, repeated, folder: str):
+        import pickle
+        import subprocess
+
+        read, write = os.pipe()
+        package_root = str(Path(__file__).resolve().parents[1])  # importable there however it is here
+        path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from rr_fast.corpus import _plan_in_helper; _plan_in_helper()"],
+            stdin=subprocess.PIPE,
+            pass_fds=(write,),
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        os.close(write)
+        self.connection = Connection(read)
+        self.waited = 0.0  # seconds this process spent waiting for the helper's documents
+        try:
+            self.process.stdin.write(
+                pickle.dumps((config, worker, workers, skip, repeated, folder, write, os.getpid()))
+            )
+            self.process.stdin.close()
+        except OSError:  # it ended already: iterating says so
+            pass
+
+    def __enter__(self) -> _PlanningHelper:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait()
+        self.connection.close()
+
+    def __iter__(self):
+        while True:
+            started = time.perf_counter()
+            try:
+                kind, payload = self.connection.recv()
+            except EOFError:
+                raise RRFastError(
+                    f"the process planning the documents ended unexpectedly (exit code {self.process.wait()})"
+                ) from None
+            self.waited += time.perf_counter() - started
+            if kind == "planned":
+                yield from payload
+            elif kind == "end":
+                return
+            else:
+                raise RRFastError(payload)
+
+
+def _plan_in_helper() -> None:
+    """The planning helper's process: its arguments pickled on stdin, its messages out through the pipe it was
+    given, sent by a thread so that planning runs ahead while the pipe is full."""
+    import pickle
+    import queue
+
+    config, worker, workers, skip, repeated, folder, fd, parent = pickle.load(sys.stdin.buffer)
+    _die_with(parent)
+    connection = Connection(fd)
+    outbox: queue.Queue = queue.Queue(maxsize=HELPER_AHEAD)
+
+    def send():
+        while True:
+            message = outbox.get()
+            try:
+                connection.send(message)
+            except OSError:  # the run stopped reading: it has ended or is ending this process
+                os._exit(0)
+            if message[0] != "planned":
+                return
+
+    sender = threading.Thread(target=send, name="rr-fast planner send")
+    sender.start()
+    batch: list = []
+    try:
+        from rr_fast.document import Planner
+        from rr_fast.tokenizer import load_tokenizer
+
+        resolved = config.resolved
+        planner = Planner(load_tokenizer(folder), resolved.config, resolved.limits)
+        chars = 0
+        for item in planned_documents(planner, _selected(config, worker, workers, skip, repeated)):
+            batch.append(item)
+            chars += len(item[1].text or "")
+            if len(batch) == HELPER_DOCUMENTS or chars >= HELPER_CHARS:
+                outbox.put(("planned", batch))
+                batch, chars = [], 0
+        outbox.put(("planned", batch))
+        outbox.put(("end", None))
+    except Exception as error:  # the documents before it are chunked first, as in one process
+        outbox.put(("planned", batch))
+        outbox.put(("failed", f"{error}" if isinstance(error, RRFastError) else f"{type(error).__name__}: {error}"))
+    sender.join()
 
 
 def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: Scan) -> None:
@@ -160,33 +306,35 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
     queue = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // workers)
     parent = os.getpid()
+    # not daemonic, so that a worker may start its planning helper; they end with this function however it ends
     processes = [
-        context.Process(
-            target=_process_main,
-            args=(config, w, workers, devices[w], threads, queue, found.repeated, parent),
-            daemon=True,
-        )
+        context.Process(target=_process_main, args=(config, w, workers, devices[w], threads, queue, found, parent))
         for w in range(workers)
     ]
-    for process in processes:
-        process.start()
     running, failure = workers, None
-    while running:
-        kind, *payload = queue.get()
-        if kind == "progress":
-            bar.update(*payload)
-        elif kind == "done":
-            running -= 1
-        else:  # "failed"
-            running -= 1
-            failure = failure or payload[0]
-    for process in processes:
-        process.join()
+    try:
+        for process in processes:
+            process.start()
+        while running:
+            kind, *payload = queue.get()
+            if kind == "progress":
+                bar.update(*payload)
+            elif kind == "done":
+                running -= 1
+            else:  # "failed"
+                running -= 1
+                failure = failure or payload[0]
+    finally:
+        for process in processes:
+            if running and process.is_alive():  # interrupted: no worker may commit another shard
+                process.terminate()
+            if process.pid is not None:
+                process.join()
     if failure:
         raise RRFastError(failure)
 
 
-def _process_main(config, worker, workers, device, threads, queue, repeated, parent) -> None:
+def _process_main(config, worker, workers, device, threads, queue, found, parent) -> None:
     _die_with(parent)
     if device is None or device == "cpu":
         import torch
@@ -199,7 +347,7 @@ def _process_main(config, worker, workers, device, threads, queue, repeated, par
             workers,
             device,
             lambda d, t: queue.put(("progress", d, t)),
-            repeated,
+            found,
             before_commit=lambda: _exit_if_orphaned(parent),
         )
         queue.put(("done",))

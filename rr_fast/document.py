@@ -8,6 +8,8 @@ fallback the DP may use where the length limits leave no candidate.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rr_fast.config import ChunkerConfig
@@ -18,6 +20,9 @@ from rr_fast.structure import Plan, analyse, plan
 from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize_many
 
 BOM = "\ufeff"
+# texts read and tokenized together, up to this many or this many characters (the engine keeps about as many
+# documents of a few hundred tokens open on a CPU anyway)
+PREPARE_GROUP, PREPARE_CHARS = 32, 1 << 20
 # The fixed-count DP keeps a (K + 1) × (edges + 2) float64 table; beyond this, refuse rather than thrash.
 FIXED_COUNT_TABLE_BYTES = 2 << 30
 
@@ -35,6 +40,69 @@ class Document:
     clean: Edges
     scored: Edges
     plan: Plan | None
+
+
+class Planner:
+    """Texts to planned ``Document``s: tokenized and given their candidate edges. It needs the tokenizer and the
+    configuration, not the model, so corpus mode can run it in a helper process beside the model's.
+
+    ``timings["tokenization"]`` adds up the tokenizer's seconds.
+    """
+
+    def __init__(self, tokenizer, config: ChunkerConfig, limits: Limits, timings: dict[str, float] | None = None):
+        self.tokenizer, self.config, self.limits = tokenizer, config, limits
+        self.timings = timings if timings is not None else {}
+
+    def prepare(self, texts: Iterable, errors: str, source_failure: list) -> Iterator[Document | RRFastError]:
+        """Each text tokenized and planned, in order (with errors="return", a text's error in its place).
+
+        Texts are read and tokenized in groups (PREPARE_GROUP texts or PREPARE_CHARS characters: one batch call of
+        the tokenizer, on all the CPU's cores). An error of the iterable itself ends them, after the texts before
+        it, and is kept in ``source_failure`` for the caller to raise once those are done.
+        """
+        source, ended = iter(texts), False
+        while not ended:
+            group: list = []
+            chars = 0
+            while len(group) < PREPARE_GROUP and chars < PREPARE_CHARS:
+                try:
+                    group.append(next(source))
+                    chars += len(group[-1]) if isinstance(group[-1], str) else 0
+                except StopIteration:
+                    ended = True
+                    break
+                except Exception as error:
+                    source_failure.append(error)
+                    ended = True
+                    break
+            if not group:
+                return
+            started = time.perf_counter()
+            try:
+                tokenized = texts_tokens(self.tokenizer, group)
+            except Exception:  # a tokenizer's own failure on exotic input: each text alone, to say which
+                tokenized = [None] * len(group)
+            self._add_time(started)
+            for text, tokens in zip(group, tokenized):
+                try:
+                    if isinstance(tokens, RRFastError):
+                        raise tokens
+                    if tokens is None:
+                        started = time.perf_counter()
+                        tokens = text_tokens(self.tokenizer, text)
+                        self._add_time(started)
+                    yield plan_document(text, tokens, self.config, self.limits)
+                except RRFastError as error:
+                    if errors == "raise":
+                        raise
+                    yield error
+                except Exception as error:  # a tokenizer's own failure on exotic input
+                    if errors == "raise":
+                        raise
+                    yield RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
+
+    def _add_time(self, started: float) -> None:
+        self.timings["tokenization"] = self.timings.get("tokenization", 0.0) + time.perf_counter() - started
 
 
 def text_tokens(tokenizer, text: str) -> Tokens:

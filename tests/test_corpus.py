@@ -306,3 +306,43 @@ def test_lone_surrogates_in_ids_texts_and_file_names_are_errors_not_a_failed_run
     errors = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [e["doc_id"] for e in errors] == ["\\ud800", "bad text", "caf\\udcff.txt"]
     assert "lone surrogate" in errors[1]["reason"] and all("not valid Unicode" in e["reason"] for e in errors)
+
+
+def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, monkeypatch):
+    """On a CUDA GPU a helper process reads, tokenizes and plans the documents; forced here on the CPU, with
+    unreadable, empty and repeated documents among them, the shards are byte for byte the in-process run's."""
+    import rr_fast.corpus
+
+    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))]
+    records[3:3] = [{"id": "empty", "text": "  "}, {"id": "no-text"}, {"id": "d1", "text": "again"}]
+    data = write_jsonl(tmp_path / "a.jsonl", records)
+    here, helper = tmp_path / "here", tmp_path / "helper"
+    assert main([str(data), "-o", str(here), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
+    started = []
+    monkeypatch.setattr(rr_fast.corpus, "plans_in_helper", lambda device: True)
+    monkeypatch.setattr(rr_fast.corpus, "HELPER_DOCUMENTS", 2)  # several messages, split inside shards
+    original = rr_fast.corpus._PlanningHelper.__init__
+    monkeypatch.setattr(
+        rr_fast.corpus._PlanningHelper, "__init__", lambda self, *a: (started.append(1), original(self, *a))[1]
+    )
+    assert main([str(data), "-o", str(helper), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
+    assert started
+    assert output_files(helper) == output_files(here)
+
+
+def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
+    from rr_fast.corpus import RunConfig, _PlanningHelper
+    from rr_fast.errors import RRFastError
+
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))])
+    config = RunConfig((str(data),), str(tmp_path / "out"), "id", "text", 2, {"model": tiny, "backend": "torch"})
+    with _PlanningHelper(config, 0, 1, set(), frozenset(), str(tmp_path / "no-model")) as helper:
+        with pytest.raises(RRFastError, match="no-model"):
+            list(helper)
+    with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
+        helper.process.kill()
+        helper.process.wait()
+        with pytest.raises(RRFastError, match="ended unexpectedly"):
+            list(helper)
+    with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
+        assert [(shard, document.doc_id) for shard, document, _ in helper] == [(0, "d0"), (0, "d1"), (1, "d2")]

@@ -157,11 +157,11 @@ def test_a_failing_iterable_keeps_the_texts_read_before_it(chunker, errors):
 
 def test_texts_read_in_small_groups_give_the_same_results(chunker, monkeypatch):
     """Texts are tokenized in groups; group edges fall between every pair here, errors and a failing source too."""
-    import rr_fast.chunker
+    import rr_fast.document
 
     texts = [TEXTS[0], "   ", 42, "lone surrogate \ud800 here", *TEXTS[1:]]
     expected = list(chunker.chunk_many(texts, errors="return"))
-    monkeypatch.setattr(rr_fast.chunker, "PREPARE_GROUP", 2)
+    monkeypatch.setattr(rr_fast.document, "PREPARE_GROUP", 2)
     got = list(chunker.chunk_many(texts, errors="return"))
     assert [str(r) if isinstance(r, RRFastError) else r for r in got] == [
         str(r) if isinstance(r, RRFastError) else r for r in expected

@@ -24,7 +24,11 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
     engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (plain.GPU_TILE_ELEMENTS 0),
                  and the scores' largest difference from the engine row's
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
-    balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state
+    balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state; on CUDA a helper
+                 process reads, tokenizes and plans the documents (rr_fast.corpus.plans_in_helper), so this row's
+                 split has no tokenization but the time the model's process waited for the planner
+    balanced_x4_in_process  the same, planned between the model's calls in the model's process, as on a CPU
+    balanced_x16 the default on the corpus repeated 16 times (~1.8M tokens): the model load amortised
     fast         the fast preset on the corpus
     balanced_lr  the default with the two-pass lr readout its attention head was distilled from
     quality      float32, exact normalizer, on the corpus's first ~20k tokens only
@@ -109,6 +113,14 @@ def prepare(
     (out / "tokenizer.json.gz").write_bytes(gzip.compress((model / "tokenizer.json").read_bytes(), mtime=0))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"prepared {len(rows)} documents, {streams} streams in {out} ({size / 2**20:.1f} MiB)")
+
+
+def repeated_corpus(rows: list[dict], times: int, scratch: Path) -> Path:
+    """The corpus ``times`` over, each copy's ids prefixed by its number (ids must be unique)."""
+    path = scratch / f"corpus_x{times}.jsonl"
+    if not path.exists():
+        write_jsonl(path, [{"id": f"{k}/{r['id']}", "text": r["text"]} for k in range(times) for r in rows])
+    return path
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -336,6 +348,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="a shrunk model on the CPU: checks the script runs")
     parser.add_argument("--out", help="results folder (result.json, profile.txt); default INPUTS/results")
     parser.add_argument("--seconds", type=float, default=420, help="budget: later rows that would not fit are skipped")
+    parser.add_argument("--rows", help="comma-separated rows to run (default every row; balanced always runs)")
     args = parser.parse_args(argv)
     begun = time.perf_counter()
     inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
@@ -376,7 +389,11 @@ def main(argv: list[str] | None = None) -> dict:
         (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
         print(row, json.dumps(result[row]), flush=True)
 
+    wanted = set(args.rows.split(",")) if args.rows else None
+
     def fits(name: str, estimate: float) -> bool:
+        if wanted is not None and name not in wanted:
+            return False
         if time.perf_counter() - begun + estimate <= args.seconds:
             return True
         result["skipped"].append(name)
@@ -422,10 +439,22 @@ def main(argv: list[str] | None = None) -> dict:
         result["profile"] = profile_row(default, texts, device, out / "profile.txt")
         save("profile")
     if fits("balanced_x4", REPEAT * wall):
-        repeated = [{"id": f"{k}/{r['id']}", "text": r["text"]} for k in range(REPEAT) for r in rows]
-        data = write_jsonl(scratch / "corpus_x4.jsonl", repeated)
-        result["balanced_x4"], _ = corpus_row(data, "balanced", device, scratch)
+        result["balanced_x4"], _ = corpus_row(repeated_corpus(rows, REPEAT, scratch), "balanced", device, scratch)
         save("balanced_x4")
+    if fits("balanced_x4_in_process", REPEAT * wall):
+        import rr_fast.corpus
+
+        in_helper, rr_fast.corpus.plans_in_helper = rr_fast.corpus.plans_in_helper, lambda device: False
+        try:
+            data = repeated_corpus(rows, REPEAT, scratch)
+            result["balanced_x4_in_process"], _ = corpus_row(data, "balanced", device, scratch)
+        finally:
+            rr_fast.corpus.plans_in_helper = in_helper
+        save("balanced_x4_in_process")
+    if fits("balanced_x16", 4 * REPEAT * wall):
+        data = repeated_corpus(rows, 4 * REPEAT, scratch)
+        result["balanced_x16"], _ = corpus_row(data, "balanced", device, scratch)
+        save("balanced_x16")
     if fits("fast", wall):
         result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
         save("fast")
@@ -449,17 +478,17 @@ def print_table(result: dict, peak: float) -> None:
           f"{result['weights']}, vocabulary {result['vocabulary']:,}")  # fmt: skip
     print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
           + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
-    split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp")
-    print(f"{'row':12} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
-          + " ".join(f"{name + ' s':>15}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
-    names = ("balanced", "balanced_x4", "fast", "balanced_lr", "quality")
+    split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp", "waiting for the planner")
+    print(f"{'row':22} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
+          + " ".join(f"{name[:14] + ' s':>16}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
+    names = ("balanced", "balanced_x4", "balanced_x4_in_process", "balanced_x16", "fast", "balanced_lr", "quality")
     for name in names:
         if name in result:
             r = result[name]
             gib = "-" if r["max_memory_gib"] is None else f"{r['max_memory_gib']:.1f}"
             cells = [f"{r['source_tokens']:8,}", f"{r['wall_s']:7.1f}", f"{r['tokens_per_s']:8,.0f}"]
-            cells += [f"{r['split_s'].get(part, 0.0):15.2f}" for part in split]
-            print(f"{name[:12]:12} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
+            cells += [f"{r['split_s'].get(part, 0.0):16.2f}" for part in split]
+            print(f"{name:22} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
     if "quality" in result:
         print(f"quality: {result['quality']['note']}")
     for name in ("engine", "engine_tile256"):
