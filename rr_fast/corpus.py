@@ -192,6 +192,9 @@ def planned_documents(planner, selected: Iterable[tuple[int, Document]]) -> Iter
 # documents per message from the planning helper, and messages it may run ahead of the model: about 4 GPU batches of
 # documents of a few hundred tokens, bounded whatever their size by the characters per message
 HELPER_DOCUMENTS, HELPER_CHARS, HELPER_AHEAD = 128, 1 << 20, 8
+# the helper's tokenizer threads: a quarter of the cores keeps it ahead of the GPU, where all of them would contend
+# with the model process's own threads (loading the weights, launching kernels)
+HELPER_THREADS = max(1, (os.cpu_count() or 1) // 4)
 
 
 class _PlanningHelper:
@@ -214,7 +217,7 @@ class _PlanningHelper:
             [sys.executable, "-c", "from rr_fast.corpus import _plan_in_helper; _plan_in_helper()"],
             stdin=subprocess.PIPE,
             pass_fds=(write,),
-            env={**os.environ, "PYTHONPATH": path},
+            env={**os.environ, "PYTHONPATH": path, "RAYON_NUM_THREADS": str(HELPER_THREADS)},
         )
         os.close(write)
         self.connection = Connection(read)
