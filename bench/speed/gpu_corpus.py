@@ -28,7 +28,7 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  process reads, tokenizes and plans the documents (rr_fast.corpus.plans_in_helper), so this row's
                  split has no tokenization but the time the model's process waited for the planner
     balanced_x4_in_process  the same, planned between the model's calls in the model's process, as on a CPU
-    balanced_x16 the default on the corpus repeated 16 times (~1.8M tokens): the model load amortised
+    balanced_x16, balanced_x16_in_process  the same on the corpus repeated 16 times (~1.8M tokens)
     fast         the fast preset on the corpus
     balanced_lr  the default with the two-pass lr readout its attention head was distilled from
     quality      float32, exact normalizer, on the corpus's first ~20k tokens only
@@ -49,6 +49,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,20 @@ def prepare(
     (out / "tokenizer.json.gz").write_bytes(gzip.compress((model / "tokenizer.json").read_bytes(), mtime=0))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"prepared {len(rows)} documents, {streams} streams in {out} ({size / 2**20:.1f} MiB)")
+
+
+@contextmanager
+def planned_in_process(yes: bool):
+    """Corpus mode planning its documents between the model's calls, as on a CPU, instead of in a helper."""
+    import rr_fast.corpus
+
+    in_helper = rr_fast.corpus.plans_in_helper
+    if yes:
+        rr_fast.corpus.plans_in_helper = lambda device: False
+    try:
+        yield
+    finally:
+        rr_fast.corpus.plans_in_helper = in_helper
 
 
 def repeated_corpus(rows: list[dict], times: int, scratch: Path) -> Path:
@@ -438,23 +453,14 @@ def main(argv: list[str] | None = None) -> dict:
         texts = [r["text"] for r in first(PROFILE_TOKENS)]
         result["profile"] = profile_row(default, texts, device, out / "profile.txt")
         save("profile")
-    if fits("balanced_x4", REPEAT * wall):
-        result["balanced_x4"], _ = corpus_row(repeated_corpus(rows, REPEAT, scratch), "balanced", device, scratch)
-        save("balanced_x4")
-    if fits("balanced_x4_in_process", REPEAT * wall):
-        import rr_fast.corpus
-
-        in_helper, rr_fast.corpus.plans_in_helper = rr_fast.corpus.plans_in_helper, lambda device: False
-        try:
-            data = repeated_corpus(rows, REPEAT, scratch)
-            result["balanced_x4_in_process"], _ = corpus_row(data, "balanced", device, scratch)
-        finally:
-            rr_fast.corpus.plans_in_helper = in_helper
-        save("balanced_x4_in_process")
-    if fits("balanced_x16", 4 * REPEAT * wall):
-        data = repeated_corpus(rows, 4 * REPEAT, scratch)
-        result["balanced_x16"], _ = corpus_row(data, "balanced", device, scratch)
-        save("balanced_x16")
+    for times in (REPEAT, 4 * REPEAT):  # the steady state, planned in the helper (on CUDA) and in the model's process
+        for where in ("", "_in_process"):
+            name = f"balanced_x{times}{where}"
+            if fits(name, times * wall):
+                data = repeated_corpus(rows, times, scratch)
+                with planned_in_process(bool(where)):
+                    result[name], _ = corpus_row(data, "balanced", device, scratch)
+                save(name)
     if fits("fast", wall):
         result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
         save("fast")
@@ -481,7 +487,8 @@ def print_table(result: dict, peak: float) -> None:
     split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp", "waiting for the planner")
     print(f"{'row':22} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
           + " ".join(f"{name[:14] + ' s':>16}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
-    names = ("balanced", "balanced_x4", "balanced_x4_in_process", "balanced_x16", "fast", "balanced_lr", "quality")
+    names = ("balanced", *(f"balanced_x{n}{w}" for n in (REPEAT, 4 * REPEAT) for w in ("", "_in_process")))
+    names += ("fast", "balanced_lr", "quality")
     for name in names:
         if name in result:
             r = result[name]
