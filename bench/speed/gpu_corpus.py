@@ -230,7 +230,18 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
     config = RunConfig(
         (str(data),), str(out), "id", "text", 256, {"preset": preset, "backend": "torch", "device": device, **changes}
     )
+    loading: dict[str, float] = {}
+    tokenizer_loader = rr_fast.chunker.load_tokenizer
+
+    def timed_tokenizer(folder):  # the tokenizer's share of the model load
+        started = time.perf_counter()
+        try:
+            return tokenizer_loader(folder)
+        finally:
+            loading["tokenizer load"] = time.perf_counter() - started
+
     original, rr_fast.chunker.Chunker = rr_fast.chunker.Chunker, Recorded
+    rr_fast.chunker.load_tokenizer = timed_tokenizer
     memory_start(device)
     try:
         sync(device)
@@ -240,6 +251,7 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
         wall = time.perf_counter() - started
     finally:
         rr_fast.chunker.Chunker = original
+        rr_fast.chunker.load_tokenizer = tokenizer_loader
     tokens = sum(
         int(pq.read_table(out / s["file"], columns=["token_count"])["token_count"].to_numpy().sum())
         for s in manifest["shards"]
@@ -265,7 +277,7 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
         "tokens_per_s_after_load": tokens / (wall - load),
-        "split_s": dict(chunker.timings),
+        "split_s": {**chunker.timings, **loading},
         "batch_tokens": chunker.engine.batch_tokens,
         "max_memory_gib": memory_peak_gib(device),
     }, chunker
@@ -484,7 +496,8 @@ def print_table(result: dict, peak: float) -> None:
           f"{result['weights']}, vocabulary {result['vocabulary']:,}")  # fmt: skip
     print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
           + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
-    split = ("model load", "full pass", "reset windows", "readouts", "tokenization", "dp", "waiting for the planner")
+    split = ("model load", "tokenizer load", "full pass", "reset windows", "readouts", "tokenization", "dp")
+    split += ("waiting for the planner",)
     print(f"{'row':22} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
           + " ".join(f"{name[:14] + ' s':>16}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
     names = ("balanced", *(f"balanced_x{n}{w}" for n in (REPEAT, 4 * REPEAT) for w in ("", "_in_process")))
