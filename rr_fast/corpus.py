@@ -195,9 +195,6 @@ HELPER_DOCUMENTS, HELPER_CHARS, HELPER_AHEAD = 128, 1 << 20, 8
 # the helper's tokenizer threads: a quarter of the cores kept it ahead of one H200 (the model's process waited under
 # 0.7 s in all over 1.8M tokens) and leaves the others to the model's process
 HELPER_THREADS = max(1, (os.cpu_count() or 1) // 4)
-# and it yields the CPU to the model's process: loading the weights runs on every core, and one busy core slows
-# such a parallel step down to its slowest thread
-HELPER_NICENESS = 10
 
 
 class _PlanningHelper:
@@ -268,7 +265,6 @@ def _plan_in_helper() -> None:
 
     config, worker, workers, skip, repeated, folder, fd, parent = pickle.load(sys.stdin.buffer)
     _die_with(parent)
-    os.nice(HELPER_NICENESS)
     connection = Connection(fd)
     outbox: queue.Queue = queue.Queue(maxsize=HELPER_AHEAD)
 
