@@ -16,7 +16,7 @@ from rr_fast.document import Document
 from rr_fast.lengths import MODEL, LengthUnit
 from rr_fast.overlap import with_context
 from rr_fast.segment import Segmentation
-from rr_fast.structure import TIERS
+from rr_fast.structure import TIERS, heading_paths
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class Chunk:
     length: int | None = None  # in the Chunker's length_unit (model tokens by default)
     context_before: str = ""  # up to `overlap` units of the previous chunk; not part of text or offsets
     context_after: str = ""  # up to `overlap` units of the next chunk
+    # titles of the Markdown or MediaWiki headings whose sections hold the chunk's first non-blank character,
+    # outermost first: what a retrieval pipeline can embed with the chunk (empty for text without headings)
+    headings: tuple[str, ...] = ()
 
 
 class ChunkResult(list):
@@ -90,6 +93,10 @@ def assemble(
         chunks = [replace(c, inside=inside.get(int(cut))) for c, cut in zip(chunks, result.cuts)] + chunks[
             len(result.cuts) :
         ]
+    structure = document.structure
+    if structure is not None and structure.headings.any():
+        firsts = [c.start + len(c.text) - len(c.text.lstrip()) for c in chunks]
+        chunks = [replace(c, headings=path) for c, path in zip(chunks, heading_paths(document.text, structure, firsts))]
     if config.length_unit != MODEL:
         chunks = [replace(c, length=unit.count(c.text)) for c in chunks]
     if config.overlap:

@@ -4,7 +4,7 @@ Inputs are JSONL files, Parquet files, or folders of ``.txt``/``.md`` files (the
 the document id). The output folder's layout, manifest and lock are ``rr_fast.corpus_files``'s, the same for a
 run on one machine and on Ray (``--ray``): shard k holds documents [k·S, (k+1)·S) as ``part-0000k.parquet``:
 
-    doc_id, chunk_index, chunk_id (doc_id:index), start, end, token_count, text, score, forced
+    doc_id, chunk_index, chunk_id (doc_id:index), start, end, token_count, text, score, forced, headings
 
 and the documents that could not be chunked (id and reason) in ``errors-0000k.jsonl``, gathered at the end
 into ``errors.jsonl``. A shard exists exactly when all its documents are done, so ``--resume`` after a crash,

@@ -34,7 +34,7 @@ from typing import Any
 from rr_fast.config import Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
 
-COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced")
+COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced", "headings")
 TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 DUPLICATE_ID = "duplicate doc_id: another document has the same id (ids must be unique)"
@@ -74,6 +74,7 @@ def schema():
             ("text", pa.string()),
             ("score", pa.float64()),
             ("forced", pa.bool_()),
+            ("headings", pa.list_(pa.string())),
         ]
     )
 
@@ -302,6 +303,7 @@ def chunk_rows(doc_id: str, chunks: list) -> list[dict]:
             "text": c.text,
             "score": c.score,
             "forced": c.forced,
+            "headings": list(c.headings),
         }
         for c in chunks
     ]

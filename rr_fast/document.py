@@ -16,7 +16,7 @@ from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.lengths import MODEL
 from rr_fast.segment import Limits
-from rr_fast.structure import Plan, analyse, plan
+from rr_fast.structure import Plan, Structure, analyse, plan
 from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize_many
 
 BOM = "\ufeff"
@@ -32,7 +32,8 @@ class Document:
     """One text on its way through the pipeline: its tokens and the edges the model scores.
 
     ``plan`` is set for structured text (levels and fallback tiers of every clean edge); without it the
-    paper's candidates are scored and every other clean edge is a fallback.
+    paper's candidates are scored and every other clean edge is a fallback. ``structure``: the text's lines and
+    headings (None for text without structure).
     """
 
     text: str
@@ -40,6 +41,7 @@ class Document:
     clean: Edges
     scored: Edges
     plan: Plan | None
+    structure: Structure | None = None
 
 
 class Planner:
@@ -146,7 +148,7 @@ def plan_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limi
     else:
         layout = plan(text, clean.tokens, clean.chars, tokens.starts, structure, config.step, limits.max_tokens)
         scored = Edges(layout.tokens[layout.scored], layout.chars[layout.scored])
-        document = Document(text, tokens, clean, scored, layout)
+        document = Document(text, tokens, clean, scored, layout, structure)
     if config.num_chunks is not None and config.length_unit == MODEL:
         # the fixed-count DP cuts only at candidates (structured text: at any clean edge, tiers apart)
         possible = len(clean.tokens) if document.plan is not None else len(document.scored.tokens)

@@ -6,7 +6,8 @@ keeps cuts at ``SENTENCE`` or above as candidates, adds a calibrated prior per l
 percentile utility, and falls back to word boundaries, then to any token boundary, then to cuts inside a unit,
 only where nothing better keeps the length limits feasible (``TIERS``).
 
-Modes: ``markdown`` adds headings (``#`` lines), code fences and tables to what ``plain`` knows (blank lines,
+Modes: ``markdown`` adds headings (``#`` lines, and MediaWiki's ``== Title ==`` lines, which Wikipedia dumps and
+the WikiText corpora write as `` = = Title = = ``), code fences and tables to what ``plain`` knows (blank lines,
 list items, line breaks); ``auto`` is ``markdown`` when Markdown constructs are present, ``plain`` when the
 text has blank lines, list items or lines that mostly end sentences, and ``none`` otherwise; ``none`` is the
 paper's candidate set (word-boundary grid plus sentence ends, no priors). Text without line breaks, or whose
@@ -59,6 +60,8 @@ PRIORS: dict[Level, float] = {
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^ {0,3}#{1,6}(\s|$)")
+# "== Title ==", and " = = Title = = " as WikiText writes it: as many "=" on each side, one to six
+_WIKI_HEADING = re.compile(r"^ {0,3}((?:= ?){1,6})\s*([^=\s](?:.*[^=\s])?)\s*((?: ?=){1,6})\s*$")
 _ITEM = re.compile(r"^\s*([-*+•]|\d{1,3}[.)])\s+\S")
 _TABLE_ROW = re.compile(r"^\s*\|")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
@@ -103,7 +106,7 @@ def detect(text: str) -> str:
         return "none"
     lines = text.splitlines()
     for line in lines:
-        if _HEADING.match(line) or _FENCE.match(line) or _TABLE_RULE.match(line) and "|" in line:
+        if is_heading(line) or _FENCE.match(line) or _TABLE_RULE.match(line) and "|" in line:
             return "markdown"
     if any(not line.strip() for line in lines[1:-1]) or any(_ITEM.match(line) for line in lines):
         return "plain"
@@ -125,7 +128,7 @@ def analyse(text: str, mode: str = "auto") -> Structure:
     items = np.array([bool(_ITEM.match(line)) for line in lines], dtype=bool)
     units: list[Unit] = []
     if mode == "markdown":
-        headings = np.array([bool(_HEADING.match(line)) for line in lines], dtype=bool)
+        headings = np.array([is_heading(line) for line in lines], dtype=bool)
         units = _units(lines, starts, text)
         for unit in units:  # a unit's first line is a block start like a list item; inside it nothing is
             first = int(np.searchsorted(starts, unit.start))
@@ -133,6 +136,41 @@ def analyse(text: str, mode: str = "auto") -> Structure:
             inner = (starts > unit.start) & (starts < unit.end)
             headings[inner] = items[inner] = False
     return Structure(mode, starts, headings, items, blank, tuple(units), tuple(u.start for u in units))
+
+
+def is_heading(line: str) -> bool:
+    return heading(line) is not None
+
+
+def heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of a Markdown ``#`` heading line or a MediaWiki ``==`` one; None for any other line."""
+    if _HEADING.match(line):
+        stripped = line.strip()
+        level = len(stripped) - len(stripped.lstrip("#"))
+        return level, re.sub(r"\s+#+$", "", stripped[level:].strip()).strip()
+    wiki = _WIKI_HEADING.match(line.rstrip("\r\n"))
+    if wiki and wiki.group(1).count("=") == wiki.group(3).count("="):
+        return wiki.group(1).count("="), wiki.group(2)
+    return None
+
+
+def heading_paths(text: str, structure: Structure, offsets: list[int]) -> list[tuple[str, ...]]:
+    """For each character offset, the titles of the headings whose sections hold it, outermost first: a heading
+    ends the sections of its own level and deeper. Retrieval pipelines embed this path with a chunk (LlamaIndex's
+    Markdown parser keeps the same path), so a chunk deep in a section still says what it is about."""
+    rows = np.flatnonzero(structure.headings)
+    if not len(rows):
+        return [()] * len(offsets)
+    ends = np.append(structure.line_starts[1:], len(text))
+    paths, open_sections = [], []
+    for row in rows.tolist():
+        level, title = heading(text[structure.line_starts[row] : ends[row]])
+        while open_sections and open_sections[-1][0] >= level:
+            open_sections.pop()
+        open_sections.append((level, title))
+        paths.append(tuple(t for _, t in open_sections))
+    last = np.searchsorted(structure.line_starts[rows], offsets, side="right") - 1
+    return [paths[k] if k >= 0 else () for k in last.tolist()]
 
 
 def _units(lines: list[str], starts: np.ndarray, text: str) -> list[Unit]:

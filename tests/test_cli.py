@@ -27,6 +27,7 @@ def test_jsonl_chunks(tiny, sample, capsys):
         "length",
         "context_before",
         "context_after",
+        "headings",
     }
     assert all(SAMPLE_TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
 

@@ -63,7 +63,8 @@ def test_jsonl_parquet_and_folder_inputs_with_errors(tiny, tmp_path):
     folder = tmp_path / "docs"
     (folder / "sub").mkdir(parents=True)
     (folder / "one.txt").write_text(texts[0])
-    (folder / "sub" / "two.md").write_text(texts[1])
+    markdown = f"# Ships\n\n{texts[1]}\n\n## Storms\n\n{texts[2]}\n"  # its chunks carry their heading path
+    (folder / "sub" / "two.md").write_text(markdown)
     (folder / "bad.txt").write_bytes(b"caf\xe9 au lait")
     (folder / "skip.csv").write_text("not a text file")
     out = tmp_path / "out"
@@ -73,7 +74,7 @@ def test_jsonl_parquet_and_folder_inputs_with_errors(tiny, tmp_path):
     rows = read_output(out)
     assert list(rows[0]) == list(COLUMNS)
     chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
-    sources = {f"d{i}": t for i, t in enumerate(texts)} | {"one.txt": texts[0], "sub/two.md": texts[1]}
+    sources = {f"d{i}": t for i, t in enumerate(texts)} | {"one.txt": texts[0], "sub/two.md": markdown}
     by_doc: dict[str, list[dict]] = {}
     for row in rows:
         by_doc.setdefault(row["doc_id"], []).append(row)
@@ -86,6 +87,8 @@ def test_jsonl_parquet_and_folder_inputs_with_errors(tiny, tmp_path):
             (c.start, c.end, c.token_count, c.forced) for c in expected
         ]
         assert [r["score"] for r in doc_rows] == pytest.approx([c.score for c in expected], nan_ok=True, abs=1e-9)
+        assert [tuple(r["headings"]) for r in doc_rows] == [c.headings for c in expected]
+    assert {tuple(r["headings"]) for r in by_doc["sub/two.md"]} >= {("Ships",), ("Ships", "Storms")}
     errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
     reasons = {e["doc_id"]: e["reason"] for e in errors}
     assert set(reasons) == {"empty", "no-text", "a.jsonl:6", "bad.txt"}

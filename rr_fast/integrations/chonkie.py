@@ -66,6 +66,8 @@ class RRChunker(chunker_base.BaseChunker):
         metadata = {"cut_score": chunk.score, "model_tokens": chunk.token_count}
         if chunk.context_before or chunk.context_after:
             metadata.update(context_before=chunk.context_before, context_after=chunk.context_after)
+        if chunk.headings:
+            metadata["headings"] = list(chunk.headings)
         return chonkie_types.Chunk(
             text=chunk.text,
             start_index=chunk.start,

@@ -46,6 +46,8 @@ class RRDocumentSplitter:
                 )
                 if chunk.context_before or chunk.context_after:
                     meta.update(context_before=chunk.context_before, context_after=chunk.context_after)
+                if chunk.headings:
+                    meta["headings"] = list(chunk.headings)
                 out.append(haystack.Document(content=chunk.text, meta=meta))
         return {"documents": out}
 

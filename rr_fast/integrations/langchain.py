@@ -47,5 +47,7 @@ class RRTextSplitter(text_splitters.TextSplitter):
                 if chunk.context_before or chunk.context_after:
                     meta["context_before"] = chunk.context_before
                     meta["context_after"] = chunk.context_after
+                if chunk.headings:
+                    meta["headings"] = list(chunk.headings)
                 out.append(core_documents.Document(page_content=chunk.text, metadata=meta))
         return out

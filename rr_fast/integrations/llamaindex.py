@@ -50,6 +50,8 @@ class RRNodeParser(node_parser.NodeParser):
         metadata = dict(source.metadata) if self.include_metadata else {}
         if chunk.context_before or chunk.context_after:
             metadata.update(context_before=chunk.context_before, context_after=chunk.context_after)
+        if chunk.headings:  # as LlamaIndex's MarkdownNodeParser writes it; embedded with the text by default
+            metadata["header_path"] = "/" + "".join(f"{title}/" for title in chunk.headings)
         node = schema.TextNode(
             text=chunk.text,
             start_char_idx=chunk.start,
