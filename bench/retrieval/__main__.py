@@ -80,13 +80,17 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
         spans, seconds = _chunks(
             setting, condition, out / "chunks" / f"{condition.name}-{fingerprint}", scoring_seconds
         )
-        texts = [condition.corpora[c][d].text[s:e] for c, chunks in spans.items() for d, s, e in chunks]
+        texts = [
+            "".join(prefix) + condition.corpora[c][d].text[s:e]
+            for c, chunks in spans.items()
+            for d, s, e, *prefix in chunks
+        ]
         vectors = embed(texts, out / "vectors")
         per_question: dict = {}
         offset = 0
         by_corpus = {}
         for corpus, chunks in spans.items():
-            by_corpus[corpus] = (chunks, vectors[offset : offset + len(chunks)])
+            by_corpus[corpus] = ([chunk[:3] for chunk in chunks], vectors[offset : offset + len(chunks)])
             offset += len(chunks)
         for q, question in enumerate(questions):
             chunks, chunk_vectors = by_corpus[question.corpus]
@@ -94,7 +98,7 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
             for k, values in measured.items():
                 for metric, value in values.items():
                     per_question.setdefault(k, {}).setdefault(metric, []).append(round(float(value), 5))
-        lengths = [len(t) for t in texts]
+        lengths = [e - s for chunks in spans.values() for _, s, e, *_ in chunks]
         rows.append(
             {
                 "family": setting.family,
@@ -143,7 +147,7 @@ def _chunks(setting: Setting, condition: Condition, cache: Path, scoring_seconds
             started, replayed = time.process_time(), replayed_seconds()
             pieces = chunk(document.text)
             seconds += time.process_time() - started + earlier + replayed_seconds() - replayed
-            spans[corpus] += [(d, s, e) for s, e in pieces]
+            spans[corpus] += [(d, *piece) for piece in pieces]
     if not rr:
         cache.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"spans": spans, "seconds": seconds}), encoding="utf-8")

@@ -28,7 +28,7 @@ from bench.quality.metrics import partition
 from bench.quality.peers import align
 from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits, chunker_config
 
-Spans = list[tuple[int, int]]
+Spans = list[tuple]  # (start, end), or (start, end, what is embedded before the chunk's text)
 # rr-fast's limits sweep, (min, target, max) tokens and λ (None: the configuration's): retrieval-sized chunks up to
 # the product default (48/192/384), and a length term ten times the default's at two sizes (its own curve)
 LIMITS_SWEEP = (
@@ -314,10 +314,20 @@ def with_limits(chunker: Chunker, limits: Limits) -> Chunker:
     return other
 
 
+HEADINGS = "+embed=headings"  # a spec suffix: embed each chunk with its heading path, as LlamaIndex embeds metadata
+
+
+def heading_prefix(headings: tuple[str, ...]) -> str:
+    """What LlamaIndex embeds before a node's text for its ``header_path`` metadata (its default templates)."""
+    return f"header_path: /{''.join(f'{title}/' for title in headings)}\n\n" if headings else ""
+
+
 def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], float]]:
     """One setting per limits of the sweep (in the embedder's tokens with ``+length_unit=minilm``), and a function
-    giving a text's cached scoring CPU seconds."""
-    config = rr_config(spec)
+    giving a text's cached scoring CPU seconds. ``+embed=headings`` embeds each chunk with its heading path
+    (``Chunk.headings``) before its text; the metrics still count only the chunk's own characters."""
+    with_headings = HEADINGS in spec
+    config = rr_config(spec.replace(HEADINGS, ""))
     sweep = LIMITS_SWEEP if config.length_unit == "model" else EMBEDDER_SWEEP
     loaded: dict[str, Chunker] = {}
 
@@ -331,6 +341,8 @@ def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], 
             limited = with_limits(chunker(), Limits(low, high, target, weight))
 
             def chunk(text: str) -> Spans:
+                if with_headings:
+                    return [(c.start, c.end, heading_prefix(c.headings)) for c in limited.chunk(text)]
                 return [(c.start, c.end) for c in limited.chunk(text)]
 
             return chunk
