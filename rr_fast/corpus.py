@@ -126,11 +126,15 @@ def run_worker(
         chunker = Chunker(resolved, folder=folder)  # the helper starts on its tokenizer meanwhile
         planned = helper if helper is not None else planned_documents(chunker.planner, _selected(*selection))
         pending: deque = deque()
+        failure: list[BaseException] = []
 
         def prepared():
-            for shard, document, item in planned:
-                pending.append((shard, document))
-                yield item
+            try:
+                for shard, document, item in planned:
+                    pending.append((shard, document))
+                    yield item
+            except Exception as error:  # the input failed: the documents before it are chunked first
+                failure.append(error)
 
         rows: list[dict] = []
         errors: list[dict] = []
@@ -148,6 +152,8 @@ def run_worker(
             else:
                 rows.extend(chunk_rows(document.doc_id, result))
                 report_progress(1, sum(c.token_count for c in result))
+        if failure:  # the shard it stopped in is not complete
+            raise failure[0]
         if current is not None:
             before_commit()
             commit_shard(output, current, rows, errors)

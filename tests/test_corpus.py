@@ -349,3 +349,29 @@ def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
             list(helper)
     with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
         assert [(shard, document.doc_id) for shard, document, _ in helper] == [(0, "d0"), (0, "d1"), (1, "d2")]
+
+
+def test_an_input_that_fails_halfway_keeps_the_shards_before_it(tiny, tmp_path, monkeypatch, capsys):
+    """The documents read before the failure are chunked and their complete shards written; the run then stops with
+    one line, and --resume finishes it as an uninterrupted run would."""
+    import rr_fast.corpus
+
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))])
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    assert main([str(data), "-o", str(whole), "--shard-docs", "2", "-q", *options(tiny)]) == 0
+    reader, calls = rr_fast.corpus.read_documents, []
+
+    def failing_on_the_workers_read(*args):
+        calls.append(1)
+        for number, document in enumerate(reader(*args)):
+            if len(calls) > 1 and number == 5:
+                raise OSError("the disk went away")
+            yield document
+
+    monkeypatch.setattr(rr_fast.corpus, "read_documents", failing_on_the_workers_read)
+    assert main([str(data), "-o", str(out), "--shard-docs", "2", "-q", *options(tiny)]) == 1
+    assert "the disk went away" in capsys.readouterr().err
+    assert sorted(p.name for p in out.glob("part-*.parquet")) == ["part-00000.parquet", "part-00001.parquet"]
+    monkeypatch.setattr(rr_fast.corpus, "read_documents", reader)
+    assert main([str(data), "-o", str(out), "--shard-docs", "2", "-q", "--resume", *options(tiny)]) == 0
+    assert output_files(out) == output_files(whole)
