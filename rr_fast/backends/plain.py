@@ -453,8 +453,10 @@ class CausalLM(nn.Module):
         return self.lm_head
 
 
-def load(folder: str | Path, dtype: torch.dtype = torch.float32) -> CausalLM:
-    """Build the model without initializing weights (meta tensors), then take the safetensors' tensors."""
+def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> CausalLM:
+    """Build the model without initializing weights (meta tensors), then take the safetensors' tensors, cast on
+    ``device``: on a GPU the cast is free, where on the CPU it is a pass over every weight on every core (slowed
+    to its slowest thread when another process holds a core, as corpus mode's planning helper does)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -472,7 +474,7 @@ def load(folder: str | Path, dtype: torch.dtype = torch.float32) -> CausalLM:
         raise ValueError(
             f"weights do not match the config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
-    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()}, strict=False, assign=True)
+    model.load_state_dict({k: v.to(device).to(dtype) for k, v in weights.items()}, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()

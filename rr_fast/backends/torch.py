@@ -141,7 +141,7 @@ class TorchBackend:
             has_safetensors = any(Path(folder).glob("*.safetensors"))  # plain modules read safetensors only
             implementation = "plain" if plain.supports(local) and has_safetensors else "transformers"
         if implementation == "plain":
-            model = plain.load(folder, DTYPES[dtype])
+            model = plain.load(folder, DTYPES[dtype], device)
         elif implementation == "transformers":
             from transformers import AutoModelForCausalLM
 
