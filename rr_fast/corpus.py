@@ -22,6 +22,7 @@ parent stops them before they commit another shard.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -108,8 +109,9 @@ def run_worker(
 
     report_progress(documents, tokens) is called after each finished document; ``found``: the input's scan (its
     repeated ids are reported as errors); ``before_commit`` runs before each shard is written. On a CUDA GPU the
-    documents are read, tokenized and planned in a helper process while this one runs the model
-    (``plans_in_helper``).
+    documents after the first HELPER_AFTER_CHARS characters are read, tokenized and planned in a helper process
+    while this one runs the model (``plans_in_helper``); the first ones are planned here while the helper starts,
+    and a smaller input never starts one.
     """
     from rr_fast.chunker import Chunker
     from rr_fast.models import resolve
@@ -122,9 +124,32 @@ def run_worker(
     resolved = config.resolved if device is None else config.resolved.on_device(device)
     folder = resolve(resolved.config.model)
     selection = (config, worker, workers, skip, found.repeated)
-    with _PlanningHelper(*selection, folder) if plans_in_helper(resolved.config.device) else nullcontext() as helper:
+    numbered = _selected(*selection)
+    head: list[tuple[int, Document]] = []  # planned here, while the helper starts
+    helper_from = None  # the number of the first document the helper plans
+    head_failure: list[BaseException] = []
+    if plans_in_helper(resolved.config.device):
+        chars = 0
+        try:
+            for number, shard, document in numbered:
+                head.append((shard, document))
+                chars += len(document.text or "")
+                if chars >= HELPER_AFTER_CHARS:
+                    helper_from = number + 1
+                    break
+        except Exception as error:  # the input failed: raised after the documents before it, as below
+            head_failure.append(error)
+
+    def rest():  # what the helper does not plan
+        if head_failure:
+            raise head_failure[0]
+        for _, shard, document in numbered:
+            yield shard, document
+
+    with _PlanningHelper(*selection, folder, helper_from) if helper_from is not None else nullcontext() as helper:
         chunker = Chunker(resolved, folder=folder)  # the helper starts on its tokenizer meanwhile
-        planned = helper if helper is not None else planned_documents(chunker.planner, _selected(*selection))
+        here = planned_documents(chunker.planner, itertools.chain(head, () if helper else rest()))
+        planned = here if helper is None else itertools.chain(here, helper)
         pending: deque = deque()
         failure: list[BaseException] = []
 
@@ -169,13 +194,13 @@ def plans_in_helper(device: str) -> bool:
     return device.startswith("cuda")
 
 
-def _selected(config: RunConfig, worker: int, workers: int, skip: set[int], repeated: frozenset[str]):
-    """(shard, document) of this worker's unfinished shards, in input order."""
+def _selected(config: RunConfig, worker: int, workers: int, skip: set[int], repeated: frozenset[str], start: int = 0):
+    """(number, shard, document) of this worker's unfinished shards, in input order, from document ``start`` on."""
     documents = read_documents(list(config.inputs), config.id_field, config.text_field)
     for number, document in enumerate(without_repeated_ids(documents, repeated)):
         shard = number // config.shard_docs
-        if shard % workers == worker and shard not in skip:
-            yield shard, document
+        if number >= start and shard % workers == worker and shard not in skip:
+            yield number, shard, document
 
 
 def planned_documents(planner, selected: Iterable[tuple[int, Document]]) -> Iterator[tuple[int, Document, object]]:
@@ -198,6 +223,9 @@ def planned_documents(planner, selected: Iterable[tuple[int, Document]]) -> Iter
 # documents per message from the planning helper, and messages it may run ahead of the model: about 4 GPU batches of
 # documents of a few hundred tokens, bounded whatever their size by the characters per message
 HELPER_DOCUMENTS, HELPER_CHARS, HELPER_AHEAD = 128, 1 << 20, 8
+# characters planned in the model's process before the helper takes over: on an H200 about 1.5 s of the model's
+# work, which covers most of the helper's start (about 2.5 s from its launch, the model load's 1.5 s overlapping)
+HELPER_AFTER_CHARS = 1 << 20
 # the helper's tokenizer threads: a quarter of the cores kept it ahead of one H200 (the model's process waited under
 # 0.7 s in all over 1.8M tokens) and leaves the others to the model's process
 HELPER_THREADS = max(1, (os.cpu_count() or 1) // 4)
@@ -212,7 +240,7 @@ class _PlanningHelper:
     ahead, and a failure there ends the run as one line here.
     """
 
-    def __init__(self, config, worker, workers, skip, repeated, folder: str):
+    def __init__(self, config, worker, workers, skip, repeated, folder: str, start: int = 0):
         import pickle
         import subprocess
 
@@ -230,7 +258,7 @@ class _PlanningHelper:
         self.waited = 0.0  # seconds this process spent waiting for the helper's documents
         try:
             self.process.stdin.write(
-                pickle.dumps((config, worker, workers, skip, repeated, folder, write, os.getpid()))
+                pickle.dumps((config, worker, workers, skip, repeated, start, folder, write, os.getpid()))
             )
             self.process.stdin.close()
         except OSError:  # it ended already: iterating says so
@@ -269,7 +297,7 @@ def _plan_in_helper() -> None:
     import pickle
     import queue
 
-    config, worker, workers, skip, repeated, folder, fd, parent = pickle.load(sys.stdin.buffer)
+    config, worker, workers, skip, repeated, start, folder, fd, parent = pickle.load(sys.stdin.buffer)
     _die_with(parent)
     connection = Connection(fd)
     outbox: queue.Queue = queue.Queue(maxsize=HELPER_AHEAD)
@@ -294,7 +322,8 @@ def _plan_in_helper() -> None:
         resolved = config.resolved
         planner = Planner(load_tokenizer(folder), resolved.config, resolved.limits)
         chars = 0
-        for item in planned_documents(planner, _selected(config, worker, workers, skip, repeated)):
+        selected = ((s, d) for _, s, d in _selected(config, worker, workers, skip, repeated, start))
+        for item in planned_documents(planner, selected):
             batch.append(item)
             chars += len(item[1].text or "")
             if len(batch) == HELPER_DOCUMENTS or chars >= HELPER_CHARS:

@@ -312,8 +312,9 @@ def test_lone_surrogates_in_ids_texts_and_file_names_are_errors_not_a_failed_run
 
 
 def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, monkeypatch):
-    """On a CUDA GPU a helper process reads, tokenizes and plans the documents; forced here on the CPU, with
-    unreadable, empty and repeated documents among them, the shards are byte for byte the in-process run's."""
+    """On a CUDA GPU a helper process reads, tokenizes and plans the documents after the first ones; forced here on
+    the CPU, with unreadable, empty and repeated documents among them, the shards are byte for byte the in-process
+    run's, and an input smaller than the first stretch starts no helper."""
     import rr_fast.corpus
 
     records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))]
@@ -323,6 +324,7 @@ def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, mon
     assert main([str(data), "-o", str(here), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
     started = []
     monkeypatch.setattr(rr_fast.corpus, "plans_in_helper", lambda device: True)
+    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 150)  # the first documents here, inside shard 0
     monkeypatch.setattr(rr_fast.corpus, "HELPER_DOCUMENTS", 2)  # several messages, split inside shards
     original = rr_fast.corpus._PlanningHelper.__init__
     monkeypatch.setattr(
@@ -331,6 +333,9 @@ def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, mon
     assert main([str(data), "-o", str(helper), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
     assert started
     assert output_files(helper) == output_files(here)
+    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 10**6)
+    assert main([str(data), "-o", str(tmp_path / "small"), "--shard-docs", "2", "-q", *options(tiny)]) == 3
+    assert len(started) == 1 and output_files(tmp_path / "small") == output_files(here)
 
 
 def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
@@ -349,6 +354,8 @@ def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
             list(helper)
     with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
         assert [(shard, document.doc_id) for shard, document, _ in helper] == [(0, "d0"), (0, "d1"), (1, "d2")]
+    with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny, start=1) as helper:
+        assert [(shard, document.doc_id) for shard, document, _ in helper] == [(0, "d1"), (1, "d2")]
 
 
 def test_an_input_that_fails_halfway_keeps_the_shards_before_it(tiny, tmp_path, monkeypatch, capsys):
