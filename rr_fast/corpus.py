@@ -108,10 +108,11 @@ def run_worker(
     """Chunk this worker's unfinished shards.
 
     report_progress(documents, tokens) is called after each finished document; ``found``: the input's scan (its
-    repeated ids are reported as errors); ``before_commit`` runs before each shard is written. On a CUDA GPU the
-    documents after the first HELPER_AFTER_CHARS characters are read, tokenized and planned in a helper process
-    while this one runs the model (``plans_in_helper``); the first ones are planned here while the helper starts,
-    and a smaller input never starts one.
+    repeated ids are reported as errors); ``before_commit`` runs before each shard is written. With ``--planning
+    auto`` on a CUDA GPU the documents after the first HELPER_AFTER_CHARS characters are read, tokenized and planned
+    in a helper process while this one runs the model (``plans_in_helper``); the first ones are planned here while
+    the helper starts, and a smaller input never starts one. ``--planning helper`` sends every document through
+    the helper, ``inline`` none.
     """
     from rr_fast.chunker import Chunker
     from rr_fast.models import resolve
@@ -128,7 +129,10 @@ def run_worker(
     head: list[tuple[int, Document]] = []  # planned here, while the helper starts
     helper_from = None  # the number of the first document the helper plans
     head_failure: list[BaseException] = []
-    if plans_in_helper(resolved.config.device):
+    in_helper = plans_in_helper(config.planning, resolved.config.device)
+    if in_helper and config.planning == "helper":
+        helper_from = 0
+    elif in_helper:  # auto on a GPU
         chars = 0
         try:
             for number, shard, document in numbered:
@@ -186,12 +190,15 @@ def run_worker(
             chunker.timings["waiting for the planner"] += helper.waited
 
 
-def plans_in_helper(device: str) -> bool:
-    """Whether a worker plans its documents in a helper process: on a CUDA GPU. There the host's tokenizing and
-    planning, done between the model's calls, would leave the GPU waiting; a thread would not overlap them, since
-    it shares Python's GIL with the thread that launches the model's kernels. On a CPU the model is the cost and a
-    helper would take cores from it (Metal is not measured)."""
-    return device.startswith("cuda")
+PLANNING = ("auto", "helper", "inline")
+
+
+def plans_in_helper(planning: str, device: str) -> bool:
+    """Whether a worker plans its documents in a helper process (``--planning``): ``auto`` does on a CUDA GPU. There
+    the host's tokenizing and planning, done between the model's calls, would leave the GPU waiting; a thread would
+    not overlap them, since it shares Python's GIL with the thread that launches the model's kernels. On a CPU the
+    model is the cost and a helper would take cores from it (Metal is not measured)."""
+    return planning == "helper" or planning == "auto" and device.startswith("cuda")
 
 
 def _selected(config: RunConfig, worker: int, workers: int, skip: set[int], repeated: frozenset[str], start: int = 0):
@@ -344,30 +351,28 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
     queue = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // workers)
     parent = os.getpid()
-    # not daemonic, so that a worker may start its planning helper; they end with this function however it ends
     processes = [
-        context.Process(target=_process_main, args=(config, w, workers, devices[w], threads, queue, found, parent))
+        context.Process(
+            target=_process_main,
+            args=(config, w, workers, devices[w], threads, queue, found, parent),
+            daemon=True,
+        )
         for w in range(workers)
     ]
+    for process in processes:
+        process.start()
     running, failure = workers, None
-    try:
-        for process in processes:
-            process.start()
-        while running:
-            kind, *payload = queue.get()
-            if kind == "progress":
-                bar.update(*payload)
-            elif kind == "done":
-                running -= 1
-            else:  # "failed"
-                running -= 1
-                failure = failure or payload[0]
-    finally:
-        for process in processes:
-            if running and process.is_alive():  # interrupted: no worker may commit another shard
-                process.terminate()
-            if process.pid is not None:
-                process.join()
+    while running:
+        kind, *payload = queue.get()
+        if kind == "progress":
+            bar.update(*payload)
+        elif kind == "done":
+            running -= 1
+        else:  # "failed"
+            running -= 1
+            failure = failure or payload[0]
+    for process in processes:
+        process.join()
     if failure:
         raise RRFastError(failure)
 
@@ -457,6 +462,13 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument("--shard-docs", type=int, default=256, help="documents per output shard (default 256)")
     parser.add_argument("--workers", type=int, help="processes (default 1 on CPU, one per visible GPU on CUDA)")
+    parser.add_argument(
+        "--planning",
+        choices=PLANNING,
+        default="auto",
+        help="where documents are tokenized and planned: helper (a process beside each worker's model), inline "
+        "(between the model's calls), auto (on CUDA the first megabyte inline and the rest in a helper, else inline)",
+    )
     parser.add_argument("--ray", metavar="auto|ADDRESS", help="run on a Ray cluster (pip install rr-fast[ray])")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
@@ -501,7 +513,9 @@ def _run_command(args) -> dict:
     if args.shard_docs < 1 or (args.workers is not None and args.workers < 1):
         raise UsageError("--shard-docs and --workers must be positive")
     options = given_options(args)  # JSON-able: they go in the manifest
-    config = RunConfig(tuple(args.inputs), args.output, args.id_field, args.text_field, args.shard_docs, options)
+    config = RunConfig(
+        tuple(args.inputs), args.output, args.id_field, args.text_field, args.shard_docs, options, args.planning
+    )
     try:
         device = config.resolved.config.device  # resolved once, here; the workers receive the resolution
     except RRFastError as error:

@@ -327,6 +327,7 @@ class RunConfig:
     text_field: str
     shard_docs: int
     chunker: dict  # Chunker keyword arguments, as given (JSON-able)
+    planning: str = "auto"  # where documents are tokenized and planned (rr_fast.corpus.PLANNING); not in the output
 
     @cached_property
     def resolved(self) -> Resolved:

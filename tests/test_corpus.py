@@ -154,11 +154,15 @@ def test_resume_after_kill_9_equals_an_uninterrupted_run(tiny, tmp_path, kill_af
 
 
 def test_two_worker_processes_write_the_same_output(tiny, tmp_path):
+    """Two workers, and two workers each with a planning helper (a process a worker starts), write one run's output."""
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))])
-    one, two = tmp_path / "one", tmp_path / "two"
+    one, two, helpers = tmp_path / "one", tmp_path / "two", tmp_path / "helpers"
     assert main([str(data), "-o", str(one), "--shard-docs", "2", "-q", *options(tiny)]) == 0
     assert main([str(data), "-o", str(two), "--shard-docs", "2", "-q", "--workers", "2", *options(tiny)]) == 0
     assert output_files(one) == output_files(two)
+    command = [str(data), "-o", str(helpers), "--shard-docs", "2", "-q", "--workers", "2", "--planning", "helper"]
+    assert main([*command, *options(tiny)]) == 0
+    assert output_files(helpers) == output_files(one)
 
 
 def test_documents_that_share_an_id_go_to_the_errors_file(tiny, tmp_path):
@@ -323,19 +327,22 @@ def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, mon
     here, helper = tmp_path / "here", tmp_path / "helper"
     assert main([str(data), "-o", str(here), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
     started = []
-    monkeypatch.setattr(rr_fast.corpus, "plans_in_helper", lambda device: True)
-    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 150)  # the first documents here, inside shard 0
     monkeypatch.setattr(rr_fast.corpus, "HELPER_DOCUMENTS", 2)  # several messages, split inside shards
     original = rr_fast.corpus._PlanningHelper.__init__
     monkeypatch.setattr(
         rr_fast.corpus._PlanningHelper, "__init__", lambda self, *a: (started.append(1), original(self, *a))[1]
     )
-    assert main([str(data), "-o", str(helper), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
-    assert started
-    assert output_files(helper) == output_files(here)
-    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 10**6)
-    assert main([str(data), "-o", str(tmp_path / "small"), "--shard-docs", "2", "-q", *options(tiny)]) == 3
-    assert len(started) == 1 and output_files(tmp_path / "small") == output_files(here)
+    command = ["--shard-docs", "2", "-q", *options(tiny)]
+    assert main([str(data), "-o", str(helper), *command, "--planning", "helper"]) == EXIT_DOCUMENT_ERRORS
+    assert len(started) == 1 and output_files(helper) == output_files(here)
+    # auto on a GPU: the first documents planned here (up to HELPER_AFTER_CHARS, inside shard 0), then a helper
+    monkeypatch.setattr(rr_fast.corpus, "plans_in_helper", lambda planning, device: True)
+    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 150)
+    assert main([str(data), "-o", str(tmp_path / "head"), *command]) == EXIT_DOCUMENT_ERRORS
+    assert len(started) == 2 and output_files(tmp_path / "head") == output_files(here)
+    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 10**6)  # a smaller input: no helper
+    assert main([str(data), "-o", str(tmp_path / "small"), *command]) == EXIT_DOCUMENT_ERRORS
+    assert len(started) == 2 and output_files(tmp_path / "small") == output_files(here)
 
 
 def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):

@@ -25,9 +25,10 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  and the scores' largest difference from the engine row's
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state; on CUDA a helper
-                 process reads, tokenizes and plans the documents (rr_fast.corpus.plans_in_helper), so this row's
-                 split has no tokenization but the time the model's process waited for the planner
-    balanced_x4_in_process  the same, planned between the model's calls in the model's process, as on a CPU
+                 process reads, tokenizes and plans the documents after the first megabyte (--planning auto), so
+                 this row's split counts only the first megabyte's tokenization, and the time the model's process
+                 waited for the helper
+    balanced_x4_in_process  the same with --planning inline: between the model's calls, as on a CPU
     balanced_x16, balanced_x16_in_process  the same on the corpus repeated 16 times (~1.8M tokens)
     fast         the fast preset on the corpus
     balanced_lr  the default with the two-pass lr readout its attention head was distilled from
@@ -49,7 +50,6 @@ import shutil
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -114,20 +114,6 @@ def prepare(
     (out / "tokenizer.json.gz").write_bytes(gzip.compress((model / "tokenizer.json").read_bytes(), mtime=0))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"prepared {len(rows)} documents, {streams} streams in {out} ({size / 2**20:.1f} MiB)")
-
-
-@contextmanager
-def planned_in_process(yes: bool):
-    """Corpus mode planning its documents between the model's calls, as on a CPU, instead of in a helper."""
-    import rr_fast.corpus
-
-    in_helper = rr_fast.corpus.plans_in_helper
-    if yes:
-        rr_fast.corpus.plans_in_helper = lambda device: False
-    try:
-        yield
-    finally:
-        rr_fast.corpus.plans_in_helper = in_helper
 
 
 def repeated_corpus(rows: list[dict], times: int, scratch: Path) -> Path:
@@ -211,9 +197,9 @@ def memory_peak_gib(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
 
 
-def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
-    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset with ``changes``): the row and the
-    run's own Chunker."""
+def corpus_row(data: Path, preset: str, device: str, scratch: Path, planning: str = "auto", **changes):
+    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset with ``changes``; ``planning`` as
+    ``--planning``): the row and the run's own Chunker."""
     import pyarrow.parquet as pq
 
     import rr_fast.chunker
@@ -227,9 +213,8 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, **changes):
             made.append(self)
 
     out = scratch / f"out-{preset}-{data.stem}"
-    config = RunConfig(
-        (str(data),), str(out), "id", "text", 256, {"preset": preset, "backend": "torch", "device": device, **changes}
-    )
+    options = {"preset": preset, "backend": "torch", "device": device, **changes}
+    config = RunConfig((str(data),), str(out), "id", "text", 256, options, planning)
     loading: dict[str, float] = {}
     tokenizer_loader = rr_fast.chunker.load_tokenizer
 
@@ -470,8 +455,8 @@ def main(argv: list[str] | None = None) -> dict:
             name = f"balanced_x{times}{where}"
             if fits(name, times * wall):
                 data = repeated_corpus(rows, times, scratch)
-                with planned_in_process(bool(where)):
-                    result[name], _ = corpus_row(data, "balanced", device, scratch)
+                planning = "inline" if where else "auto"
+                result[name], _ = corpus_row(data, "balanced", device, scratch, planning)
                 save(name)
     if fits("fast", wall):
         result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
