@@ -252,13 +252,11 @@ class _PlanningHelper:
         import subprocess
 
         read, write = os.pipe()
-        package_root = str(Path(__file__).resolve().parents[1])  # importable there however it is here
-        path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from rr_fast.corpus import _plan_in_helper; _plan_in_helper()"],
             stdin=subprocess.PIPE,
             pass_fds=(write,),
-            env={**os.environ, "PYTHONPATH": path, "RAYON_NUM_THREADS": str(HELPER_THREADS)},
+            env={**os.environ, **_helper_path(), "RAYON_NUM_THREADS": str(HELPER_THREADS)},
         )
         os.close(write)
         self.connection = Connection(read)
@@ -296,6 +294,19 @@ class _PlanningHelper:
                 return
             else:
                 raise RRFastError(payload)
+
+
+def _helper_path() -> dict[str, str]:
+    """PYTHONPATH for the helper, so that it imports this rr_fast: unchanged for an installed package, this checkout
+    first for one run from a folder (a site-packages folder first would let its packages shadow the standard
+    library's)."""
+    import site
+
+    root = Path(__file__).resolve().parents[1]
+    installed = [*getattr(site, "getsitepackages", list)(), site.getusersitepackages()]
+    if any(root == Path(folder).resolve() for folder in installed):
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
 
 
 def _plan_in_helper() -> None:
