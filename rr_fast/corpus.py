@@ -129,10 +129,9 @@ def run_worker(
     head: list[tuple[int, Document]] = []  # planned here, while the helper starts
     helper_from = None  # the number of the first document the helper plans
     head_failure: list[BaseException] = []
-    in_helper = plans_in_helper(config.planning, resolved.config.device)
-    if in_helper and config.planning == "helper":
+    if config.planning == "helper":
         helper_from = 0
-    elif in_helper:  # auto on a GPU
+    elif plans_in_helper(config.planning, resolved.config.device):  # auto on a GPU
         chars = 0
         try:
             for number, shard, document in numbered:
