@@ -1,8 +1,6 @@
 """``python -m rr_fast FILE``: the same command line as ``python -m rr_fast.chunk FILE`` (see rr_fast.cli)."""
 
-import sys
-
-from rr_fast.cli import main
+from rr_fast.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

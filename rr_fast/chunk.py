@@ -4,9 +4,7 @@ Import ``rr_fast.cli`` rather than this module: importing ``rr_fast.chunk`` as a
 ``rr_fast.chunk()`` function on the package.
 """
 
-import sys
-
-from rr_fast.cli import main
+from rr_fast.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -40,8 +40,10 @@ class Chunker:
     ``config`` is a ``ChunkerConfig``, ``preset`` names one (quality, balanced, fast: ``rr_fast.PRESETS``), and
     ``options`` override its fields by name; or ``config`` is a ``Resolved`` that a caller (the CLI, the corpus
     command, an adapter) resolved already, used as is. ``folder``: the model's folder, where the caller has
-    resolved the model name already. The defaults come from the quality benchmark (bench/RESULTS.md): the
-    bundled model, its readout, window and calibrated cut penalty. ``num_chunks`` switches from the open-count
+    resolved the model name already; ``tokenizer``: the model's tokenizer where the caller loads it (the command line
+    loads it in a helper process while torch imports: ``rr_fast.tokenizer.TokenizerProcess``). The defaults come
+    from the quality benchmark (bench/RESULTS.md): the bundled model, its readout, window and calibrated cut
+    penalty. ``num_chunks`` switches from the open-count
     objective to a fixed count. Every option is checked before the model loads.
     """
 
@@ -51,6 +53,7 @@ class Chunker:
         *,
         preset: str | None = None,
         folder: str | None = None,
+        tokenizer: Any = None,
         **options: Any,
     ):
         if isinstance(config, Resolved):
@@ -65,7 +68,7 @@ class Chunker:
         self.timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
         self.folder = folder or resolve(cfg.model)
-        self.tokenizer, self.engine = _load(self.folder, cfg, self.resolved.scoring)
+        self.tokenizer, self.engine = _load(self.folder, cfg, self.resolved.scoring, tokenizer)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
         self.planner = Planner(self.tokenizer, cfg, self.limits, self.timings)
         self.notes = (*self.resolved.notes, *self.engine.backend.notes)  # every result repeats them as warnings
@@ -199,15 +202,11 @@ class Chunker:
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
 
 
-def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):
+def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig, tokenizer=None):
+    """The tokenizer (``tokenizer``, else the folder's) and the engine. The weights load first: a tokenizer given
+    by the caller may still be loading in another process."""
     from rr_fast.backends import load_backend
 
-    try:
-        tokenizer = load_tokenizer(folder)
-    except Exception as error:  # tokenizers' own exceptions are not OSError or ValueError
-        raise RRFastError(
-            f"cannot load the tokenizer of {folder}: {first_line(error)}{_cache_advice(folder)}"
-        ) from None
     try:
         loaded = load_backend(
             config.backend, folder, dtype=config.dtype, device=config.device, allow_pickle=config.allow_pickle
@@ -217,7 +216,13 @@ def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig):
         raise
     except Exception as error:  # safetensors, torch and transformers raise many kinds for a bad folder
         raise RRFastError(f"cannot load model {folder}: {first_line(error)}{_cache_advice(folder)}") from None
-    bos = bos_prefix(tokenizer, family)
+    try:
+        tokenizer = load_tokenizer(folder) if tokenizer is None else tokenizer
+        bos = bos_prefix(tokenizer, family)  # the first question a tokenizer loading elsewhere answers
+    except Exception as error:  # tokenizers' own exceptions are not OSError or ValueError
+        raise RRFastError(
+            f"cannot load the tokenizer of {folder}: {first_line(error)}{_cache_advice(folder)}"
+        ) from None
     score_config = replace(score_config, reset_prefix=reset_prefix_ids(config.reset_prefix, tokenizer, bos))
     head = CrossingHead.load(config.model, config.layer) if config.readout == ATTENTION else None
     try:

@@ -63,6 +63,7 @@ from rr_fast.corpus_files import (
     without_repeated_ids,
 )
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.helper import Helper, die_with, exit_if_orphaned
 
 __all__ = ["COLUMNS", "EXIT_DOCUMENT_ERRORS", "RunConfig", "main", "run"]
 
@@ -238,54 +239,27 @@ HELPER_THREADS = max(1, (os.cpu_count() or 1) // 4)
 
 
 class _PlanningHelper:
-    """A process that reads this worker's documents, tokenizes and plans them (``planned_documents``) and sends
-    them on in order through a pipe, while this process runs the model; iterating gives what it sends.
-
-    It is a plain subprocess, not ``multiprocessing``'s, so that a script calling ``run`` needs no ``__main__``
-    guard. It loads only the tokenizer, dies with this process (``_die_with``), runs at most HELPER_AHEAD messages
-    ahead, and a failure there ends the run as one line here.
+    """A helper process (``rr_fast.helper``) that reads this worker's documents, tokenizes and plans them
+    (``planned_documents``) and sends them on in order, while this process runs the model; iterating gives what it
+    sends. It loads only the tokenizer, runs at most HELPER_AHEAD messages ahead, and a failure there ends the run
+    as one line here.
     """
 
     def __init__(self, config, worker, workers, skip, repeated, folder: str, start: int = 0):
-        import pickle
-        import subprocess
-
-        read, write = os.pipe()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from rr_fast.corpus import _plan_in_helper; _plan_in_helper()"],
-            stdin=subprocess.PIPE,
-            pass_fds=(write,),
-            env={**os.environ, **_helper_path(), "RAYON_NUM_THREADS": str(HELPER_THREADS)},
-        )
-        os.close(write)
-        self.connection = Connection(read)
+        self.helper = Helper("rr_fast.corpus:_plan_in_helper", "the process planning the documents", HELPER_THREADS)
+        self.helper.send((config, worker, workers, skip, repeated, start, folder))
         self.waited = 0.0  # seconds this process spent waiting for the helper's documents
-        try:
-            self.process.stdin.write(
-                pickle.dumps((config, worker, workers, skip, repeated, start, folder, write, os.getpid()))
-            )
-            self.process.stdin.close()
-        except OSError:  # it ended already: iterating says so
-            pass
 
     def __enter__(self) -> _PlanningHelper:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-        self.process.wait()
-        self.connection.close()
+        self.helper.close()
 
     def __iter__(self):
         while True:
             started = time.perf_counter()
-            try:
-                kind, payload = self.connection.recv()
-            except EOFError:
-                raise RRFastError(
-                    f"the process planning the documents ended unexpectedly (exit code {self.process.wait()})"
-                ) from None
+            kind, payload = self.helper.recv()
             self.waited += time.perf_counter() - started
             if kind == "planned":
                 yield from payload
@@ -295,35 +269,19 @@ class _PlanningHelper:
                 raise RRFastError(payload)
 
 
-def _helper_path() -> dict[str, str]:
-    """PYTHONPATH for the helper, so that it imports this rr_fast: unchanged for an installed package, this checkout
-    first for one run from a folder (a site-packages folder first would let its packages shadow the standard
-    library's)."""
-    import site
-
-    root = Path(__file__).resolve().parents[1]
-    installed = [*getattr(site, "getsitepackages", list)(), site.getusersitepackages()]
-    if any(root == Path(folder).resolve() for folder in installed):
-        return {}
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-
-
-def _plan_in_helper() -> None:
-    """The planning helper's process: its arguments pickled on stdin, its messages out through the pipe it was
-    given, sent by a thread so that planning runs ahead while the pipe is full."""
-    import pickle
+def _plan_in_helper(inbox: Connection, outbox: Connection) -> None:
+    """The planning helper's process: its arguments the first message in, its documents out, sent by a thread so
+    that planning runs ahead while the pipe is full."""
     import queue
 
-    config, worker, workers, skip, repeated, start, folder, fd, parent = pickle.load(sys.stdin.buffer)
-    _die_with(parent)
-    connection = Connection(fd)
-    outbox: queue.Queue = queue.Queue(maxsize=HELPER_AHEAD)
+    config, worker, workers, skip, repeated, start, folder = inbox.recv()
+    waiting: queue.Queue = queue.Queue(maxsize=HELPER_AHEAD)
 
     def send():
         while True:
-            message = outbox.get()
+            message = waiting.get()
             try:
-                connection.send(message)
+                outbox.send(message)
             except OSError:  # the run stopped reading: it has ended or is ending this process
                 os._exit(0)
             if message[0] != "planned":
@@ -344,13 +302,13 @@ def _plan_in_helper() -> None:
             batch.append(item)
             chars += len(item[1].text or "")
             if len(batch) == HELPER_DOCUMENTS or chars >= HELPER_CHARS:
-                outbox.put(("planned", batch))
+                waiting.put(("planned", batch))
                 batch, chars = [], 0
-        outbox.put(("planned", batch))
-        outbox.put(("end", None))
+        waiting.put(("planned", batch))
+        waiting.put(("end", None))
     except Exception as error:  # the documents before it are chunked first, as in one process
-        outbox.put(("planned", batch))
-        outbox.put(("failed", f"{error}" if isinstance(error, RRFastError) else f"{type(error).__name__}: {error}"))
+        waiting.put(("planned", batch))
+        waiting.put(("failed", f"{error}" if isinstance(error, RRFastError) else f"{type(error).__name__}: {error}"))
     sender.join()
 
 
@@ -388,7 +346,7 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
 
 
 def _process_main(config, worker, workers, device, threads, queue, found, parent) -> None:
-    _die_with(parent)
+    die_with(parent)
     if device is None or device == "cpu":
         import torch
 
@@ -401,40 +359,11 @@ def _process_main(config, worker, workers, device, threads, queue, found, parent
             device,
             lambda d, t: queue.put(("progress", d, t)),
             found,
-            before_commit=lambda: _exit_if_orphaned(parent),
+            before_commit=lambda: exit_if_orphaned(parent),
         )
         queue.put(("done",))
     except Exception as error:  # reported as the run's one-line error by the parent
         queue.put(("failed", f"worker {worker}: {error}"))
-
-
-def _die_with(parent: int) -> None:
-    """End this worker when the run's process ends, however it ends (``kill -9`` included).
-
-    On Linux the kernel sends SIGKILL at the parent's death (``PR_SET_PDEATHSIG``); everywhere, a thread watches
-    the parent pid, and ``_exit_if_orphaned`` is checked again before each shard is committed.
-    """
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    _exit_if_orphaned(parent)  # the parent may have died before the line above
-
-    def watch():
-        while True:
-            time.sleep(0.5)
-            _exit_if_orphaned(parent)
-
-    threading.Thread(target=watch, daemon=True, name="rr-fast parent watch").start()
-
-
-def _exit_if_orphaned(parent: int) -> None:
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 class _Progress:

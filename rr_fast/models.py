@@ -208,6 +208,16 @@ def resolve(model: str, verify: bool = False, rebuild: bool = False, quiet: bool
     raise RRFastError(f"unknown model {model!r}: {hub_hint()}")
 
 
+def ready_folder(model: str) -> str | None:
+    """The folder ``resolve(model)`` would return where it is ready, with nothing to convert or download: a bundled
+    model converted before and undamaged (by the sizes ``resolve`` checks), or a local model folder. Else None."""
+    if model in BUNDLED:
+        target = cache_dir() / model
+        return str(target) if target.is_dir() and check_entry(target) is None else None
+    path = Path(model).expanduser()
+    return str(path) if (path / "config.json").is_file() else None
+
+
 def refuse_custom_code(folder: Path) -> None:
     """rr-fast never runs a model folder's own Python: a folder whose config maps a class to it is refused.
 

@@ -53,8 +53,80 @@ class JSONTokenizer:
         ]
 
 
-def load_tokenizer(folder: str | Path):
-    """A JSONTokenizer where tokenizer.json is the whole story, else transformers' AutoTokenizer."""
+class TokenizerProcess:
+    """A ``JSONTokenizer`` loaded and run in a helper process (``rr_fast.helper``), for a command's cold start.
+
+    Gemma's tokenizer.json takes over a second to load, and holds Python's GIL throughout, as importing torch does:
+    in one process the two add up, and a thread would not overlap them. Started before torch is imported, this
+    loads the tokenizer on another core meanwhile. It answers what rr-fast asks of a tokenizer (calls,
+    ``encode_many``, ``bos_token_id``), each by a round trip to the helper; the first waits for the load, and a
+    failure to load is raised there. ``close`` (or leaving a ``with`` block) ends the helper.
+    """
+
+    def __init__(self, path: str | Path, bos_token: str | None = None):
+        from rr_fast.helper import Helper
+
+        self.helper = Helper("rr_fast.tokenizer:_serve", "the process loading the tokenizer")
+        self.helper.send((str(path), bos_token))
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._ask("bos_token_id")
+
+    def __call__(self, text: str, **options) -> dict[str, list]:
+        return self._ask("__call__", text, **options)
+
+    def encode_many(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        return self._ask("encode_many", texts)
+
+    def _ask(self, name: str, *args, **options):
+        self.helper.send((name, args, options))
+        answered, value = self.helper.recv()
+        if not answered:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self.helper.close()
+
+    def __enter__(self) -> TokenizerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _serve(inbox, outbox) -> None:
+    """The tokenizer's helper process: loads the tokenizer, then answers (name, args, options) with (True, value),
+    or (False, the exception) where loading or the call failed, until this process's parent closes the pipe."""
+    path, bos_token = inbox.recv()
+    try:
+        tokenizer, failure = JSONTokenizer(path, bos_token), None
+    except Exception as error:
+        tokenizer, failure = None, error
+    while True:
+        try:
+            name, args, options = inbox.recv()
+        except EOFError:
+            return
+        try:
+            if failure is not None:
+                raise failure
+            attribute = getattr(tokenizer, name)
+            answer = (True, attribute(*args, **options) if callable(attribute) else attribute)
+        except Exception as error:
+            answer = (False, error)
+        try:
+            outbox.send(answer)
+        except OSError:  # the parent has gone
+            return
+        except Exception:  # an exception that does not pickle: its type and words
+            outbox.send((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
+
+
+def tokenizer_file(folder: str | Path) -> tuple[Path, str | None] | None:
+    """(tokenizer.json, the BOS token) where that file is the whole story of the folder's tokenizer (it runs as
+    written: ``JSONTokenizer``), else None (transformers' ``AutoTokenizer`` applies more)."""
     folder = Path(folder)
     settings_path = folder / "tokenizer_config.json"
     settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
@@ -64,7 +136,15 @@ def load_tokenizer(folder: str | Path):
     # settings with which transformers edits the tokenizer.json pipeline at load time
     overrides = {"add_bos_token", "add_eos_token", "add_prefix_space"} & set(settings)
     if (folder / "tokenizer.json").exists() and settings.get("tokenizer_class") in AS_WRITTEN and not overrides:
-        return JSONTokenizer(folder / "tokenizer.json", bos)
+        return folder / "tokenizer.json", bos
+    return None
+
+
+def load_tokenizer(folder: str | Path):
+    """A JSONTokenizer where tokenizer.json is the whole story, else transformers' AutoTokenizer."""
+    as_written = tokenizer_file(folder)
+    if as_written is not None:
+        return JSONTokenizer(*as_written)
     from transformers import AutoTokenizer
 
     with quiet_transformers():

@@ -355,8 +355,8 @@ def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
         with pytest.raises(RRFastError, match="no-model"):
             list(helper)
     with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
-        helper.process.kill()
-        helper.process.wait()
+        helper.helper.process.kill()
+        helper.helper.process.wait()
         with pytest.raises(RRFastError, match="ended unexpectedly"):
             list(helper)
     with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:

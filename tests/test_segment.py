@@ -1,11 +1,22 @@
-"""The DP must return the exact optimum: checked against brute force over every subset of candidates."""
+"""The DP must return the exact optimum: checked against brute force over every subset of candidates, with the
+kernels interpreted and compiled (``rr_fast.kernels`` interprets a process's first problems)."""
 
 from itertools import combinations
 
 import numpy as np
 import pytest
 
+from rr_fast import kernels
+from rr_fast.kernels import dp
 from rr_fast.segment import Limits, percentiles, segment
+
+
+@pytest.fixture(autouse=True, params=["interpreted", "compiled"])
+def kernel(request, monkeypatch):
+    """Every test of this file runs with the kernels interpreted, then compiled."""
+    monkeypatch.setattr(kernels, "_interpreted", 0)
+    monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 10**18 if request.param == "interpreted" else 0)
+    return request.param
 
 
 def objective(cuts, n, utility_of, limits, penalty):
@@ -88,3 +99,45 @@ def test_fallback_edges_keep_max_length():
 def test_unmeetable_limits_relax_with_warning():
     got = segment(100, np.array([50]), np.array([1.0]), Limits(4, 30, 20, 0.02), penalty=0.5)
     assert got.warnings and "longer than max_tokens" in got.warnings[-1]
+
+
+def random_problem(rng, n):
+    """Nodes of an n-token text as the DP sees them: a step-8 grid and random sentence ends, with random gains."""
+    inner = np.concatenate([np.arange(8, n, 8), rng.integers(1, n, n // 30)])
+    positions = np.unique(np.concatenate([[0], inner, [n]])).astype(np.int64)
+    return positions, rng.normal(size=len(positions))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
+    if kernel == "compiled":
+        return  # one comparison is enough; the fixture's second run adds nothing
+    rng = np.random.default_rng(seed)
+    positions, gains = random_problem(rng, int(rng.integers(2_000, 6_000)))
+    compiled = kernels._compiled()
+    for args in ((16, 384, 192.0, 0.02), (48, 256, 128.0, 1.0)):
+        interpreted_result, compiled_result = (
+            dp.open_count(positions, gains, *args),
+            compiled.open_count(positions, gains, *args),
+        )
+        assert interpreted_result[0] == compiled_result[0]  # the same float, not an approximation
+        assert interpreted_result[1].tolist() == compiled_result[1].tolist()
+    k = len(positions) // 40
+    interpreted_result = dp.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02)
+    compiled_result = compiled.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02)
+    assert np.isfinite(compiled_result[0]) and interpreted_result[0] == compiled_result[0]
+    assert interpreted_result[1].tolist() == compiled_result[1].tolist()
+
+
+def test_a_process_interprets_until_its_budget_then_compiles(monkeypatch):
+    monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 1_000)
+    monkeypatch.setattr(kernels, "_interpreted", 0)
+    assert kernels._kernel("open_count", 600) is dp.open_count
+    assert kernels._kernel("open_count", 600) is kernels._compiled().open_count  # 1,200 would pass the budget
+    assert kernels._kernel("open_count", 1) is kernels._compiled().open_count  # and stays compiled
+
+
+def test_the_step_bound_counts_predecessors_within_max_len():
+    positions = np.array([0, 3, 5, 9, 10], dtype=np.int64)
+    # predecessors within 5 tokens before each node: none, 0, 0 and 3, 5, 5 and 9
+    assert kernels._steps(positions, 5) == 0 + 1 + 2 + 1 + 2

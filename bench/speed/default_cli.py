@@ -7,8 +7,8 @@ second; the ratio of CPU times in the same run is what compares, since this mach
     python -m bench.speed.default_cli [--tokens 2500] [--presets quality,balanced,fast] [--out FILE.json]
 
 ``--cold-start`` instead times a fresh ``python -m rr_fast.chunk`` on a 500-token page (the first chunk is the whole
-output: the DP cuts a document once it is scored), median of three after a run that warms the page cache and Numba's
-on-disk cache, and splits one such process into its steps.
+output: the DP cuts a document once it is scored), median of three after a run that warms the page cache, and
+splits one such process into its steps.
 """
 
 from __future__ import annotations
@@ -44,13 +44,18 @@ def flattened_text(tokens: int, streams: Path = STREAMS) -> str:
     return text
 
 
+# the children write Python's bytecode caches, as a user's interpreter does (this machine's environment turns
+# that off, which would make every run compile rr_fast's modules again)
+CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run(path: Path, preset: str | None) -> dict:
     """One CLI process; CPU seconds from the children's resource usage around it."""
     command = [sys.executable, "-m", "rr_fast.chunk", str(path), "--quiet", "-o", os.devnull]
     command += ["--preset", preset] if preset else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, env=CHILD_ENV)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -58,28 +63,35 @@ def run(path: Path, preset: str | None) -> dict:
 
 
 STEPS = """
-import json, sys, time
-started = time.perf_counter()
-import torch
-steps = {"import torch": time.perf_counter() - started}
+import json, os, sys, time
 mark = time.perf_counter()
 from rr_fast import Chunker
 from rr_fast.models import resolve
-from rr_fast.tokenizer import load_tokenizer
-steps["import rr_fast"] = time.perf_counter() - mark
+from rr_fast.tokenizer import TokenizerProcess, load_tokenizer, tokenizer_file
+steps = {"import rr_fast": time.perf_counter() - mark}
+folder = resolve("gemma3-270m")
 mark = time.perf_counter()
-load_tokenizer(resolve("gemma3-270m"))
-steps["tokenizer load (alone, for the split)"] = time.perf_counter() - mark
+load_tokenizer(folder)
+steps["tokenizer load, alone (for the split)"] = time.perf_counter() - mark
+started = time.perf_counter()
+tokenizer = TokenizerProcess(*tokenizer_file(folder))  # as the command line does: loading from here on
+import torch
+steps["import torch (the tokenizer loading beside it)"] = time.perf_counter() - started
 mark = time.perf_counter()
-chunker = Chunker()
-steps["Chunker() (tokenizer and weights)"] = time.perf_counter() - mark
-steps["of which model load"] = chunker.timings["model load"]
+chunker = Chunker(folder=folder, tokenizer=tokenizer)
+steps["Chunker(): weights, then waiting for the tokenizer"] = time.perf_counter() - mark
 text = open(sys.argv[1], encoding="utf-8").read()
 mark = time.perf_counter()
 chunker.chunk(text)
 steps["chunk (score and cut)"] = time.perf_counter() - mark
 steps |= {f"of which {k}": v for k, v in chunker.timings.items() if k != "model load"}
+tokenizer.close()
+mark = time.perf_counter()
+import numba
+steps["import numba (not needed: the DP of a page runs interpreted)"] = time.perf_counter() - mark
 print(json.dumps(steps))
+sys.stdout.flush()
+os._exit(0)
 """
 
 
@@ -97,7 +109,7 @@ def cold_start(text: str, tokens: int, out: Path) -> None:
         path.write_text(page, encoding="utf-8")
         run(path, None)  # warm
         walls = sorted(run(path, None)["wall_seconds"] for _ in range(3))
-        steps = json.loads(subprocess.run([sys.executable, "-c", STEPS, str(path)], check=True,
+        steps = json.loads(subprocess.run([sys.executable, "-c", STEPS, str(path)], check=True, env=CHILD_ENV,
                                           capture_output=True, text=True).stdout)  # fmt: skip
     result = {"page_tokens": len(tokenize(tokenizer, page)), "cli_wall_seconds_median": walls[1], "walls": walls}
     result["steps_seconds"] = steps

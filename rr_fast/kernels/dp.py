@@ -1,4 +1,5 @@
-"""Numba kernels for the exact segmentation dynamic programs.
+"""The exact segmentation dynamic programs, in the subset of Python that Numba compiles (``rr_fast.kernels``
+runs them compiled, or interpreted where a problem is too small to repay loading Numba).
 
 Both programs run over *candidate nodes*, not token positions: node 0 is the start of the text, nodes
 1..m are the eligible edges (token positions, strictly increasing) and node m+1 is the end. Because the
@@ -12,18 +13,10 @@ Ties are broken towards the earliest predecessor, so results are deterministic.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 NEG_INF = -np.inf
 
 
-@njit(cache=True, inline="always")
-def _length_cost(length: float, target: float, lam: float) -> float:
-    z = (length - target) / target
-    return lam * z * z
-
-
-@njit(cache=True)
 def open_count(positions, gains, min_len, max_len, target, lam):
     """Best segmentation with a free number of chunks.
 
@@ -50,7 +43,8 @@ def open_count(positions, gains, min_len, max_len, target, lam):
         for i in range(lo, hi):
             if best[i] == NEG_INF:
                 continue
-            value = best[i] - _length_cost(pj - positions[i], target, lam)
+            z = (pj - positions[i] - target) / target  # the length cost λ((L - target) / target)², inlined
+            value = best[i] - lam * z * z
             if value > top:
                 top = value
                 arg = i
@@ -71,7 +65,6 @@ def open_count(positions, gains, min_len, max_len, target, lam):
     return best[last], out
 
 
-@njit(cache=True)
 def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
     """Best segmentation into exactly ``num_chunks`` chunks (Eq. 4 of the paper).
 
@@ -106,7 +99,8 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
                 prev = table[k - 1, i]
                 if prev == NEG_INF:
                     continue
-                value = prev - _length_cost(pj - positions[i], target, lam)
+                z = (pj - positions[i] - target) / target
+                value = prev - lam * z * z
                 if value > top:
                     top = value
             if top > NEG_INF:
@@ -129,7 +123,8 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
             length = pj - positions[i]
             if prev == NEG_INF or length < min_len or length > max_len:
                 continue
-            gap = abs(prev - _length_cost(length, target, lam) - want)
+            z = (length - target) / target
+            gap = abs(prev - lam * z * z - want)
             if gap < best_gap:
                 best_gap = gap
                 arg = i

@@ -1,0 +1,96 @@
+"""What the command line's cold start relies on: the tokenizer loaded in a helper process answers as the one loaded
+here, the command's output is the same with it, its failures are one line, and the process ends without the
+interpreter's teardown but with its output and atexit handlers whole. (The DP's interpreted kernels:
+tests/test_segment.py.)"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tiny_models import run_cli, tiny_options
+
+import rr_fast.cli
+from rr_fast.errors import RRFastError
+from rr_fast.tokenizer import JSONTokenizer, TokenizerProcess, tokenizer_file
+
+TEXTS = ["Hello there, world.", "A second text\n\nwith a paragraph, and ünïcode ✓.", "x"]
+
+
+def test_the_tokenizer_in_a_helper_process_answers_as_the_one_here(tiny):
+    here = JSONTokenizer(*tokenizer_file(tiny))
+    with TokenizerProcess(*tokenizer_file(tiny)) as there:
+        assert there.bos_token_id == here.bos_token_id is not None
+        options = {"add_special_tokens": False, "return_offsets_mapping": True, "return_attention_mask": False}
+        assert there(TEXTS[1], **options) == here(TEXTS[1], **options)
+        assert there("a") == here("a")
+        for (ids, offsets), (ids_here, offsets_here) in zip(there.encode_many(TEXTS), here.encode_many(TEXTS)):
+            assert np.array_equal(ids, ids_here) and np.array_equal(offsets, offsets_here)
+        with pytest.raises(TypeError):  # the tokenizer's own exception, raised here
+            there.encode_many([None])
+        assert there.bos_token_id == here.bos_token_id  # and it goes on answering
+    assert there.helper.process.poll() is not None  # closed: the helper has ended
+
+
+def test_a_tokenizer_that_fails_to_load_fails_at_its_first_answer(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with TokenizerProcess(tmp_path / "tokenizer.json") as there:
+        with pytest.raises(Exception, match="expected|key"):
+            assert there.bos_token_id is None  # never reached: the load failed
+    with TokenizerProcess(tmp_path / "tokenizer.json") as there:
+        there.helper.process.kill()
+        with pytest.raises(RRFastError, match="the process loading the tokenizer ended unexpectedly"):
+            there.encode_many(TEXTS)
+
+
+@pytest.mark.parametrize("emit", [["--format", "json"], ["--emit", "scores"], ["--format", "html"]])
+def test_the_command_writes_the_same_with_the_tokenizer_loaded_ahead(tiny, sample, capsys, monkeypatch, emit):
+    options = [sample, *tiny_options(tiny), *emit, "-q"]
+    code, alone, _ = run_cli(options, capsys)
+    assert code == 0
+    started = []
+    original = rr_fast.cli.TokenizerProcess
+    monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
+    monkeypatch.setattr(rr_fast.cli, "TokenizerProcess", lambda *a: started.append(original(*a)) or started[-1])
+    code, ahead, _ = run_cli(options, capsys)
+    assert code == 0 and ahead == alone
+    assert len(started) == 1 and started[0].helper.process.poll() is not None  # started, and ended with the command
+
+
+def test_no_helper_where_it_would_not_pay(tiny, sample, capsys, monkeypatch):
+    """A small tokenizer.json, a model still to convert, --rebuild-cache: the tokenizer loads in this process."""
+    started = []
+    monkeypatch.setattr(rr_fast.cli, "TokenizerProcess", lambda *a: started.append(a))
+    assert run_cli([sample, *tiny_options(tiny), "-q"], capsys)[0] == 0  # SmolLM2's 2 MB tokenizer.json
+    monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
+    monkeypatch.setenv("RR_FAST_CACHE", str(sample.parent / "empty-cache"))
+    args = rr_fast.cli.build_parser().parse_args([str(sample), "--model", "gemma3-270m"])
+    assert rr_fast.cli.tokenizer_ahead(args).__enter__() is None  # not converted: nothing to load yet
+    args = rr_fast.cli.build_parser().parse_args([str(sample), "--model", tiny, "--rebuild-cache"])
+    assert rr_fast.cli.tokenizer_ahead(args).__enter__() is None
+    assert started == []
+
+
+def test_a_tokenizer_failing_in_the_helper_is_one_line(tiny, sample, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny, broken)
+    (broken / "tokenizer.json").write_text("{not json")
+    monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
+    code, out, err = run_cli([sample, *tiny_options(str(broken))], capsys)
+    assert code == 1 and out == ""
+    assert err.startswith(f"rr-fast: error: cannot load the tokenizer of {broken}") and len(err.splitlines()) == 1
+
+
+def test_the_command_ends_without_teardown_but_with_its_output_and_atexit_handlers():
+    script = (
+        "import atexit, sys\n"
+        "from rr_fast.command import exit_without_teardown\n"
+        "atexit.register(lambda: sys.stderr.write('handler ran'))\n"
+        "sys.stdout.write('x' * 1_000_000)\n"
+        "exit_without_teardown(3)\n"
+        "sys.stdout.write('never')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 3 and done.stdout == "x" * 1_000_000 and done.stderr == "handler ran"
