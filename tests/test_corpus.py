@@ -318,8 +318,10 @@ def test_lone_surrogates_in_ids_texts_and_file_names_are_errors_not_a_failed_run
 def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, monkeypatch):
     """On a CUDA GPU a helper process reads, tokenizes and plans the documents after the first ones; forced here on
     the CPU, with unreadable, empty and repeated documents among them, the shards are byte for byte the in-process
-    run's, and an input smaller than the first stretch starts no helper."""
+    run's (the worker's own tokenizer calls answered by a TokenizerProcess), and an input smaller than the first
+    stretch starts no helper."""
     import rr_fast.corpus
+    import rr_fast.tokenizer
 
     records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))]
     records[3:3] = [{"id": "empty", "text": "  "}, {"id": "no-text"}, {"id": "d1", "text": "again"}]
@@ -332,17 +334,24 @@ def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, mon
     monkeypatch.setattr(
         rr_fast.corpus._PlanningHelper, "__init__", lambda self, *a: (started.append(1), original(self, *a))[1]
     )
+    tokenizers = []
+    original_tokenizer = rr_fast.tokenizer.TokenizerProcess.__init__
+    monkeypatch.setattr(
+        rr_fast.tokenizer.TokenizerProcess,
+        "__init__",
+        lambda self, *a: (tokenizers.append(1), original_tokenizer(self, *a))[1],
+    )
     command = ["--shard-docs", "2", "-q", *options(tiny)]
     assert main([str(data), "-o", str(helper), *command, "--planning", "helper"]) == EXIT_DOCUMENT_ERRORS
-    assert len(started) == 1 and output_files(helper) == output_files(here)
+    assert len(started) == 1 and len(tokenizers) == 1 and output_files(helper) == output_files(here)
     # auto on a GPU: the first documents planned here (up to HELPER_AFTER_CHARS, inside shard 0), then a helper
     monkeypatch.setattr(rr_fast.corpus, "plans_in_helper", lambda planning, device: True)
     monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 150)
     assert main([str(data), "-o", str(tmp_path / "head"), *command]) == EXIT_DOCUMENT_ERRORS
-    assert len(started) == 2 and output_files(tmp_path / "head") == output_files(here)
+    assert len(started) == 2 and len(tokenizers) == 2 and output_files(tmp_path / "head") == output_files(here)
     monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 10**6)  # a smaller input: no helper
     assert main([str(data), "-o", str(tmp_path / "small"), *command]) == EXIT_DOCUMENT_ERRORS
-    assert len(started) == 2 and output_files(tmp_path / "small") == output_files(here)
+    assert len(started) == 2 and len(tokenizers) == 2 and output_files(tmp_path / "small") == output_files(here)
 
 
 def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):

@@ -7,8 +7,8 @@ second; the ratio of CPU times in the same run is what compares, since this mach
     python -m bench.speed.default_cli [--tokens 2500] [--presets quality,balanced,fast] [--out FILE.json]
 
 ``--cold-start`` instead times a fresh ``python -m rr_fast.chunk`` on a 500-token page (the first chunk is the whole
-output: the DP cuts a document once it is scored), median of three after a run that warms the page cache, and
-splits one such process into its steps.
+output: the DP cuts a document once it is scored), the median of ``--repeats`` runs (3) after one that warms the page
+cache, and splits one such process into its steps.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from bench.common import REPO_ROOT
 from bench.quality.streams import read_streams
@@ -95,7 +97,7 @@ os._exit(0)
 """
 
 
-def cold_start(text: str, tokens: int, out: Path) -> None:
+def cold_start(text: str, tokens: int, out: Path, repeats: int = 3) -> None:
     """Wall seconds of a fresh CLI process on a ``tokens``-token page, and one process's steps."""
     from rr_fast.models import resolve
     from rr_fast.text import tokenize
@@ -108,10 +110,11 @@ def cold_start(text: str, tokens: int, out: Path) -> None:
         path = Path(folder) / "page.txt"
         path.write_text(page, encoding="utf-8")
         run(path, None)  # warm
-        walls = sorted(run(path, None)["wall_seconds"] for _ in range(3))
+        walls = sorted(run(path, None)["wall_seconds"] for _ in range(repeats))
         steps = json.loads(subprocess.run([sys.executable, "-c", STEPS, str(path)], check=True, env=CHILD_ENV,
                                           capture_output=True, text=True).stdout)  # fmt: skip
-    result = {"page_tokens": len(tokenize(tokenizer, page)), "cli_wall_seconds_median": walls[1], "walls": walls}
+    result = {"page_tokens": len(tokenize(tokenizer, page)), "cli_wall_seconds_median": float(np.median(walls))}
+    result["walls"] = walls
     result["steps_seconds"] = steps
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
@@ -123,10 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presets", default="quality,fast", help="besides the default, comma-separated")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/cpu_default_cli.json")
     parser.add_argument("--cold-start", action="store_true", help="time the CLI on a 500-token page instead")
+    parser.add_argument("--repeats", type=int, default=3, help="--cold-start: timed runs (the median is reported)")
     args = parser.parse_args(argv)
     results = REPO_ROOT / "bench" / "results"
     if args.cold_start:
-        cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json")
+        cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json", args.repeats)
         return
     args.out = args.out or results / "cpu_default_cli.json"
     from rr_fast.models import resolve
