@@ -64,10 +64,18 @@ def arm_name(backend: str, dtype: str, batch_tokens: int | None) -> str:
 
 
 def run_arm(
-    backend: str, dtype: str, batch_tokens: int | None, readout: str | None, device: str, streams: list[str]
+    backend: str,
+    dtype: str,
+    batch_tokens: int | None,
+    readout: str | None,
+    device: str,
+    streams: list[str],
+    one_pass: bool = False,
 ) -> dict:
     """One arm's timing, cuts and readout values on ``streams``, the bundled model's name resolving to the
-    benchmark's cache entry."""
+    benchmark's cache entry. ``one_pass``: each stream scored and cut from one model run (``Chunker.explain``),
+    timed together, for arms too slow to run twice (MLX on a CPU); else ``score_many`` is timed and
+    ``chunk_many`` gives the cuts."""
     from rr_fast import Chunker
     from rr_fast.models import DEFAULT_MODEL
 
@@ -80,10 +88,14 @@ def run_arm(
     list(chunker.score_many(streams[:1]))  # warm-up: weights on the device, kernels compiled
     sync(device)
     started = time.perf_counter()
-    scores = list(chunker.score_many(streams))
+    if one_pass:
+        chunks, scores = zip(*(chunker.explain(stream) for stream in streams))
+    else:
+        scores = list(chunker.score_many(streams))
     sync(device)
     wall = time.perf_counter() - started
-    chunks = list(chunker.chunk_many(streams))
+    if not one_pass:
+        chunks = list(chunker.chunk_many(streams))
     tokens = sum(s.num_tokens for s in scores)
     return {
         "wall_s": wall,
@@ -118,6 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder")
     parser.add_argument("--streams", type=int, default=24, help="benchmark streams to score")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
+    parser.add_argument("--arms", help="comma-separated arm names (torch_bfloat16, mlx_bfloat16, ...); default all")
+    parser.add_argument("--one-pass", action="store_true", help="score and cut each stream from one model run")
     parser.add_argument("--out", help="result JSON (default INPUTS/mlx_gpu.json)")
     args = parser.parse_args(argv)
     import mlx.core as mx
@@ -150,16 +164,22 @@ def main(argv: list[str] | None = None) -> dict:
             "streams": len(streams),
             "config": resolved(args.readout),
         }
-        arms = {arm: run_arm(*arm, args.readout, device, streams) for arm in ARMS}
+        chosen = [arm for arm in ARMS if args.arms is None or arm_name(*arm) in args.arms.split(",")]
+        result["one_pass"] = args.one_pass
+        arms = {arm: run_arm(*arm, args.readout, device, streams, args.one_pass) for arm in chosen}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    reference = arms[REFERENCE if REFERENCE in arms else chosen[0]]  # torch fp32 unless it was left out
+    result["reference"] = arm_name(*(REFERENCE if REFERENCE in arms else chosen[0]))
     for key, arm in arms.items():
-        row = {"tokens_per_s": arm["tokens_per_s"], **compare(arm, arms[REFERENCE])}
-        row["speed_vs_torch_bfloat16"] = arms[ARMS[1]]["wall_s"] / arm["wall_s"]
-        row["identical_cuts_vs_torch_bfloat16"] = compare(arm, arms[ARMS[1]])["identical_cuts_rate"]
+        row = {"tokens_per_s": arm["tokens_per_s"], **compare(arm, reference)}
+        if ARMS[1] in arms:
+            row["speed_vs_torch_bfloat16"] = arms[ARMS[1]]["wall_s"] / arm["wall_s"]
+            row["identical_cuts_vs_torch_bfloat16"] = compare(arm, arms[ARMS[1]])["identical_cuts_rate"]
         result[arm_name(*key)] = row
-        speeds = f"×{row['speed_vs_reference']:.2f} (torch bf16 ×{row['speed_vs_torch_bfloat16']:.2f})"
-        cuts = f"{row['identical_cuts_rate']:.2f} (torch bf16's {row['identical_cuts_vs_torch_bfloat16']:.2f})"
+        against_bf16 = (row.get("speed_vs_torch_bfloat16", np.nan), row.get("identical_cuts_vs_torch_bfloat16", np.nan))
+        speeds = f"×{row['speed_vs_reference']:.2f} (torch bf16 ×{against_bf16[0]:.2f})"
+        cuts = f"{row['identical_cuts_rate']:.2f} (torch bf16's {against_bf16[1]:.2f})"
         print(f"{arm_name(*key):26} {row['tokens_per_s']:10.1f} tok/s  {speeds}  identical cuts {cuts}  "
               f"max|Δ| {row['score_abs_diff_max']:.2e}")  # fmt: skip
     out = Path(args.out) if args.out else inputs / ("mlx_gpu_smoke.json" if args.smoke else "mlx_gpu.json")
