@@ -128,10 +128,10 @@ def tokenizer_ahead(args: argparse.Namespace) -> TokenizerProcess | nullcontext:
     """The model's tokenizer loading in a helper process from now on, while this one imports torch and loads the
     weights (``TokenizerProcess``): the first chunk of a page comes a second sooner. Only where that pays: the
     model's folder is ready (``models.ready_folder``), its tokenizer.json runs as written and is large enough to take
-    a while (Gemma's: 33 MB, 1.2 s), and this process may use a second core. Else a context of None: the
-    ``Chunker`` loads the tokenizer itself."""
+    a while (Gemma's: 33 MB, 1.2 s), and this process may use a second core on a POSIX system. Else a context of
+    None: the ``Chunker`` loads the tokenizer itself."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if args.rebuild_cache or args.verify_cache or cores < 2:
+    if args.rebuild_cache or args.verify_cache or cores < 2 or os.name != "posix":  # helpers inherit pipes by fd
         return nullcontext()
     try:
         with warnings.catch_warnings():  # config_from_args says them, once

@@ -335,8 +335,9 @@ class RunConfig:
         return chunker_config(**self.chunker).resolve()
 
     def manifest_key(self) -> dict:
-        """What must match for --resume to continue a run: the inputs, how they are read, and the resolved
-        configuration (every option's value, defaults included)."""
+        """What must match for --resume to continue a run: the inputs, how they are read, the resolved
+        configuration (every option's value, defaults included) and the shards' columns (an rr-fast that writes
+        other columns would leave shards of two schemas in one dataset)."""
         configuration = asdict(self.resolved.config)
         if Path(configuration["model"]).exists():  # a local folder or file: wherever the run is started from
             configuration["model"] = str(Path(configuration["model"]).resolve())
@@ -346,6 +347,7 @@ class RunConfig:
             "text_field": self.text_field,
             "shard_docs": self.shard_docs,
             "configuration": configuration,
+            "columns": list(COLUMNS),
         }
 
 
@@ -473,6 +475,12 @@ def _check_same_run(output: Path, previous: dict, key: dict) -> None:
             raise RRFastError(
                 f"{output} was written with {flag} {previous.get(name)}, here {key[name]}: cannot resume it with these"
             )
+    if previous.get("columns", ["(no record of them)"]) != key["columns"]:
+        raise RRFastError(
+            f"{output} was written by an rr-fast whose shards have other columns "
+            f"({', '.join(previous.get('columns', ['not recorded']))}; here {', '.join(key['columns'])}): "
+            "cannot resume it into one dataset; pick another --output"
+        )
     before = previous.get("configuration") or {}
     for name, value in key["configuration"].items():
         if before.get(name) != value:

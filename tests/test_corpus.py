@@ -218,6 +218,24 @@ def test_resume_redoes_the_shards_whose_documents_changed(tiny, tmp_path):
     assert sorted(p.name for p in out.glob("part-*")) == ["part-00000.parquet", "part-00001.parquet"]
 
 
+def test_resume_refuses_a_run_whose_shards_have_other_columns(tiny, tmp_path, capsys):
+    """An output written by an rr-fast with other columns (before the headings column, say) is not continued: its
+    shards and the new ones would be two schemas in one dataset."""
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))])
+    out = tmp_path / "out"
+    run = [str(data), "-o", str(out), "--shard-docs", "2", "-q", *options(tiny)]
+    assert main(run) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["run"]["columns"].remove("headings")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main([*run, "--resume"]) == 1
+    assert "whose shards have other columns" in capsys.readouterr().err
+    del manifest["run"]["columns"]  # a manifest from before the columns were recorded
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main([*run, "--resume"]) == 1
+    assert "not recorded" in capsys.readouterr().err
+
+
 def test_a_second_run_on_a_locked_folder_fails_at_once_naming_the_first(tiny, tmp_path, capsys):
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": "x", "text": make_texts(1)[0]}])
     out = tmp_path / "out"

@@ -8,7 +8,8 @@ second; the ratio of CPU times in the same run is what compares, since this mach
 
 ``--cold-start`` instead times a fresh ``python -m rr_fast.chunk`` on a 500-token page (the first chunk is the whole
 output: the DP cuts a document once it is scored), the median of ``--repeats`` runs (3) after one that warms the page
-cache, and splits one such process into its steps.
+cache, and splits one such process into its steps. ``--baseline DIR`` times the command of another checkout
+(``git worktree add DIR COMMIT``) in turn with this one's, for a same-run comparison.
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ def flattened_text(tokens: int, streams: Path = STREAMS) -> str:
 CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(path: Path, preset: str | None) -> dict:
-    """One CLI process; CPU seconds from the children's resource usage around it."""
+def run(path: Path, preset: str | None, checkout: Path = REPO_ROOT) -> dict:
+    """One CLI process, of the rr_fast in ``checkout``; CPU seconds from the children's resource usage around it
+    (the helper processes' included)."""
     command = [sys.executable, "-m", "rr_fast.chunk", str(path), "--quiet", "-o", os.devnull]
     command += ["--preset", preset] if preset else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, check=True, env=CHILD_ENV)
+    env = {name: value for name, value in CHILD_ENV.items() if name != "PYTHONPATH"}  # the checkout's rr_fast
+    subprocess.run(command, check=True, env=env, cwd=checkout)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -97,8 +100,9 @@ os._exit(0)
 """
 
 
-def cold_start(text: str, tokens: int, out: Path, repeats: int = 3) -> None:
-    """Wall seconds of a fresh CLI process on a ``tokens``-token page, and one process's steps."""
+def cold_start(text: str, tokens: int, out: Path, repeats: int = 3, baseline: Path | None = None) -> None:
+    """Wall seconds of a fresh CLI process on a ``tokens``-token page, and one process's steps; with ``baseline`` (a
+    checkout of another commit), its CLI's walls too, each of its runs right after one of this checkout's."""
     from rr_fast.models import resolve
     from rr_fast.text import tokenize
     from rr_fast.tokenizer import load_tokenizer
@@ -109,12 +113,25 @@ def cold_start(text: str, tokens: int, out: Path, repeats: int = 3) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "page.txt"
         path.write_text(page, encoding="utf-8")
-        run(path, None)  # warm
-        walls = sorted(run(path, None)["wall_seconds"] for _ in range(repeats))
+        checkouts = [REPO_ROOT] + ([baseline] if baseline else [])
+        walls: dict[Path, list[float]] = {checkout: [] for checkout in checkouts}
+        for checkout in checkouts:
+            run(path, None, checkout)  # warm: the page cache, bytecode, Numba's cache
+        for _ in range(repeats):
+            for checkout in checkouts:
+                walls[checkout].append(run(path, None, checkout)["wall_seconds"])
         steps = json.loads(subprocess.run([sys.executable, "-c", STEPS, str(path)], check=True, env=CHILD_ENV,
                                           capture_output=True, text=True).stdout)  # fmt: skip
-    result = {"page_tokens": len(tokenize(tokenizer, page)), "cli_wall_seconds_median": float(np.median(walls))}
-    result["walls"] = walls
+    result = {"page_tokens": len(tokenize(tokenizer, page))}
+    result |= {"cli_wall_seconds_median": float(np.median(walls[REPO_ROOT])), "walls": sorted(walls[REPO_ROOT])}
+    if baseline:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline, capture_output=True, text=True)
+        result["baseline"] = {
+            "checkout": str(baseline),
+            "commit": commit.stdout.strip(),
+            "cli_wall_seconds_median": float(np.median(walls[baseline])),
+            "walls": sorted(walls[baseline]),
+        }
     result["steps_seconds"] = steps
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
@@ -127,10 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/cpu_default_cli.json")
     parser.add_argument("--cold-start", action="store_true", help="time the CLI on a 500-token page instead")
     parser.add_argument("--repeats", type=int, default=3, help="--cold-start: timed runs (the median is reported)")
+    parser.add_argument("--baseline", type=Path, help="--cold-start: a checkout of another commit, timed in turn")
     args = parser.parse_args(argv)
     results = REPO_ROOT / "bench" / "results"
     if args.cold_start:
-        cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json", args.repeats)
+        cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json", args.repeats, args.baseline)
         return
     args.out = args.out or results / "cpu_default_cli.json"
     from rr_fast.models import resolve
