@@ -17,7 +17,7 @@ import numpy as np
 from rr_fast.kernels import dp
 
 # inner-loop steps a process interprets before it loads Numba: about 0.25 s at 2.3 µs a step, half of Numba's load
-# here (a 500-token page takes about 3,000 steps at the default limits, a 2,500-token text 21,000)
+# here (on an 8-token word grid a 500-token text takes about 3,000 steps, a 2,500-token one 21,000)
 INTERPRETED_STEPS = 100_000
 _interpreted = 0  # steps interpreted so far in this process
 
