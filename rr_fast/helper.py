@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -72,6 +73,9 @@ class Helper:
 def _main() -> None:
     """The helper process: ``python -c ... FUNCTION INBOX_FD OUTBOX_FD PARENT_PID``."""
     function, inbox, outbox, parent = sys.argv[1:5]
+    # Ctrl-C reaches every process of the terminal's group: the parent answers it (one line) and ends this one, which
+    # would otherwise print a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with(int(parent))
     module, name = function.split(":")
     run = getattr(importlib.import_module(module), name)
@@ -99,7 +103,6 @@ def die_with(parent: int) -> None:
     """
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG

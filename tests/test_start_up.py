@@ -32,6 +32,18 @@ def test_the_tokenizer_in_a_helper_process_answers_as_the_one_here(tiny):
     assert there.helper.process.poll() is not None  # closed: the helper has ended
 
 
+def test_the_helper_leaves_ctrl_c_to_its_parent(tiny):
+    """Ctrl-C reaches the helper too (the terminal signals the whole process group): it goes on answering, and
+    prints nothing, while the command line reports the interrupt in one line and ends it."""
+    import os
+    import signal
+
+    with TokenizerProcess(*tokenizer_file(tiny)) as there:
+        bos = there.bos_token_id  # loaded: the helper now waits for questions
+        os.kill(there.helper.process.pid, signal.SIGINT)
+        assert there.bos_token_id == bos and there.helper.process.poll() is None
+
+
 def test_a_tokenizer_that_fails_to_load_fails_at_its_first_answer(tmp_path):
     (tmp_path / "tokenizer.json").write_text("{not json")
     with TokenizerProcess(tmp_path / "tokenizer.json") as there:
