@@ -44,6 +44,23 @@ def test_plain_states_and_logits_equal_transformers(tiny_model_factory, stock_mo
     assert torch.allclose(logits, expected.logits, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["gemma3", "llama"])
+def test_a_cpu_model_in_bfloat16_computes_as_if_every_weight_were_cast(tiny_model_factory, kind):
+    """On a CPU the embedding table stays float32, its rows cast as they are gathered and a tied head's table on
+    first use: the states and logits equal those of the same model with every weight cast at load."""
+    folder = tiny_model_factory(kind)
+    lazy, cast = plain.load(folder, torch.bfloat16), plain.load(folder).to(torch.bfloat16)
+    assert lazy.model.embed_tokens.weight.dtype == torch.float32
+    ids, positions = _ids_and_positions(lazy.config.vocab_size, length=24)
+    with torch.inference_mode():
+        a = lazy.model(input_ids=ids, position_ids=positions, output_hidden_states=True)
+        b = cast.model(input_ids=ids, position_ids=positions, output_hidden_states=True)
+        for layer, (x, y) in enumerate(zip(a.hidden_states, b.hidden_states)):
+            assert x.dtype == torch.bfloat16 and torch.equal(x, y), layer
+        assert torch.equal(lazy.lm_head(a.last_hidden_state), cast.lm_head(b.last_hidden_state))
+    assert lazy.get_output_embeddings().weight.dtype == torch.bfloat16
+
+
 def test_plain_bfloat16_follows_transformers_roundings(tiny_model_factory):
     """In bf16 Gemma's embedding scale and norms round where transformers rounds them."""
     folder = tiny_model_factory("gemma3")

@@ -207,8 +207,35 @@ class Linear(nn.Linear):
 
 
 class Embedding(nn.Embedding):
+    """With ``compute_dtype`` set, the table stays in the checkpoint's dtype and the gathered rows are cast: the same
+    values as gathering from a cast table, without casting rows a text never uses (``load``)."""
+
+    compute_dtype: torch.dtype | None = None
+
     def reset_parameters(self) -> None:
         """Nothing, as for Linear."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows = super().forward(input_ids)
+        return rows if self.compute_dtype is None else rows.to(self.compute_dtype)
+
+
+class CastHead(nn.Module):
+    """A tied LM head whose embedding table stays in the checkpoint's dtype: the table cast to ``dtype`` on the first
+    use of ``weight`` (only the ``lr`` and ``rr`` readouts read the head)."""
+
+    def __init__(self, table: torch.Tensor, dtype: torch.dtype):
+        super().__init__()
+        self.table, self.dtype, self.bias, self._weight = table, dtype, None, None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        if self._weight is None:
+            self._weight = self.table.to(self.dtype)
+        return self._weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
 
 
 class RMSNorm(nn.Module):
@@ -449,14 +476,19 @@ class CausalLM(nn.Module):
     def base_model(self) -> Decoder:
         return self.model
 
-    def get_output_embeddings(self) -> nn.Linear:
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Linear | CastHead:
         return self.lm_head
 
 
 def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> CausalLM:
     """Build the model without initializing weights (meta tensors), then take the safetensors' tensors, cast on
     ``device``: on a GPU the cast is free, where on the CPU it is a pass over every weight on every core (slowed
-    to its slowest thread when another process holds a core, as corpus mode's planning helper does)."""
+    to its slowest thread when another process holds a core, as corpus mode's planning helper does). On a CPU the
+    embedding table is not cast: its rows are, as they are gathered (``Embedding``), and a tied head casts the table
+    on its first use (``CastHead``)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -474,9 +506,21 @@ def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "
         raise ValueError(
             f"weights do not match the config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
-    model.load_state_dict({k: v.to(device).to(dtype) for k, v in weights.items()}, strict=False, assign=True)
+    # On a CPU the embedding table keeps the checkpoint's dtype (memory-mapped): casting Gemma 3's 262k rows was most
+    # of the load, 0.3-0.8 s of a command's cold start, and a text gathers a few thousand of them
+    table = "model.embed_tokens.weight"
+    lazy = device == "cpu" and weights[table].dtype != dtype
+    model.load_state_dict(
+        {k: v if lazy and k == table else v.to(device).to(dtype) for k, v in weights.items()}, strict=False, assign=True
+    )
+    if lazy:
+        model.model.embed_tokens.compute_dtype = dtype
     if config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
+        embedding = model.model.embed_tokens.weight
+        if lazy:
+            model.lm_head = CastHead(embedding, dtype)
+        else:
+            model.lm_head.weight = embedding
     return model.eval()
 
 

@@ -110,7 +110,7 @@ class TorchBackend:
         self.uses_rope = _relative_positions_only(self.config, self.decoder)
         self.max_positions = None if self.uses_rope else int(self.config.max_position_embeddings)
         self.softcap = getattr(self.config, "final_logit_softcapping", None)
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])  # not the head's: it may cast on first use
         # CPU: rows that keep weights and activations in cache win (bench/RESULTS.md); GPUs want big batches
         self.preferred_batch_tokens = 1024 if device == "cpu" else _device_batch_tokens(model, device)
         # readouts on the device: states stay there and only per-edge scores cross to the host
