@@ -222,7 +222,7 @@ class Embedding(nn.Embedding):
 
 class CastHead(nn.Module):
     """A tied LM head whose embedding table stays in the checkpoint's dtype: the table cast to ``dtype`` on the first
-    use of ``weight`` (only the ``lr`` and ``rr`` readouts read the head)."""
+    use of ``weight`` (the default's attention readout never reads the head)."""
 
     def __init__(self, table: torch.Tensor, dtype: torch.dtype):
         super().__init__()
