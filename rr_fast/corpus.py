@@ -155,8 +155,8 @@ def run_worker(
     planning = _PlanningHelper(*selection, folder, helper_from) if helper_from is not None else nullcontext()
     # beside a planning helper, this process's own tokenizer calls (the BOS, the first documents) go to a second
     # helper that loads it while the model loads: loaded here, it took 1.2-1.9 s of the start on an H200's host
-    found = tokenizer_file(folder) if helper_from is not None else None
-    with planning as helper, TokenizerProcess(*found) if found else nullcontext() as tokenizer:
+    as_written = tokenizer_file(folder) if helper_from is not None else None
+    with planning as helper, TokenizerProcess(*as_written) if as_written else nullcontext() as tokenizer:
         chunker = Chunker(resolved, folder=folder, tokenizer=tokenizer)  # the helpers load their tokenizers meanwhile
         here = planned_documents(chunker.planner, itertools.chain(head, () if helper else rest()))
         planned = here if helper is None else itertools.chain(here, helper)
