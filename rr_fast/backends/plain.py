@@ -507,7 +507,7 @@ def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "
             f"weights do not match the config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
     # On a CPU the embedding table keeps the checkpoint's dtype (memory-mapped): it is 63% of Gemma 3's weights, whose
-    # cast took 0.3-0.9 s of a command's cold start, and a text gathers a few thousand of its 262k rows
+    # cast took 0.3-0.8 s of a command's cold start, and a text gathers a few thousand of its 262k rows
     table = "model.embed_tokens.weight"
     lazy = device == "cpu" and weights[table].dtype != dtype
     model.load_state_dict(
