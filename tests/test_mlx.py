@@ -245,3 +245,43 @@ def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory):
     a = Engine(ours, [1], config, crossing_head=head).score(ids, edges)[ATTENTION]
     b = Engine(theirs, [1], config, crossing_head=head).score(ids, edges)[ATTENTION]
     np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def test_gemma_half_precision_rounds_as_torch():
+    """In bfloat16, Gemma's norms (1 + w formed in float32) and its gated GELU are computed in float32 and rounded
+    once, as torch computes them: nearly every value equals torch's bit for bit, where mlx-lm's own layers, which
+    round at each step, match on two thirds or fewer."""
+    import torch
+    import torch.nn.functional as F
+    from mlx import nn
+    from mlx_lm.models import gemma3_text
+
+    from rr_fast.backends.plain import RMSNorm
+
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(0, 3, (64, 640)).astype(np.float32), rng.normal(0, 1, 640).astype(np.float32)
+    theirs = RMSNorm(640, 1e-6, gemma=True)
+    theirs.weight.data = torch.tensor(w).bfloat16()
+    want = theirs(torch.tensor(x).bfloat16()).detach().float().numpy()
+    stock = gemma3_text.RMSNorm(640, 1e-6)
+    stock.weight = mx.array(w).astype(mx.bfloat16)
+    half = mx.array(x).astype(mx.bfloat16)
+    assert (np.array(mlx_backend._GemmaNorm(stock)(half).astype(mx.float32)) == want).mean() > 0.999
+    assert (np.array(stock(half).astype(mx.float32)) == want).mean() < 0.8
+
+    gate, up = rng.normal(0, 3, (64, 2048)).astype(np.float32), rng.normal(0, 1, (64, 2048)).astype(np.float32)
+    want = (F.gelu(torch.tensor(gate).bfloat16(), approximate="tanh") * torch.tensor(up).bfloat16()).float().numpy()
+    gate, up = mx.array(gate).astype(mx.bfloat16), mx.array(up).astype(mx.bfloat16)
+    assert (np.array(mlx_backend._gated(gate, up).astype(mx.float32)) == want).mean() > 0.99
+    assert (np.array((nn.gelu_approx(gate) * up).astype(mx.float32)) == want).mean() < 0.8
+
+
+def test_gemma_layers_are_replaced(tiny_model_factory):
+    """Every Gemma norm and MLP of a loaded model computes as torch does (``_round_as_transformers``)."""
+    backend = MLXBackend.load(tiny_model_factory("gemma3"), dtype="bfloat16")
+    for layer in backend.layers:
+        norms = (layer.input_layernorm, layer.post_attention_layernorm, layer.pre_feedforward_layernorm)
+        norms += (layer.post_feedforward_layernorm, layer.self_attn.q_norm, layer.self_attn.k_norm)
+        assert all(isinstance(norm, mlx_backend._GemmaNorm) for norm in norms)
+        assert isinstance(layer.mlp, mlx_backend._GemmaMLP)
+    assert isinstance(backend.norm, mlx_backend._GemmaNorm)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 from mlx import nn
-from mlx_lm.models import gpt2
+from mlx_lm.models import gemma3_text, gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
@@ -50,6 +51,50 @@ class _GPT2(gpt2.Model):
         return super().sanitize(weights)
 
 
+class _GemmaNorm(nn.Module):
+    """Gemma's RMSNorm as transformers and the torch backend compute it: in float32, scaled by 1 + w formed in
+    float32, rounded once to the working dtype. mlx-lm forms 1 + w in the weights' dtype, which in bfloat16 moves
+    every scale by up to 0.4%: enough, over 18 layers of six norms each, to move a cut."""
+
+    def __init__(self, norm: gemma3_text.RMSNorm):
+        super().__init__()
+        self.weight, self.eps = norm.weight, norm.eps
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.fast.rms_norm(x.astype(mx.float32), 1.0 + self.weight.astype(mx.float32), self.eps).astype(x.dtype)
+
+
+class _GemmaMLP(nn.Module):
+    """Gemma's MLP with its tanh GELU computed in float32 and rounded once, as torch's kernel computes it; mlx-lm's
+    ``gelu_approx`` rounds each of its elementwise steps to the working dtype."""
+
+    def __init__(self, mlp: gemma3_text.MLP):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(_gated(self.gate_proj(x), self.up_proj(x)))
+
+
+@partial(mx.compile, shapeless=True)
+def _gated(gate: mx.array, up: mx.array) -> mx.array:
+    return nn.gelu_approx(gate.astype(mx.float32)).astype(up.dtype) * up
+
+
+def _round_as_transformers(model: nn.Module) -> None:
+    """Gemma 3's norms and GELU computed in float32 and rounded once, as transformers does (a no-op in float32).
+    In bfloat16 mlx-lm's own layers sit about four times farther from torch's readouts than torch's bfloat16 sits
+    from float32 (bench/RESULTS.md, "MLX beside torch")."""
+    names = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
+    model.model.norm = _GemmaNorm(model.model.norm)
+    for layer in model.layers:
+        for name in names:
+            setattr(layer, name, _GemmaNorm(getattr(layer, name)))
+        attention = layer.self_attn
+        attention.q_norm, attention.k_norm = _GemmaNorm(attention.q_norm), _GemmaNorm(attention.k_norm)
+        layer.mlp = _GemmaMLP(layer.mlp)
+
+
 class MLXBackend:
     name = "mlx"
 
@@ -64,6 +109,8 @@ class MLXBackend:
             )
         if config.get("attn_logit_softcapping"):  # mlx-lm's Gemma 3 attention has no softcap
             raise RRFastError("the mlx backend does not support attention logit softcapping; use --backend torch")
+        if self.family == "gemma3_text":
+            _round_as_transformers(model)
         self.decoder = model.model
         self.layers = model.layers
         self.depth = len(self.layers)
