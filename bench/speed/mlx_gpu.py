@@ -20,8 +20,9 @@ applies; ``--readout lr`` for the two-pass teacher) on the same streams: torch f
 bf16 on MLX's default device (the GPU under mlx-cuda), and MLX bf16 at 16,384 tokens per call (MLX's own default
 is 4,096; torch on a GPU sizes its batches from free memory). Per arm: source tokens/s over the streams after one
 warm-up stream, max and median |Δ| of every readout against torch fp32, and the share of streams whose cuts equal
-torch fp32's and torch bf16's. MLX's layers are mlx-lm's (RMSNorm and RoPE as ``mx.fast`` kernels; the attention
-readout forms its probabilities explicitly on both backends); ``mx.compile`` is not used.
+torch fp32's and torch bf16's (and the median |Δ| against torch bf16). MLX's layers are mlx-lm's (RMSNorm and RoPE
+as ``mx.fast`` kernels), with Gemma's norms and GELU computed in float32 as torch computes them; the attention readout
+forms its probabilities explicitly on both backends; ``mx.compile`` is not used.
 """
 
 from __future__ import annotations
@@ -175,7 +176,9 @@ def main(argv: list[str] | None = None) -> dict:
         row = {"tokens_per_s": arm["tokens_per_s"], **compare(arm, reference)}
         if ARMS[1] in arms:
             row["speed_vs_torch_bfloat16"] = arms[ARMS[1]]["wall_s"] / arm["wall_s"]
-            row["identical_cuts_vs_torch_bfloat16"] = compare(arm, arms[ARMS[1]])["identical_cuts_rate"]
+            against = compare(arm, arms[ARMS[1]])
+            row["identical_cuts_vs_torch_bfloat16"] = against["identical_cuts_rate"]
+            row["score_abs_diff_median_vs_torch_bfloat16"] = against["score_abs_diff_median"]
         result[arm_name(*key)] = row
         against_bf16 = (row.get("speed_vs_torch_bfloat16", np.nan), row.get("identical_cuts_vs_torch_bfloat16", np.nan))
         speeds = f"×{row['speed_vs_reference']:.2f} (torch bf16 ×{against_bf16[0]:.2f})"
