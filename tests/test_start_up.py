@@ -90,7 +90,11 @@ def test_a_tokenizer_failing_in_the_helper_is_one_line(tiny, sample, tmp_path, c
     shutil.copytree(tiny, broken)
     (broken / "tokenizer.json").write_text("{not json")
     monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
+    started = []
+    original = rr_fast.cli.TokenizerProcess
+    monkeypatch.setattr(rr_fast.cli, "TokenizerProcess", lambda *a: started.append(original(*a)) or started[-1])
     code, out, err = run_cli([sample, *tiny_options(str(broken))], capsys)
+    assert len(started) == 1  # the failure came from the helper's tokenizer, not one loaded in this process
     assert code == 1 and out == ""
     assert err.startswith(f"rr-fast: error: cannot load the tokenizer of {broken}") and len(err.splitlines()) == 1
 
