@@ -82,10 +82,10 @@ def _gated(gate: mx.array, up: mx.array) -> mx.array:
 
 
 def _round_as_transformers(model: nn.Module) -> None:
-    """Gemma 3's norms and GELU computed in float32 and rounded once, as transformers does (in float32, mlx-lm's arithmetic).
-    In bfloat16 mlx-lm's own layers put the default's scores about four times farther from torch's than torch's
-    bfloat16 sits from float32, enough to move cuts (bench/RESULTS.md, "MLX with Gemma's norms and GELU rounded as
-    torch rounds them")."""
+    """Gemma 3's norms and GELU computed in float32 and rounded once, as transformers does (in float32 this is
+    mlx-lm's own arithmetic). In bfloat16 mlx-lm's own layers put the default's scores about four times farther
+    from torch's than torch's bfloat16 sits from float32, enough to move cuts (bench/RESULTS.md, "MLX with Gemma's
+    norms and GELU rounded as torch rounds them")."""
     names = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
     model.model.norm = _GemmaNorm(model.model.norm)
     for layer in model.layers:
