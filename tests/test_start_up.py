@@ -55,15 +55,21 @@ def test_a_tokenizer_that_fails_to_load_fails_at_its_first_answer(tmp_path):
             there.encode_many(TEXTS)
 
 
+def helpers_started(monkeypatch) -> list:
+    """The command's tokenizer helpers, as it starts them; every tokenizer.json large enough for one."""
+    started = []
+    original = rr_fast.cli.TokenizerProcess
+    monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
+    monkeypatch.setattr(rr_fast.cli, "TokenizerProcess", lambda *a: started.append(original(*a)) or started[-1])
+    return started
+
+
 @pytest.mark.parametrize("emit", [["--format", "json"], ["--emit", "scores"], ["--format", "html"]])
 def test_the_command_writes_the_same_with_the_tokenizer_loaded_ahead(tiny, sample, capsys, monkeypatch, emit):
     options = [sample, *tiny_options(tiny), *emit, "-q"]
     code, alone, _ = run_cli(options, capsys)
     assert code == 0
-    started = []
-    original = rr_fast.cli.TokenizerProcess
-    monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
-    monkeypatch.setattr(rr_fast.cli, "TokenizerProcess", lambda *a: started.append(original(*a)) or started[-1])
+    started = helpers_started(monkeypatch)
     code, ahead, _ = run_cli(options, capsys)
     assert code == 0 and ahead == alone
     assert len(started) == 1 and started[0].helper.process.poll() is not None  # started, and ended with the command
@@ -89,10 +95,7 @@ def test_a_tokenizer_failing_in_the_helper_is_one_line(tiny, sample, tmp_path, c
     broken = tmp_path / "broken"
     shutil.copytree(tiny, broken)
     (broken / "tokenizer.json").write_text("{not json")
-    monkeypatch.setattr(rr_fast.cli, "TOKENIZER_AHEAD_BYTES", 0)
-    started = []
-    original = rr_fast.cli.TokenizerProcess
-    monkeypatch.setattr(rr_fast.cli, "TokenizerProcess", lambda *a: started.append(original(*a)) or started[-1])
+    started = helpers_started(monkeypatch)
     code, out, err = run_cli([sample, *tiny_options(str(broken))], capsys)
     assert len(started) == 1  # the failure came from the helper's tokenizer, not one loaded in this process
     assert code == 1 and out == ""
