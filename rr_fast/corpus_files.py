@@ -475,10 +475,11 @@ def _check_same_run(output: Path, previous: dict, key: dict) -> None:
             raise RRFastError(
                 f"{output} was written with {flag} {previous.get(name)}, here {key[name]}: cannot resume it with these"
             )
-    if previous.get("columns", ["(no record of them)"]) != key["columns"]:
+    columns = previous.get("columns")
+    if columns != key["columns"]:
         raise RRFastError(
             f"{output} was written by an rr-fast whose shards have other columns "
-            f"({', '.join(previous.get('columns', ['not recorded']))}; here {', '.join(key['columns'])}): "
+            f"({', '.join(columns) if columns else 'not recorded'}; here {', '.join(key['columns'])}): "
             "cannot resume it into one dataset; pick another --output"
         )
     before = previous.get("configuration") or {}
