@@ -58,10 +58,11 @@ class _GemmaNorm(nn.Module):
 
     def __init__(self, norm: gemma3_text.RMSNorm):
         super().__init__()
-        self.weight, self.eps = norm.weight, norm.eps
+        # formed once, not on every call; private, so not a parameter: the model's parameters keep one dtype
+        self._scale, self.eps = 1.0 + norm.weight.astype(mx.float32), norm.eps
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.fast.rms_norm(x.astype(mx.float32), 1.0 + self.weight.astype(mx.float32), self.eps).astype(x.dtype)
+        return mx.fast.rms_norm(x.astype(mx.float32), self._scale, self.eps).astype(x.dtype)
 
 
 class _GemmaMLP(nn.Module):
