@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from bench.retrieval.chunkers import TRUE_BOUNDARIES
 from bench.retrieval.data import Question, chroma_condition
 from bench.retrieval.evaluate import question_metrics
 
@@ -93,17 +94,23 @@ def test_one_command_writes_results_report_and_figure(tiny, tmp_path):
     assert main([str(a) for a in argv]) == 0
     results = json.loads((out / "r.json").read_text())
     assert list(results["conditions"]) == ["published", "flattened", "records"]
-    for condition in results["conditions"].values():
+    for name, condition in results["conditions"].items():
         families = {row["family"] for row in condition["settings"]}
         rr = f"rr-fast {tiny}+backend=torch"
-        assert families == {"fixed-tokens", "langchain-recursive", rr, f"{rr} λ0.2"}  # the limits and λ curves
+        ceiling = {TRUE_BOUNDARIES} if name == "records" else set()  # only records know their true boundaries
+        assert families == {"fixed-tokens", "langchain-recursive", rr, f"{rr} λ0.2", f"{rr} λ0.0", *ceiling}
         for row in condition["settings"]:
             assert len(row["metrics"]["5"]["recall"]) == len(condition["questions"])
             assert all(0 <= v <= 1 for k in ("1", "3", "5", "min") for v in row["metrics"][k]["iou"])
         assert all(row["seconds"] > 0 for row in condition["settings"] if row["family"].startswith("rr-fast"))
-    assert {q["split"] for q in results["conditions"]["records"]["questions"]} == {"eval"}
+    records = results["conditions"]["records"]
+    halves = {split: {q["corpus"] for q in records["questions"] if q["split"] == split} for split in ("cal", "eval")}
+    assert halves["cal"] and halves["eval"] and not halves["cal"] & halves["eval"]  # each half its own streams
+    (truth,) = [row for row in records["settings"] if row["family"] == TRUE_BOUNDARIES]
+    assert set(truth["metrics"]["shape"]["holding"]) == {1}  # every record is exactly one chunk
     report = (out / "r.md").read_text()
     assert "| rr-fast setting | peer |" in report and "### Targets" in report
+    assert f"records, {TRUE_BOUNDARIES}@units" in report
     assert (out / "r.png").stat().st_size > 0
 
 

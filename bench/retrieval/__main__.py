@@ -22,7 +22,14 @@ import numpy as np
 
 from bench.common import REPO_ROOT, data_dir
 from bench.retrieval import report
-from bench.retrieval.chunkers import PEER_FAMILIES, Setting, peer_settings, replayed_seconds, rr_settings
+from bench.retrieval.chunkers import (
+    PEER_FAMILIES,
+    Setting,
+    peer_settings,
+    replayed_seconds,
+    rr_settings,
+    true_boundaries,
+)
 from bench.retrieval.data import CONDITIONS, Condition, chroma_condition, records_condition
 from bench.retrieval.evaluate import embed, question_metrics
 from rr_fast import RRFastError
@@ -75,6 +82,9 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
         "\x00".join(d.text for docs in condition.corpora.values() for d in docs).encode()
     ).hexdigest()[:12]
     rows = []
+    if condition.true_starts:
+        settings = [*settings, true_boundaries(condition.true_starts)]
+    searched = {split: {q.corpus for q in questions if q.split == split} for split in ("cal", "eval")}
     for setting in settings:
         started = time.perf_counter()
         spans, seconds = _chunks(
@@ -98,20 +108,26 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
             for k, values in measured.items():
                 for metric, value in values.items():
                     per_question.setdefault(k, {}).setdefault(metric, []).append(round(float(value), 5))
-        lengths = [e - s for chunks in spans.values() for _, s, e, *_ in chunks]
+        # the size of the chunks each half searches: the records' halves search different streams
+        sizes = {
+            split: float(np.mean([e - s for c in corpora for _, s, e, *_ in spans[c]]))
+            for split, corpora in searched.items()
+            if corpora
+        }
         rows.append(
             {
                 "family": setting.family,
                 "name": setting.name,
                 "describe": setting.describe,
                 "chunks": len(texts),
-                "mean_chars": float(np.mean(lengths)),
+                "mean_chars": sizes.get("eval", sizes.get("cal")),
+                "mean_chars_cal": sizes.get("cal", sizes.get("eval")),
                 "seconds": seconds,
                 "metrics": per_question,
             }
         )
         _log(
-            f"{condition.name} {setting.name}: {len(texts)} chunks, mean {np.mean(lengths):.0f} chars, "
+            f"{condition.name} {setting.name}: {len(texts)} chunks, mean {rows[-1]['mean_chars']:.0f} chars, "
             f"recall@5 {np.mean(per_question['5']['recall']):.3f}, chunking {seconds:.1f} CPU s "
             f"({time.perf_counter() - started:.0f} s)"
         )

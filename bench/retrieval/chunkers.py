@@ -30,7 +30,8 @@ from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits, chunker_confi
 
 Spans = list[tuple]  # (start, end), or (start, end, what is embedded before the chunk's text)
 # rr-fast's limits sweep, (min, target, max) tokens and λ (None: the configuration's): retrieval-sized chunks up to
-# the product default (48/192/384), and a length term ten times the default's at two sizes (its own curve)
+# the product default (48/192/384), and at two sizes a length term ten times the default's and none at all, where
+# only the limits bound a chunk and the boundaries alone place the cuts (each its own curve)
 LIMITS_SWEEP = (
     (16, 64, 128, None),
     (24, 100, 200, None),
@@ -38,6 +39,8 @@ LIMITS_SWEEP = (
     (64, 256, 512, None),
     (24, 100, 200, 0.2),
     (48, 192, 384, 0.2),
+    (24, 100, 200, 0.0),
+    (48, 192, 384, 0.0),
 )
 # The same in the embedder's own tokens (``+length_unit=minilm``): no chunk longer than MiniLM's 256 word pieces
 # (254 and its [CLS] and [SEP]), so no chunk is cut short by the embedder; 48/192/254 is the product's default
@@ -112,6 +115,20 @@ def _chonkie_recursive(size: int):
         return lambda text: _from_starts(text, [c.start_index for c in chunker.chunk(text)])
 
     return load
+
+
+TRUE_BOUNDARIES = "true boundaries"  # the ceiling's family: not a peer, not rr-fast
+
+
+def true_boundaries(starts: dict[str, tuple[int, ...]]) -> Setting:
+    """Each document cut where its units truly begin (records: one chunk per record), what a perfect boundary
+    finder would give: the ceiling that boundary quality alone can reach in retrieval."""
+    return Setting(
+        TRUE_BOUNDARIES,
+        f"{TRUE_BOUNDARIES}@units",
+        "one chunk per record, no length limits",
+        lambda: lambda text: _from_starts(text, starts[text]),
+    )
 
 
 class _Memo:
@@ -202,15 +219,17 @@ def _langchain_semantic(percentile: int):
     return load
 
 
+# Each family at sizes that span rr-fast's sweep (about 340 to 1,300 characters), so that every rr-fast point has
+# each sized peer's curve around it; the semantic splitters have thresholds, not sizes, and reach what they reach
 PEER_FAMILIES: dict[str, tuple[str, Callable, tuple[int, ...]]] = {
-    "fixed-tokens": ("windows of {} Gemma tokens", _fixed_tokens, (96, 192, 288)),
+    "fixed-tokens": ("windows of {} Gemma tokens", _fixed_tokens, (64, 96, 192, 288)),
     "langchain-recursive": (
         "RecursiveCharacterTextSplitter(chunk_size={} chars, overlap 0)",
         _langchain_recursive,
-        (500, 1000, 1500),
+        (300, 500, 1000, 1500),
     ),
-    "semchunk": ("chunkerify(Gemma tokenizer, {} tokens)", _semchunk, (128, 256, 384)),
-    "chonkie-recursive": ("RecursiveChunker(Gemma tokenizer, chunk_size={})", _chonkie_recursive, (128, 256, 384)),
+    "semchunk": ("chunkerify(Gemma tokenizer, {} tokens)", _semchunk, (96, 128, 256, 384)),
+    "chonkie-recursive": ("RecursiveChunker(Gemma tokenizer, chunk_size={})", _chonkie_recursive, (96, 128, 256, 384)),
     "chonkie-semantic": ("SemanticChunker(MiniLM, chunk_size=512, threshold={})", _chonkie_semantic, (0.8, 0.6, 0.4)),
     "langchain-semantic": (
         "SemanticChunker(MiniLM, breakpoint percentile {}), no size option",
@@ -218,6 +237,9 @@ PEER_FAMILIES: dict[str, tuple[str, Callable, tuple[int, ...]]] = {
         (95, 90, 80),
     ),
 }
+
+
+SEMANTIC_PEERS = ("chonkie-semantic", "langchain-semantic")  # sized by a threshold, not a length
 
 
 def peer_settings(families: list[str]) -> list[Setting]:

@@ -2,13 +2,14 @@
 
 - ``published``: Chroma's corpora as released (``chroma/corpora``), with its questions and reference offsets.
 - ``flattened``: the same corpora with every line break replaced by a space, which keeps every offset.
-- ``records``: the quality benchmark's evaluation streams (related records joined by one space), searched with
-  ``records/queries.jsonl``; a query's reference is its record's span in its stream, and each domain's
-  evaluation streams together are one corpus.
+- ``records``: the quality benchmark's streams (related records joined by one space), searched with
+  ``records/queries.jsonl``; a query's reference is its record's span in its stream. Each domain's evaluation
+  streams together are one corpus, and its calibration streams another.
 
-Chroma's questions are split into calibration and evaluation halves per corpus with a fixed seed; anything
-tuned is chosen on calibration. Every record question is an evaluation question: its streams are evaluation
-streams, which no calibration step ever sees.
+Anything tuned is chosen on calibration questions and reported on evaluation ones. Chroma's questions are split
+into halves per corpus with a fixed seed; both halves search the same corpora. A record question's half is its
+stream's: calibration questions search the calibration streams, evaluation questions the evaluation streams,
+which no calibration step ever sees (the two hold no record in common).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,9 @@ class Condition:
     name: str
     corpora: dict[str, list[Document]]
     questions: list[Question]
+    # where a document's units truly begin, by document text (records: each record's start): the partition a
+    # perfect boundary finder would give, measured beside the methods as a ceiling
+    true_starts: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def chroma_condition(data: Path, flattened: bool, seed: int, quick: bool = False) -> Condition:
@@ -83,7 +87,7 @@ def chroma_condition(data: Path, flattened: bool, seed: int, quick: bool = False
 
 
 def records_condition(data: Path, cache: Path, quick: bool = False) -> Condition:
-    """Each domain's evaluation streams as one corpus, searched with the queries of the records in them."""
+    """Each domain's streams of one split as one corpus, searched with the queries of the records in them."""
     streams = build_streams(
         data / "records",
         1 if quick else EVAL_STREAMS,
@@ -93,12 +97,15 @@ def records_condition(data: Path, cache: Path, quick: bool = False) -> Condition
         pool_size=QUICK_POOL if quick else None,
     )
     corpora: dict[str, list[Document]] = {}
-    spans: dict[str, tuple[str, int, int, int]] = {}
-    for stream in (s for s in streams if s.split == "eval"):
-        documents = corpora.setdefault(stream.domain, [])
+    spans: dict[str, tuple[str, int, int, int, str]] = {}
+    true_starts: dict[str, tuple[int, ...]] = {}
+    for stream in sorted(streams, key=lambda s: s.split != "eval"):  # evaluation corpora first, as they were
+        corpus = stream.domain if stream.split == "eval" else f"{stream.domain} (calibration)"
+        documents = corpora.setdefault(corpus, [])
         for record_id, start, end in stream.records:
-            spans[record_id] = (stream.domain, len(documents), start, end)
+            spans[record_id] = (corpus, len(documents), start, end, stream.split)
         documents.append(Document(stream.id, stream.text))
+        true_starts[stream.text] = tuple(start for _, start, _ in stream.records)
     questions, seen = [], set()
     with open(data / "records" / "queries.jsonl", encoding="utf-8") as handle:
         for number, line in enumerate(handle):
@@ -106,9 +113,9 @@ def records_condition(data: Path, cache: Path, quick: bool = False) -> Condition
             if row["id"] not in spans or (row["id"], row["query"]) in seen:
                 continue
             seen.add((row["id"], row["query"]))
-            domain, document, start, end = spans[row["id"]]
-            questions.append(Question(f"query-{number}", domain, row["query"], ((document, start, end),), "eval"))
-    return Condition("records", corpora, questions)
+            corpus, document, start, end, split = spans[row["id"]]
+            questions.append(Question(f"query-{number}", corpus, row["query"], ((document, start, end),), split))
+    return Condition("records", corpora, questions, true_starts)
 
 
 def _half(count: int, seed: int, corpus: str) -> np.ndarray:

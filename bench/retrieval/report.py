@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import REPO_ROOT
+from bench.retrieval.chunkers import SEMANTIC_PEERS, TRUE_BOUNDARIES
 from bench.retrieval.evaluate import paired_interval
 
 MATCH = 0.10  # a size within ±10% counts as matched
@@ -29,17 +30,30 @@ def values(row: dict, k: str, metric: str, mask: np.ndarray) -> np.ndarray:
     return np.asarray(row["metrics"][k][metric], dtype=float)[mask]
 
 
-def matched(rows: list[dict], size: float, k: str, metric: str, mask: np.ndarray) -> tuple[np.ndarray, str] | None:
-    """A family's per-question values at mean chunk size ``size``, and which settings gave them."""
-    rows = sorted(rows, key=lambda r: r["mean_chars"])
-    sizes = [r["mean_chars"] for r in rows]
-    for low, high in zip(rows, rows[1:]):
-        if low["mean_chars"] <= size <= high["mean_chars"]:
-            weight = (size - low["mean_chars"]) / (high["mean_chars"] - low["mean_chars"])
+def is_peer(family: str) -> bool:
+    """rr-fast's own settings and the true-boundary ceiling are what the peers are compared with."""
+    return not family.startswith("rr-fast") and family != TRUE_BOUNDARIES
+
+
+def size(row: dict, split: str) -> float:
+    """Mean size of the chunks that ``split``'s questions search (the records' halves search different streams)."""
+    return row.get("mean_chars_cal", row["mean_chars"]) if split == "cal" else row["mean_chars"]
+
+
+def matched(
+    rows: list[dict], at: float, k: str, metric: str, mask: np.ndarray, split: str = "eval"
+) -> tuple[np.ndarray, str] | None:
+    """A family's per-question values at mean chunk size ``at`` (of ``split``'s chunks), and which settings gave
+    them."""
+    rows = sorted(rows, key=lambda r: size(r, split))
+    sizes = [size(r, split) for r in rows]
+    for (low, low_size), (high, high_size) in zip(zip(rows, sizes), zip(rows[1:], sizes[1:])):
+        if low_size <= at <= high_size:
+            weight = (at - low_size) / (high_size - low_size)
             blend = (1 - weight) * values(low, k, metric, mask) + weight * values(high, k, metric, mask)
             return blend, f"{low['name'].split('@')[1]}–{high['name'].split('@')[1]}"
-    nearest = int(np.argmin([abs(s - size) for s in sizes]))
-    if abs(sizes[nearest] - size) <= MATCH * size:
+    nearest = int(np.argmin([abs(s - at) for s in sizes]))
+    if abs(sizes[nearest] - at) <= MATCH * at:
         return values(rows[nearest], k, metric, mask), rows[nearest]["name"].split("@")[1]
     return None
 
@@ -51,21 +65,21 @@ def families(condition: dict) -> dict[str, list[dict]]:
     return out
 
 
-def comparisons(condition: dict, rr_row: dict, split: str, resamples: int, seed: int) -> list[dict]:
-    """rr-fast's setting against every peer family at its size: Δ recall@5 and Δ IoU@5 with intervals."""
+def comparisons(condition: dict, rr_row: dict, split: str, resamples: int, seed: int, k: str = "5") -> list[dict]:
+    """rr-fast's setting against every peer family at its size: Δ recall@k and Δ IoU@k with intervals."""
     mask = np.array([q["split"] == split for q in condition["questions"]])
     out = []
     for family, rows in families(condition).items():
-        if family.startswith("rr-fast"):
+        if not is_peer(family):
             continue
         entry = {"family": family}
         for metric in ("recall", "iou"):
-            peer = matched(rows, rr_row["mean_chars"], "5", metric, mask)
+            peer = matched(rows, size(rr_row, split), k, metric, mask, split)
             if peer is None:
                 entry["matched"] = None
                 break
             entry["matched"] = peer[1]
-            entry[metric] = paired_interval(values(rr_row, "5", metric, mask) - peer[0], resamples, seed)
+            entry[metric] = paired_interval(values(rr_row, k, metric, mask) - peer[0], resamples, seed)
         out.append(entry)
     return out
 
@@ -120,7 +134,7 @@ def write(results: dict, report: Path, figure: Path) -> str:
                 + " | ".join(cells)
                 + f" | {row['seconds']:.1f} |"
             )
-        rr_rows = [r for r in condition["settings"] if r["family"].startswith("rr-fast")]
+        rr_rows = [r for r in condition["settings"] if not is_peer(r["family"])]
         if rr_rows:
             lines += [
                 "",
@@ -136,6 +150,7 @@ def write(results: dict, report: Path, figure: Path) -> str:
                     f"| {rr_row['name']} | {entry['family']} | {entry['matched']} | {_interval(entry['recall'])} | "
                     f"{_interval(entry['iou'])} |"
                 )
+        lines += _fewer_chunks(condition, resamples, seed)
         summary += _targets(name, condition, resamples, seed)
     lines += [
         "",
@@ -154,12 +169,45 @@ def write(results: dict, report: Path, figure: Path) -> str:
     return text
 
 
+def judged(condition: dict) -> list[dict]:
+    """The rows the targets judge: rr-fast at its default limits, and the true-boundary ceiling beside them."""
+    return [
+        r
+        for r in condition["settings"]
+        if (r["family"].startswith("rr-fast") and r["name"].endswith(DEFAULT_LIMITS)) or r["family"] == TRUE_BOUNDARIES
+    ]
+
+
+def _fewer_chunks(condition: dict, resamples: int, seed: int) -> list[str]:
+    """The same comparisons where the reader takes fewer chunks: the top one, and Chroma's minimal k. Five chunks
+    of a record's size hold four records besides the one asked for, so at k = 5 IoU is mostly chunk size; with
+    fewer chunks it shows whether the chunk that comes back is the unit that answers."""
+    rows = judged(condition)
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Fewer chunks read (rr-fast at its default limits): Δ at k = 1 and at Chroma's minimal k.",
+        "",
+        "| rr-fast setting | peer | Δ recall@1 | Δ IoU@1 | Δ recall@min | Δ IoU@min |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        top, least = (comparisons(condition, row, "eval", resamples, seed, k) for k in ("1", "min"))
+        for first, minimal in zip(top, least):
+            if first["matched"] is None or minimal["matched"] is None:
+                continue
+            lines.append(
+                f"| {row['name']} | {first['family']} | {_interval(first['recall'])} | {_interval(first['iou'])} | "
+                f"{_interval(minimal['recall'])} | {_interval(minimal['iou'])} |"
+            )
+    return lines
+
+
 def _targets(name: str, condition: dict, resamples: int, seed: int) -> list[str]:
     """One line per rr-fast configuration: the issue's target for this condition, met or missed by how much."""
     out = []
-    for rr_row in [
-        r for r in condition["settings"] if r["family"].startswith("rr-fast") and r["name"].endswith(DEFAULT_LIMITS)
-    ]:
+    for rr_row in judged(condition):
         entries = [e for e in comparisons(condition, rr_row, "eval", resamples, seed) if e["matched"] is not None]
         unmatched = [
             e["family"] for e in comparisons(condition, rr_row, "eval", resamples, seed) if e["matched"] is None
@@ -182,10 +230,14 @@ def _targets(name: str, condition: dict, resamples: int, seed: int) -> list[str]
             )
         else:
             ok = worst_recall["recall"][1] > 0 and worst_iou["iou"][1] > 0
+            if rr_row["family"] == TRUE_BOUNDARIES:  # the ceiling, not a target
+                verdict = "ceiling above every peer" if ok else "ceiling not above every peer"
+            else:
+                verdict = "met" if ok else "missed"
             out.append(
                 f"- {name}, {rr_row['name']} ({rr_row['mean_chars']:.0f} chars): above every peer with the interval "
                 f"above 0 in recall@5 (weakest: {worst_recall['family']} {_interval(worst_recall['recall'])}) and "
-                f"IoU@5 (weakest: {worst_iou['family']} {_interval(worst_iou['iou'])}): **{'met' if ok else 'missed'}**"
+                f"IoU@5 (weakest: {worst_iou['family']} {_interval(worst_iou['iou'])}): **{verdict}**"
             )
         losses = [
             f"{e['family']} in {label} ({_interval(e[metric])})"
@@ -200,18 +252,21 @@ def _targets(name: str, condition: dict, resamples: int, seed: int) -> list[str]
 
 
 def _margin(condition: dict, row: dict, split: str) -> float | None:
-    """rr-fast's lead over its closest peer family at its size: the smallest mean Δ recall@5 + Δ IoU@5."""
+    """rr-fast's lead over its closest peer family at its size: the smallest mean Δ recall@5 + Δ IoU@5. None where a
+    peer with a size option has no setting near this size: a lead over only some peers would not be a lead."""
     mask = np.array([q["split"] == split for q in condition["questions"]])
     leads = []
     for family, rows in families(condition).items():
-        if family.startswith("rr-fast"):
+        if not is_peer(family):
             continue
         recall, iou = (
-            matched(rows, row["mean_chars"], "5", "recall", mask),
-            matched(rows, row["mean_chars"], "5", "iou", mask),
+            matched(rows, size(row, split), "5", "recall", mask, split),
+            matched(rows, size(row, split), "5", "iou", mask, split),
         )
         if recall is None or iou is None:
-            continue
+            if family in SEMANTIC_PEERS:
+                continue
+            return None
         leads.append(
             (values(row, "5", "recall", mask) - recall[0]).mean() + (values(row, "5", "iou", mask) - iou[0]).mean()
         )
@@ -232,7 +287,7 @@ def _chosen(results: dict) -> list[str]:
         row, lead = max(scored, key=lambda pair: pair[1])
         held_out = _margin(condition, row, "eval")
         lines.append(
-            f"- {name}: {row['name']} ({row['describe']}, {row['mean_chars']:.0f} chars): lead over the closest peer "
+            f"- {name}: {row['name']} ({row['describe']}, {size(row, 'cal'):.0f} chars): lead over the closest peer "
             f"(Δ recall@5 + Δ IoU@5) {lead:+.3f} on calibration, {held_out:+.3f} on evaluation"
         )
     return lines
@@ -263,7 +318,7 @@ def _misses(results: dict) -> list[str]:
             share = values(row, "shape", "top_share", mask)
             recall = values(row, "5", "recall", mask)
             lines.append(
-                f"| {name} | {row['name']} | {row['mean_chars']:.0f} | {np.mean(holding > references):.3f} | "
+                f"| {name} | {row['name']} | {size(row, 'cal'):.0f} | {np.mean(holding > references):.3f} | "
                 f"{share[share > 0].mean() if (share > 0).any() else 0:.3f} | {np.mean(recall == 0):.3f} | "
                 f"{np.median(values(row, 'shape', 'rank', mask)):.0f} | {recall.mean():.3f} | "
                 f"{values(row, '5', 'iou', mask).mean():.3f} |"
@@ -279,18 +334,24 @@ def draw(results: dict, figure: Path) -> None:
     from matplotlib.ticker import ScalarFormatter
 
     conditions = results["conditions"]
-    fig, axes = plt.subplots(len(conditions), 2, figsize=(11, 3.6 * len(conditions)), squeeze=False)
+    names = list(dict.fromkeys(row["family"] for c in conditions.values() for row in c["settings"]))
+    colours = dict(zip(names, plt.get_cmap("tab20").colors * 2))  # one colour per family across the figure
+    legend = 0.3 + 0.2 * -(-len(names) // 3)  # inches below the plots for a three-column legend
+    height = 3.6 * len(conditions) + legend
+    fig, axes = plt.subplots(len(conditions), 2, figsize=(12, height), squeeze=False)
     for row_axes, (name, condition) in zip(axes, conditions.items()):
         mask = np.array([q["split"] == "eval" for q in condition["questions"]])
         for axis, metric, label in zip(row_axes, ("recall", "iou"), ("recall@5", "IoU@5")):
             for family, rows in families(condition).items():
                 rows = sorted(rows, key=lambda r: r["mean_chars"])
-                ours = family.startswith("rr-fast")
+                ours, ceiling = family.startswith("rr-fast"), family == TRUE_BOUNDARIES
                 axis.plot(
                     [r["mean_chars"] for r in rows],
                     [values(r, "5", metric, mask).mean() for r in rows],
-                    marker="o" if ours else ".",
+                    marker="*" if ceiling else "o" if ours else ".",
+                    markersize=14 if ceiling else 6,
                     linewidth=2.4 if ours else 1.0,
+                    color="black" if ceiling else colours[family],
                     label=family,
                 )
             axis.set_title(f"{name}: {label} (evaluation questions)")
@@ -299,8 +360,12 @@ def draw(results: dict, figure: Path) -> None:
             axis.xaxis.set_major_formatter(ScalarFormatter())
             axis.xaxis.set_minor_formatter(ScalarFormatter())
             axis.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles = {}
+    for axis in axes.flat:
+        for handle, family in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(family, handle)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, legend / height, 1, 1))
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=110)
     plt.close(fig)
