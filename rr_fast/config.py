@@ -200,6 +200,11 @@ class ChunkerConfig:
                 _check(self, spec.name, value)
         bundled = BUNDLED.get(self.model)
         readout, window = self._readout_and_window()
+        if readout == ATTENTION and (self.skip is not None or self.normalizer is not None):
+            # checked before the defaults fill both in, so that only a value someone gave is refused
+            raise UsageError(
+                "the attention readout runs one full pass and no reset window: it takes no --skip or --normalizer"
+            )
         config = replace(
             self,
             readout=readout,

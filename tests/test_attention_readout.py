@@ -10,7 +10,7 @@ import torch
 from rr_fast.backends import plain
 from rr_fast.backends.base import Crossing
 from rr_fast.backends.torch import TorchBackend
-from rr_fast.config import ChunkerConfig, paper_scoring
+from rr_fast.config import ChunkerConfig, chunker_config, paper_scoring
 from rr_fast.engine import Engine
 from rr_fast.errors import UsageError
 from rr_fast.readouts import ATTENTION, CrossingHead, crossing_heads
@@ -171,11 +171,19 @@ def test_shipped_heads_fit_gemma():
         ({"readout": ATTENTION, "layer": 5}, "head distilled"),
         ({"readout": ATTENTION, "window": 64}, "runs no reset window"),
         ({"readout": ATTENTION, "shortlist": 0.25}, "one full pass"),
+        ({"skip": 1}, "takes no --skip or --normalizer"),  # the default readout, given a reset-window option
+        ({"preset": "fast", "normalizer": "full"}, "takes no --skip or --normalizer"),
     ],
 )
 def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
     with pytest.raises(UsageError, match=words):
-        ChunkerConfig(**options).resolve()
+        chunker_config(options.pop("preset", None), **options).resolve()
+
+
+def test_the_readout_that_has_them_takes_skip_and_normalizer():
+    config = ChunkerConfig(readout="lr", skip=2, normalizer="full").resolve().config
+    assert (config.skip, config.normalizer) == (2, "full")
+    assert ChunkerConfig().resolve().config.readout == ATTENTION  # the refusal above is about the default
 
 
 def test_progress_moves_with_each_full_pass_block(gemma):

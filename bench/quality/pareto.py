@@ -55,8 +55,8 @@ BASE = {
     "normalizer": "full",
 }
 GEMMA_FOCUSED = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16", "normalizer": "focused"}
-# (the normalizer is lr's and unused here: "focused" only so that the option's config equals the preset's)
-GEMMA_ATTENTION = {**GEMMA_FOCUSED, "readout": "attention", "window": 128}
+GEMMA_ATTENTION = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16", "readout": "attention", "window": 128}
+RESET_WINDOW_ONLY = ("skip", "normalizer")  # BASE's options that the attention readout, with no reset window, refuses
 OPTIONS: dict[str, dict] = {
     BASELINE: {},
     "lr@w192s4": {"window": 192, "skip": 4},  # SmolLM2's choice (bench.quality.windows): its chunks come from there
@@ -144,6 +144,8 @@ FAST_FLOOR = 1.25  # ``fast``: at least this many times the default's source tok
 
 def option_config(name: str, penalty: float | None = None, device: str = "cpu") -> dict:
     options = {"device": device, **BASE, **OPTIONS[name]}
+    if options["readout"] == "attention":
+        options = {key: value for key, value in options.items() if key not in RESET_WINDOW_ONLY}
     return options if penalty is None else {**options, "penalty": penalty}
 
 
