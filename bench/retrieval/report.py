@@ -187,7 +187,8 @@ def _fewer_chunks(condition: dict, resamples: int, seed: int) -> list[str]:
         return []
     lines = [
         "",
-        "Fewer chunks read (rr-fast at its default limits): Δ at k = 1 and at Chroma's minimal k.",
+        "Fewer chunks read (rr-fast at its default limits, and the true-boundary ceiling where there is one): Δ at "
+        "k = 1 and at Chroma's minimal k.",
         "",
         "| rr-fast setting | peer | Δ recall@1 | Δ IoU@1 | Δ recall@min | Δ IoU@min |",
         "|---|---|---|---|---|---|",
