@@ -99,7 +99,7 @@ def records_condition(data: Path, cache: Path, quick: bool = False) -> Condition
     corpora: dict[str, list[Document]] = {}
     spans: dict[str, tuple[str, int, int, int, str]] = {}
     true_starts: dict[str, tuple[int, ...]] = {}
-    for stream in sorted(streams, key=lambda s: s.split != "eval"):  # evaluation corpora first, as they were
+    for stream in sorted(streams, key=lambda s: s.split != "eval"):  # evaluation corpora first, as reports list them
         corpus = stream.domain if stream.split == "eval" else f"{stream.domain} (calibration)"
         documents = corpora.setdefault(corpus, [])
         for record_id, start, end in stream.records:
