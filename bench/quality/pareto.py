@@ -54,8 +54,9 @@ BASE = {
     "dtype": "float32",
     "normalizer": "full",
 }
-GEMMA_FOCUSED = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16", "normalizer": "focused"}
-GEMMA_ATTENTION = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16", "readout": "attention", "window": 128}
+GEMMA_BF16_STEP64 = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16"}
+GEMMA_FOCUSED = {**GEMMA_BF16_STEP64, "normalizer": "focused"}
+GEMMA_ATTENTION = {**GEMMA_BF16_STEP64, "readout": "attention", "window": 128}
 RESET_WINDOW_ONLY = ("skip", "normalizer")  # BASE's options that the attention readout, with no reset window, refuses
 OPTIONS: dict[str, dict] = {
     BASELINE: {},

@@ -209,10 +209,9 @@ def _targets(name: str, condition: dict, resamples: int, seed: int) -> list[str]
     """One line per rr-fast configuration: the issue's target for this condition, met or missed by how much."""
     out = []
     for rr_row in judged(condition):
-        entries = [e for e in comparisons(condition, rr_row, "eval", resamples, seed) if e["matched"] is not None]
-        unmatched = [
-            e["family"] for e in comparisons(condition, rr_row, "eval", resamples, seed) if e["matched"] is None
-        ]
+        compared = comparisons(condition, rr_row, "eval", resamples, seed)
+        entries = [e for e in compared if e["matched"] is not None]
+        unmatched = [e["family"] for e in compared if e["matched"] is None]
         if not entries:
             out.append(f"- {name}, {rr_row['name']}: no peer family reaches its size ±10%")
             continue
