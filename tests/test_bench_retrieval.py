@@ -110,7 +110,7 @@ def test_one_command_writes_results_report_and_figure(tiny, tmp_path):
     assert set(truth["metrics"]["shape"]["holding"]) == {1}  # every record is exactly one chunk
     report = (out / "r.md").read_text()
     assert "| rr-fast setting | peer |" in report and "### Targets" in report
-    assert f"records, {TRUE_BOUNDARIES}@units" in report
+    assert f"records, {TRUE_BOUNDARIES}@units" in report and "| Δ recall@1 |" in report  # k = 1 beside k = 5
     assert (out / "r.png").stat().st_size > 0
 
 
@@ -155,3 +155,25 @@ def _toy_data(root):
     with open(data / "records" / "queries.jsonl", "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(q) + "\n" for q in queries)
     return data
+
+
+def _row(family: str, name: str, eval_chars: float, cal_chars: float, recall: float, iou: float) -> dict:
+    metrics = {"5": {"recall": [recall] * 4, "iou": [iou] * 4}}
+    return {"family": family, "name": name, "mean_chars": eval_chars, "mean_chars_cal": cal_chars, "metrics": metrics}
+
+
+def test_calibration_choice_matches_each_half_at_its_own_size_and_needs_every_sized_peer():
+    """The records' halves search different streams, so a setting is compared with each peer at the size of the
+    chunks that half searches; a sized peer with no setting near it leaves no lead to choose by."""
+    from bench.retrieval.report import _margin
+
+    questions = [{"split": split} for split in ("cal", "cal", "eval", "eval")]
+    rr = _row("rr-fast x", "rr-fast x@64/128", 1500, 800, 1.0, 0.5)
+    peers = [_row("semchunk", f"semchunk@{n}", e, c, 0.5, 0.25) for n, e, c in ((96, 300, 700), (128, 500, 900))]
+    semantic = _row("chonkie-semantic", "chonkie-semantic@0.8", 5000, 5000, 0.0, 0.0)  # no size option: passed over
+    condition = {"questions": questions, "settings": [rr, *peers, semantic]}
+    assert _margin(condition, rr, "cal") == pytest.approx(0.75)  # 800 lies between the peer's 700 and 900
+    assert _margin(condition, rr, "eval") is None  # 1,500 is far from the peer's 300 and 500
+    far = _row("fixed-tokens", "fixed-tokens@288", 5000, 5000, 0.0, 0.0)
+    condition["settings"].append(far)
+    assert _margin(condition, rr, "cal") is None
