@@ -34,6 +34,15 @@ from bench.retrieval.data import CONDITIONS, Condition, chroma_condition, record
 from bench.retrieval.evaluate import embed, question_metrics
 from rr_fast import RRFastError
 
+# The rr-fast configurations of the committed results: the default with its limits counted in model tokens and in
+# MiniLM's, each embedded alone and after its heading path
+RESULTS_RR = (
+    "preset:balanced",
+    "preset:balanced+embed=headings",
+    "preset:balanced+length_unit=minilm",
+    "preset:balanced+length_unit=minilm+embed=headings",
+)
+
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
@@ -188,10 +197,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out" / "retrieval"), help="cache folder")
     parser.add_argument(
         "--rr",
-        default="preset:balanced",
+        default=",".join(RESULTS_RR),
         help="rr-fast configurations, comma-separated: preset:NAME, default, or a model, each with optional "
-        "+option=value (e.g. preset:balanced,default+dtype=bfloat16; +length_unit=minilm: limits in the embedder's "
-        "tokens); '' for none",
+        "+option=value (+length_unit=minilm: limits in the embedder's tokens; +embed=headings: each chunk embedded "
+        "after its heading path); '' for none (default: the committed results' four)",
     )
     parser.add_argument("--peers", default=",".join(PEER_FAMILIES), help="peer families, comma-separated")
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated")
