@@ -67,7 +67,8 @@ def test_conversion_writes_a_manifest_and_loads_without_converting_again(tiny, t
     ["truncate weights", "delete config", "garbage tokenizer", "delete manifest and truncate", "garbage manifest"],
 )
 def test_damaged_entries_are_rebuilt_automatically(damage, tiny, tmp_path, capsys):
-    """A deleted config.json used to make every later run reconvert and fail with 'Directory not empty'."""
+    """A damaged cache entry is converted again and replaces the old one, so later runs load it (no 'Directory not
+    empty' on the rename)."""
     converter = Converter(tiny)
     target = convert(tmp_path / "model", converter)
     weights = target / "model.safetensors"
@@ -230,7 +231,8 @@ def test_failed_conversion_is_one_message(tmp_path):
 
 
 def test_stale_staging_of_dead_processes_is_removed(tiny, tmp_path):
-    """SIGKILL during the first conversion used to leave a 247 MB staging folder forever."""
+    """A conversion killed mid-way (SIGKILL) leaves a staging folder; the next run removes it when its process is
+    dead, so the cache does not keep hundreds of MB of half-written weights."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     stale = tmp_path / f".model.staging-{dead_pid}-abc"

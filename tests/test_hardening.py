@@ -59,7 +59,7 @@ def cli(*args, stdin=None, env=None, timeout=120):
 
 
 def test_endless_input_ends_at_max_input(tmp_path, monkeypatch, capsys):
-    """/dev/zero used to grow by 400 MB/s forever; now the read stops at --max-input with one line."""
+    """An endless input (/dev/zero, a stdin never closed) stops at --max-input with one line, memory bounded."""
     no_model(monkeypatch)
     code, out, err = run_cli(["/dev/zero", "--max-input", "2M"], capsys)
     assert code == 1 and out == "" and one_line(err) and "larger than --max-input 2M" in err
