@@ -177,3 +177,21 @@ def test_plain_runs_empty_rows(tiny_model_factory, kind):
         empty = torch.zeros(1, 0, dtype=torch.long)
         out = model.model(input_ids=empty, position_ids=empty)
     assert out.last_hidden_state.shape == (1, 0, model.config.hidden_size)
+
+
+def test_gemma_in_float16_clips_its_residual_stream_to_float16s_range(tiny_model_factory):
+    """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers: summed in
+    float16, it turns infinite and every later state NaN. The stream is clipped to the range instead."""
+    folder = tiny_model_factory("gemma3")
+    model = plain.load(folder, torch.float16)
+    decoder = model.model
+    with torch.no_grad():  # a stream at 60,000 and a first branch of about ±10,000
+        decoder.embed_tokens.weight.fill_(60_000 / model.config.hidden_size**0.5)
+        decoder.layers[0].post_attention_layernorm.weight.fill_(10_000)
+    ids, positions = _ids_and_positions(model.config.vocab_size, length=24)
+    with torch.inference_mode():
+        states = decoder(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states
+    assert all(torch.isfinite(s).all() for s in states)
+    assert states[1].abs().max() == plain.FLOAT16_MAX  # the branch pushed the stream to the bound, not past it
+    x, branch = torch.tensor([1.5, -7.0]), torch.tensor([2.25, 0.5])
+    assert torch.equal(plain.residual_sum(x, branch), x + branch)  # other dtypes: the plain sum

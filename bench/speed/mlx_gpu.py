@@ -56,6 +56,8 @@ ARMS = (
     ("mlx", "float32", None),
     ("mlx", "bfloat16", None),
     ("mlx", "bfloat16", 16384),
+    ("torch", "float16", None),  # Gemma's residual clipped to float16's range, as mlx-lm clips it
+    ("mlx", "float16", None),
 )
 REFERENCE = ARMS[0]
 

@@ -383,6 +383,19 @@ class MLP(nn.Module):
         return self.down_proj(gate * self.up_proj(x))
 
 
+FLOAT16_MAX = torch.finfo(torch.float16).max
+
+
+def residual_sum(x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+    """Gemma's residual stream plus a branch; in float16 summed in float32 and clipped to float16's range, as
+    mlx-lm's Gemma 3 does. Gemma 3 270M's stream passes float16's 65,504 in its middle layers, in one of its 640
+    dimensions at a few tokens (up to about 97,000): unclipped, the sum is infinite and every later state NaN
+    (bench/RESULTS.md, "float16 and Gemma's residual")."""
+    if x.dtype != torch.float16:
+        return x + branch
+    return (x.float() + branch.float()).clamp_(-FLOAT16_MAX, FLOAT16_MAX).to(torch.float16)
+
+
 class DecoderLayer(nn.Module):
     """Pre-norm residual block; Gemma also normalizes each branch's output (a "sandwich")."""
 
@@ -409,8 +422,8 @@ class DecoderLayer(nn.Module):
             x = x + attended
             x = x + self.mlp(self.post_attention_layernorm(x))
         else:
-            x = x + self.post_attention_layernorm(attended)
-            x = x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+            x = residual_sum(x, self.post_attention_layernorm(attended))
+            x = residual_sum(x, self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x))))
         return x if crossing is None else (x, mass)
 
 

@@ -165,6 +165,11 @@ class TorchBackend:
                 "this CPU has no native bfloat16 instructions (AVX-512 BF16 or AMX): --dtype bfloat16 runs "
                 "emulated, likely slower than --dtype float32",
             )
+        if dtype == "float16" and torch.device(device).type == "cpu":
+            backend.notes = (
+                "--dtype float16 runs emulated on most CPUs, far slower than float32 (100x on the benchmark's AMD "
+                "EPYC): on a CPU use bfloat16 or float32",
+            )
         return backend
 
     def view(self, layer: int) -> nn.Module:
