@@ -285,3 +285,11 @@ def test_gemma_layers_are_replaced(tiny_model_factory):
         assert all(isinstance(norm, mlx_backend._GemmaNorm) for norm in norms)
         assert isinstance(layer.mlp, mlx_backend._GemmaMLP)
     assert isinstance(backend.norm, mlx_backend._GemmaNorm)
+
+
+def test_gemma_in_float16_says_that_its_residual_is_clipped(tiny_model_factory):
+    """mlx-lm's Gemma 3 clips its residual stream to float16's range, which moves cuts: the load says so."""
+    from rr_fast.backends.base import GEMMA_FLOAT16_NOTE
+
+    assert MLXBackend.load(tiny_model_factory("gemma3"), dtype="float16").notes == (GEMMA_FLOAT16_NOTE,)
+    assert MLXBackend.load(tiny_model_factory("gemma3"), dtype="bfloat16").notes == ()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from rr_fast.backends import plain
+from rr_fast.backends.base import GEMMA_FLOAT16_NOTE
 from rr_fast.backends.torch import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,3 +196,6 @@ def test_gemma_in_float16_clips_its_residual_stream_to_float16s_range(tiny_model
     assert states[1].abs().max() == plain.FLOAT16_MAX  # the branch pushed the stream to the bound, not past it
     x, branch = torch.tensor([1.5, -7.0]), torch.tensor([2.25, 0.5])
     assert torch.equal(plain.residual_sum(x, branch), x + branch)  # other dtypes: the plain sum
+    notes = TorchBackend.load(folder, dtype="float16", device="cpu").notes  # the clipping moves cuts: said
+    assert GEMMA_FLOAT16_NOTE in notes and any("emulated" in note for note in notes)
+    assert GEMMA_FLOAT16_NOTE not in TorchBackend.load(folder, dtype="bfloat16", device="cpu").notes

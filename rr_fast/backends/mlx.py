@@ -22,7 +22,7 @@ from mlx_lm.models import gemma3_text, gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
-from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
+from rr_fast.backends.base import GEMMA_FLOAT16_NOTE, Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
@@ -144,7 +144,10 @@ class MLXBackend:
         with quiet_transformers():
             model, config = load_model(path, model_config=fixes, **classes)
         model.set_dtype(DTYPES[dtype])
-        return cls(model, config)
+        backend = cls(model, config)
+        if dtype == "float16" and backend.family == "gemma3_text":  # mlx-lm's Gemma 3 clips its residual in float16
+            backend.notes = (GEMMA_FLOAT16_NOTE,)
+        return backend
 
     def forward(
         self,

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rr_fast.backends import plain
-from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
+from rr_fast.backends.base import GEMMA_FLOAT16_NOTE, Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers
 
@@ -160,16 +160,20 @@ class TorchBackend:
                 raise UsageError("--dtype int8 runs on a CPU (dynamic int8 matmuls); on a GPU use bfloat16")
             quantize_int8(model)
         backend = cls(model.to(device), device)
-        if dtype == "bfloat16" and torch.device(device).type == "cpu" and native_cpu_bf16() is False:
-            backend.notes = (
+        on_cpu, notes = torch.device(device).type == "cpu", []
+        if dtype == "bfloat16" and on_cpu and native_cpu_bf16() is False:
+            notes.append(
                 "this CPU has no native bfloat16 instructions (AVX-512 BF16 or AMX): --dtype bfloat16 runs "
-                "emulated, likely slower than --dtype float32",
+                "emulated, likely slower than --dtype float32"
             )
-        if dtype == "float16" and torch.device(device).type == "cpu":
-            backend.notes = (
+        if dtype == "float16" and on_cpu:
+            notes.append(
                 "--dtype float16 runs emulated on most CPUs, far slower than float32 (100x on the benchmark's AMD "
-                "EPYC): on a CPU use bfloat16 or float32",
+                "EPYC): on a CPU use bfloat16 or float32"
             )
+        if dtype == "float16" and getattr(backend.config, "model_type", None) == "gemma3_text":
+            notes.append(GEMMA_FLOAT16_NOTE)
+        backend.notes = tuple(notes)
         return backend
 
     def view(self, layer: int) -> nn.Module:
