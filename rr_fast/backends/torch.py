@@ -171,7 +171,7 @@ class TorchBackend:
                 "--dtype float16 runs emulated on most CPUs, far slower than float32 (100x on the benchmark's AMD "
                 "EPYC): on a CPU use bfloat16 or float32"
             )
-        if dtype == "float16" and getattr(backend.config, "model_type", None) == "gemma3_text":
+        if dtype == "float16" and implementation == "plain" and model.config.gemma:  # transformers' Gemma never clips
             notes.append(GEMMA_FLOAT16_NOTE)
         backend.notes = tuple(notes)
         return backend
