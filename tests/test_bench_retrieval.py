@@ -177,3 +177,12 @@ def test_calibration_choice_matches_each_half_at_its_own_size_and_needs_every_si
     far = _row("fixed-tokens", "fixed-tokens@288", 5000, 5000, 0.0, 0.0)
     condition["settings"].append(far)
     assert _margin(condition, rr, "cal") is None
+
+
+def test_the_bare_command_scores_the_committed_results_configurations():
+    """``python -m bench.retrieval`` with no options reproduces the committed table: its ``--rr`` is theirs."""
+    from bench.common import REPO_ROOT
+    from bench.retrieval.__main__ import _parse
+
+    committed = json.loads((REPO_ROOT / "bench" / "results" / "retrieval.json").read_text())
+    assert _parse([]).rr == committed["rr"]
