@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from bench.speed.gpu_corpus import PREPARED
-from bench.speed.mlx_gpu import compare, run_arm
+from bench.speed.mlx_gpu import bundled_model, compare, run_arm
 
 
 def clipped_residual_sum(x, branch):
@@ -38,22 +35,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", help="result JSON")
     args = parser.parse_args(argv)
     from rr_fast.backends import plain
-    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
 
     streams = json.loads((Path(args.inputs) / "streams.json").read_text())[: args.streams]
-    scratch = Path(tempfile.mkdtemp(prefix="float16_range_"))
-    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")  # the model is the bundled name's cache entry
     shipped = plain.residual_sum
-    try:
-        entry = scratch / "cache" / DEFAULT_MODEL
-        shutil.copytree(args.model, entry, ignore=shutil.ignore_patterns(MANIFEST))
-        write_manifest(entry)
+    with bundled_model(args.model, Path(args.inputs)):
         reference = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
-        plain.residual_sum = clipped_residual_sum
-        clipped = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
-    finally:
-        plain.residual_sum = shipped
-        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            plain.residual_sum = clipped_residual_sum
+            clipped = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
+        finally:
+            plain.residual_sum = shipped
     result = {"streams": len(streams), "weights": args.model, "clipped_vs_float32": compare(clipped, reference)}
     result["identical_cuts"] = round(result["clipped_vs_float32"]["identical_cuts_rate"] * len(streams))
     print(json.dumps(result, indent=1))

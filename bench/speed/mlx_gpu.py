@@ -17,8 +17,9 @@ lent H200, is in bench/RESULTS.md, "MLX on an NVIDIA GPU").
 Arms, every one through ``Chunker.score_many`` and ``chunk_many`` (the product path) with the default configuration
 (its attention readout: the model folder is installed as the bundled model's cache entry, so the shipped head
 applies; ``--readout lr`` for the two-pass teacher) on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and
-bf16 on MLX's default device (the GPU under mlx-cuda), and MLX bf16 at 16,384 tokens per call (MLX's own default
-is 4,096; torch on a GPU sizes its batches from free memory). Per arm: source tokens/s over the streams after one
+bf16 on MLX's default device (the GPU under mlx-cuda), MLX bf16 at 16,384 tokens per call (MLX's own default
+is 4,096; torch on a GPU sizes its batches from free memory), and torch and MLX in fp16 (Gemma's residual clipped
+to fp16's range on both). Per arm: source tokens/s over the streams after one
 warm-up stream, max and median |Δ| of every readout against torch fp32, and the share of streams whose cuts equal
 torch fp32's and torch bf16's (and the median |Δ| against torch bf16). MLX's layers are mlx-lm's (RMSNorm and RoPE
 as ``mx.fast`` kernels), with Gemma's norms and GELU computed in float32 as torch computes them; the attention readout
@@ -33,6 +34,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +50,32 @@ def resolved(readout: str | None) -> dict:
     c = ChunkerConfig(readout=readout).resolve().config
     names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty", "batch_tokens")
     return {name: getattr(c, name) for name in names}
+
+
+@contextmanager
+def bundled_model(model: str | None, inputs: Path, smoke: bool = False) -> Iterator[None]:
+    """While open, the bundled model's name resolves to ``model`` (a converted Gemma 3 270M folder) or, without
+    one, to random weights with the prepared Gemma 3 config: the only entry of a scratch RR_FAST_CACHE, so the
+    product loads it as it loads ``gemma3-270m`` and its shipped attention head applies."""
+    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
+
+    scratch = Path(tempfile.mkdtemp(prefix="rr_fast_bench_"))
+    before = os.environ.get("RR_FAST_CACHE")
+    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")
+    try:
+        entry = scratch / "cache" / DEFAULT_MODEL
+        if model:
+            shutil.copytree(model, entry, ignore=shutil.ignore_patterns(MANIFEST))
+        else:
+            random_model(inputs, entry, smoke)
+        write_manifest(entry)
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("RR_FAST_CACHE", None)
+        else:
+            os.environ["RR_FAST_CACHE"] = before
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # (backend, dtype, tokens per call or None for the backend's own choice)
@@ -140,8 +169,6 @@ def main(argv: list[str] | None = None) -> dict:
     import mlx.core as mx
     import torch
 
-    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
-
     inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
     if not (inputs / "streams.json").exists():
         from bench.common import data_dir
@@ -149,15 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
         prepare(data_dir(), inputs, **(SMOKE if args.smoke else {}))
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     streams = json.loads((inputs / "streams.json").read_text())[: 2 if args.smoke else args.streams]
-    scratch = Path(tempfile.mkdtemp(prefix="mlx_gpu_"))
-    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")  # the model is the bundled name's cache entry
-    try:
-        entry = scratch / "cache" / DEFAULT_MODEL
-        if args.model:
-            shutil.copytree(args.model, entry, ignore=shutil.ignore_patterns(MANIFEST))
-        else:
-            random_model(inputs, entry, args.smoke)
-        write_manifest(entry)
+    with bundled_model(args.model, inputs, args.smoke):
         result: dict = {
             "torch_device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "mlx_device": str(mx.default_device()),
@@ -170,8 +189,6 @@ def main(argv: list[str] | None = None) -> dict:
         chosen = [arm for arm in ARMS if args.arms is None or arm_name(*arm) in args.arms.split(",")]
         result["one_pass"] = args.one_pass
         arms = {arm: run_arm(*arm, args.readout, device, streams, args.one_pass) for arm in chosen}
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     reference = arms[REFERENCE if REFERENCE in arms else chosen[0]]  # torch fp32 unless it was left out
     result["reference"] = arm_name(*(REFERENCE if REFERENCE in arms else chosen[0]))
     for key, arm in arms.items():
