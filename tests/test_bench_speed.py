@@ -256,5 +256,19 @@ def test_mlx_gpu_benchmark_smoke(tmp_path):
     assert result["mlx_float32"]["score_abs_diff_max"] < 1e-4
     assert result["mlx_float32"]["identical_cuts_rate"] == 1
     assert result["mlx_bfloat16"]["tokens_per_s"] > 0
-    # float16 runs Gemma with its residual clipped to the range (finite scores, or the chunker would have raised)
+    # float16 runs Gemma with a float32 residual stream (finite scores, or the chunker would have raised)
     assert result["torch_float16"]["score_abs_diff_max"] < 0.1 and result["mlx_float16"]["score_abs_diff_max"] < 0.1
+
+
+def test_float16_range_benchmark_smoke(tmp_path):
+    """``python -m bench.speed.float16_range --smoke`` runs its three arms and scores MLX float16 on the streams
+    the clipping moved and on ``--also`` more; on random weights float16 keeps the cuts."""
+    pytest.importorskip("mlx.core")
+    from bench.speed import float16_range
+
+    out = tmp_path / "float16.json"
+    result = float16_range.main(["--smoke", "--also", "2", "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["mlx_float16"]["streams"] == [0, 1] and result["mlx_float16"]["identical_cuts"] == 2
+    assert result["mlx_float16"]["score_abs_diff_max"] < 0.1
+    assert result["clipped"]["identical_cuts"] == 2 - len(result["moved_by_clipping"])

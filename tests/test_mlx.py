@@ -287,9 +287,25 @@ def test_gemma_layers_are_replaced(tiny_model_factory):
     assert isinstance(backend.norm, mlx_backend._GemmaNorm)
 
 
-def test_gemma_in_float16_says_that_its_residual_is_clipped(tiny_model_factory):
-    """mlx-lm's Gemma 3 clips its residual stream to float16's range, which moves cuts: the load says so."""
-    from rr_fast.backends.base import GEMMA_FLOAT16_NOTE
+def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factory, tmp_path):
+    """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers; mlx-lm's
+    Gemma 3 clips it there in float16, which moves cuts. Under float16 weights the stream stays float32, so a
+    stream pushed past the range is carried as float32 carries it."""
+    import shutil
 
-    assert MLXBackend.load(tiny_model_factory("gemma3"), dtype="float16").notes == (GEMMA_FLOAT16_NOTE,)
-    assert MLXBackend.load(tiny_model_factory("gemma3"), dtype="bfloat16").notes == ()
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "pushed"
+    shutil.copytree(tiny_model_factory("gemma3"), folder)
+    weights = load_file(folder / "model.safetensors")
+    table = "model.embed_tokens.weight"  # a stream at 60,000 and a first branch of about ±10,000
+    weights[table] = np.full_like(weights[table], 60_000 / weights[table].shape[1] ** 0.5)
+    weights["model.layers.0.post_attention_layernorm.weight"][:] = 10_000
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    ids, positions, _ = _batch()
+    for layer in (1, 2):
+        full = MLXBackend.load(folder).forward(ids, positions, layer).hidden
+        half = MLXBackend.load(folder, dtype="float16").forward(ids, positions, layer).hidden
+        assert np.abs(full).max() > np.finfo(np.float16).max  # past float16's range
+        assert np.abs(half - full).max() <= 2e-3 * np.abs(full).max()  # float16's rounding only, not its range
+    assert MLXBackend.load(folder, dtype="float16").notes == ()

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from rr_fast.backends import plain
-from rr_fast.backends.base import GEMMA_FLOAT16_NOTE
 from rr_fast.backends.torch import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,22 +179,25 @@ def test_plain_runs_empty_rows(tiny_model_factory, kind):
     assert out.last_hidden_state.shape == (1, 0, model.config.hidden_size)
 
 
-def test_gemma_in_float16_clips_its_residual_stream_to_float16s_range(tiny_model_factory):
+def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factory):
     """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers: summed in
-    float16, it turns infinite and every later state NaN. The stream is clipped to the range instead."""
+    float16 it turns infinite, and clipped to the range it moves cuts. Under float16 weights the stream stays
+    float32, so a stream pushed past the range is carried as float32 carries it."""
     folder = tiny_model_factory("gemma3")
-    model = plain.load(folder, torch.float16)
-    decoder = model.model
-    with torch.no_grad():  # a stream at 60,000 and a first branch of about ±10,000
-        decoder.embed_tokens.weight.fill_(60_000 / model.config.hidden_size**0.5)
-        decoder.layers[0].post_attention_layernorm.weight.fill_(10_000)
-    ids, positions = _ids_and_positions(model.config.vocab_size, length=24)
-    with torch.inference_mode():
-        states = decoder(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states
-    assert all(torch.isfinite(s).all() for s in states)
-    assert states[1].abs().max() == plain.FLOAT16_MAX  # the branch pushed the stream to the bound, not past it
-    x, branch = torch.tensor([1.5, -7.0]), torch.tensor([2.25, 0.5])
-    assert torch.equal(plain.residual_sum(x, branch), x + branch)  # other dtypes: the plain sum
-    notes = TorchBackend.load(folder, dtype="float16", device="cpu").notes  # the clipping moves cuts: said
-    assert GEMMA_FLOAT16_NOTE in notes and any("emulated" in note for note in notes)
-    assert GEMMA_FLOAT16_NOTE not in TorchBackend.load(folder, dtype="bfloat16", device="cpu").notes
+    states = {}
+    for dtype in (torch.float32, torch.float16):
+        model = plain.load(folder, dtype)
+        decoder = model.model
+        with torch.no_grad():  # a stream at 60,000 and a first branch of about ±10,000
+            decoder.embed_tokens.weight.fill_(60_000 / model.config.hidden_size**0.5)
+            decoder.layers[0].post_attention_layernorm.weight.fill_(10_000)
+        ids, positions = _ids_and_positions(model.config.vocab_size, length=24)
+        with torch.inference_mode():
+            states[dtype] = decoder(input_ids=ids, position_ids=positions, output_hidden_states=True).hidden_states
+    half, full = states[torch.float16], states[torch.float32]
+    assert half[1].dtype == torch.float32 and half[-1].dtype == torch.float16  # the stream; the final norm's output
+    assert half[1].abs().max() > torch.finfo(torch.float16).max  # past float16's range, and kept
+    for ours, theirs in zip(half, full):  # float16's rounding only: clipped, the stream is off by up to 30%
+        assert (ours.float() - theirs).abs().max() <= 2e-3 * theirs.abs().max()
+    notes = TorchBackend.load(folder, dtype="float16", device="cpu").notes
+    assert len(notes) == 1 and "emulated" in notes[0]  # slow on a CPU: said; nothing else to say

@@ -1,14 +1,20 @@
-"""What float16's range alone does to the default's cuts: Gemma 3's residual clipped to ±65,504 in float32.
+"""float16 on Gemma 3: its range against its rounding, on the streams where the range moves cuts.
 
-    python -m bench.speed.float16_range --streams 24 --out bench/results/cpu_float16_clipping_24_streams.json
+    python -m bench.speed.float16_range --streams 24 --out bench/results/cpu_float16_24_streams.json
 
-Gemma 3 270M's residual stream passes float16's largest value in its middle layers, so in float16 both backends
-clip it there (``rr_fast.backends.plain.residual_sum``, mlx-lm's ``clip_residual``). float16 on a CPU is far too
-slow to score the benchmark's streams (torch emulates it; MLX's CPU matmul is slow in every dtype), so this runs
-the torch backend in float32 twice on bench.speed.mlx_gpu's streams with the real weights: as shipped, and with
-the residual clipped after every sum as float16 clips it. That isolates the range from float16's rounding, which
-has three more significand bits than bfloat16's. ``python -m bench.speed.mlx_gpu --arms ...,mlx_float16`` measures
-float16 itself on as many streams as there is time for.
+Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers. mlx-lm's Gemma 3
+clips it to the range in float16; rr-fast's backends keep it in float32 instead, with float16 weights and matmuls
+(``rr_fast.backends.plain.DecoderLayer``, ``rr_fast.backends.mlx.residual_dtype``). On the benchmark's
+flattened-record streams, with the real weights and the default configuration, this runs:
+
+1. torch float32 as shipped: the reference;
+2. torch float32 with the residual clipped to ±65,504 after every sum, as ``mlx_lm.models.gemma3_text``'s
+   ``clip_residual`` clips it in float16: the range alone, without float16's rounding;
+3. MLX float16 as shipped, on the streams whose cuts the clipping moved and on the first ``--also`` others:
+   float16's rounding with the range kept.
+
+float16 on a CPU is far too slow to score every stream (torch emulates it; MLX's CPU matmul runs at 7.7 source
+tok/s), so the third arm runs where the first two disagree, which is where float16 could move cuts.
 """
 
 from __future__ import annotations
@@ -17,14 +23,33 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.speed.gpu_corpus import PREPARED
+from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare
 from bench.speed.mlx_gpu import bundled_model, compare, run_arm
 
 
-def clipped_residual_sum(x, branch):
-    from rr_fast.backends import plain
+def clipped_layer(self, x, rope, crossing=None):
+    """``plain.DecoderLayer.forward`` for Gemma with the residual clipped after each sum, as mlx-lm clips it."""
+    import torch
 
-    return (x + branch).clamp(-plain.FLOAT16_MAX, plain.FLOAT16_MAX)
+    bound = torch.finfo(torch.float16).max
+    attended = self.self_attn(self.input_layernorm(x), rope, crossing)
+    attended, mass = attended if crossing is not None else (attended, None)
+    x = (x + self.post_attention_layernorm(attended, x.dtype)).clamp(-bound, bound)
+    x = (x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)), x.dtype)).clamp(-bound, bound)
+    return x if crossing is None else (x, mass)
+
+
+def subset(arm: dict, streams: list[int]) -> dict:
+    """``arm``'s cuts and readouts on ``streams`` only (its timing is over all of its streams)."""
+    readouts = {name: [values[i] for i in streams] for name, values in arm["readouts"].items()}
+    return {**arm, "cuts": [arm["cuts"][i] for i in streams], "readouts": readouts}
+
+
+def summary(arm: dict, reference: dict) -> dict:
+    """Cut agreement (a count of streams) and readout differences against the reference on the same streams."""
+    same = compare(arm, reference)
+    same.pop("speed_vs_reference")  # the arms time different stream sets
+    return {"identical_cuts": round(same.pop("identical_cuts_rate") * len(reference["cuts"])), **same}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -32,21 +57,38 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default=str(Path("~/.cache/rr_fast/gemma3-270m").expanduser()))
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder (streams.json)")
     parser.add_argument("--streams", type=int, default=24)
+    parser.add_argument("--also", type=int, default=0, help="streams the clipping kept that MLX float16 scores too")
+    parser.add_argument("--smoke", action="store_true", help="random tiny Gemma weights, 2 streams: checks it runs")
     parser.add_argument("--out", help="result JSON")
     args = parser.parse_args(argv)
     from rr_fast.backends import plain
 
-    streams = json.loads((Path(args.inputs) / "streams.json").read_text())[: args.streams]
-    shipped = plain.residual_sum
-    with bundled_model(args.model, Path(args.inputs)):
+    inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
+    if args.smoke and not (inputs / "streams.json").exists():
+        from bench.common import data_dir
+
+        prepare(data_dir(), inputs, **SMOKE)
+    streams = json.loads((inputs / "streams.json").read_text())[: 2 if args.smoke else args.streams]
+    model = None if args.smoke else args.model
+    shipped = plain.DecoderLayer.forward
+    with bundled_model(model, inputs, args.smoke):
         reference = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
         try:
-            plain.residual_sum = clipped_residual_sum
+            plain.DecoderLayer.forward = clipped_layer
             clipped = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
         finally:
-            plain.residual_sum = shipped
-    result = {"streams": len(streams), "weights": args.model, "clipped_vs_float32": compare(clipped, reference)}
-    result["identical_cuts"] = round(result["clipped_vs_float32"]["identical_cuts_rate"] * len(streams))
+            plain.DecoderLayer.forward = shipped
+        moved = [i for i, (a, b) in enumerate(zip(clipped["cuts"], reference["cuts"])) if a != b]
+        kept = [i for i in range(len(streams)) if i not in moved][: args.also]
+        chosen = sorted(moved + kept)
+        if not chosen:
+            raise SystemExit("the clipping moved no cuts and --also is 0: nothing for MLX float16 to score")
+        half = run_arm("mlx", "float16", None, None, "cpu", [streams[i] for i in chosen], one_pass=True)
+    result = {"streams": len(streams), "weights": model or "RANDOM (tiny Gemma 3)", "moved_by_clipping": moved}
+    result["clipped"] = summary(clipped, reference)
+    result["mlx_float16"] = {"streams": chosen, "tokens_per_s": half["tokens_per_s"]}
+    result["mlx_float16"] |= summary(half, subset(reference, chosen))
+    result["clipped_on_mlx_float16s_streams"] = summary(subset(clipped, chosen), subset(reference, chosen))
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -18,8 +18,8 @@ Arms, every one through ``Chunker.score_many`` and ``chunk_many`` (the product p
 (its attention readout: the model folder is installed as the bundled model's cache entry, so the shipped head
 applies; ``--readout lr`` for the two-pass teacher) on the same streams: torch fp32 and bf16 on CUDA, MLX fp32 and
 bf16 on MLX's default device (the GPU under mlx-cuda), MLX bf16 at 16,384 tokens per call (MLX's own default
-is 4,096; torch on a GPU sizes its batches from free memory), and torch and MLX in fp16 (Gemma's residual clipped
-to fp16's range on both). Per arm: source tokens/s over the streams after one
+is 4,096; torch on a GPU sizes its batches from free memory), and torch and MLX in fp16 (Gemma's residual stream
+kept in fp32 on both). Per arm: source tokens/s over the streams after one
 warm-up stream, max and median |Δ| of every readout against torch fp32, and the share of streams whose cuts equal
 torch fp32's and torch bf16's (and the median |Δ| against torch bf16). MLX's layers are mlx-lm's (RMSNorm and RoPE
 as ``mx.fast`` kernels), with Gemma's norms and GELU computed in float32 as torch computes them; the attention readout
@@ -85,7 +85,7 @@ ARMS = (
     ("mlx", "float32", None),
     ("mlx", "bfloat16", None),
     ("mlx", "bfloat16", 16384),
-    ("torch", "float16", None),  # Gemma's residual clipped to float16's range, as mlx-lm clips it
+    ("torch", "float16", None),  # Gemma's residual stream in float32, its weights and matmuls in float16
     ("mlx", "float16", None),
 )
 REFERENCE = ARMS[0]

@@ -38,13 +38,6 @@ class Crossing:
     spans: tuple[int, ...]
 
 
-# Gemma 3's residual stream passes float16's range; both backends clip it there, as mlx-lm does
-GEMMA_FLOAT16_NOTE = (
-    "float16 clips Gemma 3's residual stream to float16's range, which moved cuts on 5 of the benchmark's 24 "
-    "streams (bfloat16 moved none): prefer --dtype bfloat16 or float32"
-)
-
-
 class Backend(Protocol):
     """A causal LM that runs batches of rows with explicit position ids and no KV cache."""
 

@@ -22,7 +22,7 @@ from mlx_lm.models import gemma3_text, gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
-from rr_fast.backends.base import GEMMA_FLOAT16_NOTE, Crossing, Forward, length_dependent_rope
+from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
@@ -53,16 +53,16 @@ class _GPT2(gpt2.Model):
 
 class _GemmaNorm(nn.Module):
     """Gemma's RMSNorm as transformers and the torch backend compute it: in float32, scaled by 1 + w formed in
-    float32, rounded once to the working dtype. mlx-lm forms 1 + w in the weights' dtype, which in bfloat16 moves
-    every scale by up to 0.4%: enough, over Gemma 3 270M's 18 layers of six norms each, to move a cut."""
+    float32, rounded once to ``dtype``. mlx-lm forms 1 + w in the weights' dtype, which in bfloat16 moves every
+    scale by up to 0.4%: enough, over Gemma 3 270M's 18 layers of six norms each, to move a cut."""
 
-    def __init__(self, norm: gemma3_text.RMSNorm):
+    def __init__(self, norm: gemma3_text.RMSNorm, dtype: mx.Dtype):
         super().__init__()
         # formed once, not on every call; private, so not a parameter: the model's parameters keep one dtype
-        self._scale, self.eps = 1.0 + norm.weight.astype(mx.float32), norm.eps
+        self._scale, self.eps, self._dtype = 1.0 + norm.weight.astype(mx.float32), norm.eps, dtype
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.fast.rms_norm(x.astype(mx.float32), self._scale, self.eps).astype(x.dtype)
+        return mx.fast.rms_norm(x.astype(mx.float32), self._scale, self.eps).astype(self._dtype)
 
 
 class _GemmaMLP(nn.Module):
@@ -86,15 +86,30 @@ def _round_as_transformers(model: nn.Module) -> None:
     """Gemma 3's norms and GELU computed in float32 and rounded once, as transformers does (in float32 this is
     mlx-lm's own arithmetic). In bfloat16 mlx-lm's own layers put the default's scores about four times farther
     from torch's than torch's bfloat16 sits from float32, enough to move cuts (bench/RESULTS.md, "MLX with Gemma's
-    norms and GELU rounded as torch rounds them")."""
-    names = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
-    model.model.norm = _GemmaNorm(model.model.norm)
+    norms and GELU rounded as torch rounds them").
+
+    Under float16 weights the residual stream stays float32, as the torch backend keeps it (``residual_dtype``):
+    the norms that open a branch round to float16, the two that close one keep float32, and mlx-lm's blocks then
+    add in float32 (their ``clip_residual`` clips float16 streams only)."""
+    working = model.model.norm.weight.dtype
+    stream = residual_dtype(working)
+    model.model.norm = _GemmaNorm(model.model.norm, working)
     for layer in model.layers:
-        for name in names:
-            setattr(layer, name, _GemmaNorm(getattr(layer, name)))
+        layer.input_layernorm = _GemmaNorm(layer.input_layernorm, working)
+        layer.pre_feedforward_layernorm = _GemmaNorm(layer.pre_feedforward_layernorm, working)
+        layer.post_attention_layernorm = _GemmaNorm(layer.post_attention_layernorm, stream)
+        layer.post_feedforward_layernorm = _GemmaNorm(layer.post_feedforward_layernorm, stream)
         attention = layer.self_attn
-        attention.q_norm, attention.k_norm = _GemmaNorm(attention.q_norm), _GemmaNorm(attention.k_norm)
+        attention.q_norm = _GemmaNorm(attention.q_norm, working)
+        attention.k_norm = _GemmaNorm(attention.k_norm, working)
         layer.mlp = _GemmaMLP(layer.mlp)
+
+
+def residual_dtype(dtype: mx.Dtype) -> mx.Dtype:
+    """Gemma's residual stream: float32 under float16 weights, else the weights' dtype. Gemma 3 270M's stream passes
+    float16's largest value in its middle layers; clipped to the range, as mlx-lm's Gemma 3 does, it moved cuts on
+    5 of 24 streams (bench/RESULTS.md, "float16 and Gemma's residual")."""
+    return mx.float32 if dtype == mx.float16 else dtype
 
 
 class MLXBackend:
@@ -144,10 +159,7 @@ class MLXBackend:
         with quiet_transformers():
             model, config = load_model(path, model_config=fixes, **classes)
         model.set_dtype(DTYPES[dtype])
-        backend = cls(model, config)
-        if dtype == "float16" and backend.family == "gemma3_text":  # mlx-lm's Gemma 3 clips its residual in float16
-            backend.notes = (GEMMA_FLOAT16_NOTE,)
-        return backend
+        return cls(model, config)
 
     def forward(
         self,
@@ -220,7 +232,8 @@ class MLXBackend:
             return h + self.decoder.wpe(mx.array(positions.astype(np.int32)))
         if self.family == "gemma3_text":
             # transformers rounds sqrt(d) to the weights' dtype from fp32; mlx-lm rounds it to bf16 always
-            return h * mx.array(self.hidden_size**0.5, dtype=mx.float32).astype(h.dtype)
+            scaled = h * mx.array(self.hidden_size**0.5, dtype=mx.float32).astype(h.dtype)
+            return scaled.astype(residual_dtype(h.dtype))
         return h
 
     def _sliding_window(self, index: int) -> int | None:

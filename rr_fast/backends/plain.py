@@ -239,19 +239,21 @@ class CastHead(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """Llama scales the normalized states by w after casting back; Gemma by (1 + w) before, in fp32."""
+    """Llama scales the normalized states by w after casting back; Gemma by (1 + w) before, in fp32, and rounds
+    once to ``dtype``: the weights' dtype unless asked otherwise (Gemma's branch outputs join a float32 residual
+    stream in float16, see ``DecoderLayer``)."""
 
     def __init__(self, size: int, eps: float, gemma: bool):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(size))
         self.eps, self.gemma = eps, gemma
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         # torch's fused kernel, in fp32 as the reference computes it: the same values, a third of the time on a
         # CPU, where each of the unfused version's elementwise passes is a trip through memory
         size = (x.shape[-1],)
         if self.gemma:
-            return F.rms_norm(x.float(), size, 1.0 + self.weight.float(), self.eps).type_as(x)
+            return F.rms_norm(x.float(), size, 1.0 + self.weight.float(), self.eps).to(dtype or self.weight.dtype)
         return self.weight * F.rms_norm(x.float(), size, None, self.eps).to(x.dtype)
 
 
@@ -383,21 +385,14 @@ class MLP(nn.Module):
         return self.down_proj(gate * self.up_proj(x))
 
 
-FLOAT16_MAX = torch.finfo(torch.float16).max
-
-
-def residual_sum(x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
-    """Gemma's residual stream plus a branch; in float16 summed in float32 and clipped to float16's range, as
-    mlx-lm's Gemma 3 does. Gemma 3 270M's stream passes float16's 65,504 in its middle layers, in one of its 640
-    dimensions at a few tokens (up to about 97,000): unclipped, the sum is infinite and every later state NaN
-    (bench/RESULTS.md, "float16 and Gemma's residual")."""
-    if x.dtype != torch.float16:
-        return x + branch
-    return (x.float() + branch.float()).clamp_(-FLOAT16_MAX, FLOAT16_MAX).to(torch.float16)
-
-
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block; Gemma also normalizes each branch's output (a "sandwich")."""
+    """Pre-norm residual block; Gemma also normalizes each branch's output (a "sandwich").
+
+    Gemma's residual stream ``x`` is float32 when the weights are float16 (``residual_dtype``): its norms read it
+    in float32 and hand the branches float16, and the branches' normalized outputs join it unrounded. Gemma 3
+    270M's stream passes float16's largest value, 65,504, in its middle layers (up to about 97,000, in one of its
+    640 dimensions at a few tokens): summed in float16 it turns infinite, and clipped to the range, as mlx-lm's
+    Gemma 3 does, it moved cuts on 5 of 24 streams (bench/RESULTS.md, "float16 and Gemma's residual")."""
 
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
@@ -422,9 +417,14 @@ class DecoderLayer(nn.Module):
             x = x + attended
             x = x + self.mlp(self.post_attention_layernorm(x))
         else:
-            x = residual_sum(x, self.post_attention_layernorm(attended))
-            x = residual_sum(x, self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x))))
+            x = x + self.post_attention_layernorm(attended, x.dtype)
+            x = x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)), x.dtype)
         return x if crossing is None else (x, mass)
+
+
+def residual_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Gemma's residual stream: float32 under float16 weights (see ``DecoderLayer``), else the weights' dtype."""
+    return torch.float32 if dtype == torch.float16 else dtype
 
 
 @dataclass
@@ -454,15 +454,16 @@ class Decoder(nn.Module):
         crossing: CrossingMasses | None = None,
     ) -> DecoderOutput:
         x = self.embed_tokens(input_ids)
+        dtype = x.dtype  # the weights'
         if self.config.gemma:  # the scale is rounded to the weights' dtype first, as transformers does
-            x = x * torch.tensor(math.sqrt(self.config.hidden_size)).to(x.dtype)
+            x = (x * torch.tensor(math.sqrt(self.config.hidden_size)).to(dtype)).to(residual_dtype(dtype))
         ropes: dict[Rope, tuple[torch.Tensor, torch.Tensor]] = {}
         states = [x] if output_hidden_states else None
         masses = []
         for layer in self.layers:
             rope = layer.self_attn.rope
             if rope not in ropes:
-                ropes[rope] = _rope_tables(position_ids, rope, self.config.head_dim, x.dtype)
+                ropes[rope] = _rope_tables(position_ids, rope, self.config.head_dim, dtype)
             x = layer(x, ropes[rope], crossing)
             if crossing is not None:
                 x, mass = x

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rr_fast.backends import plain
-from rr_fast.backends.base import GEMMA_FLOAT16_NOTE, Crossing, Forward, length_dependent_rope
+from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers
 
@@ -171,8 +171,6 @@ class TorchBackend:
                 "--dtype float16 runs emulated on most CPUs, far slower than float32 (100x on the benchmark's AMD "
                 "EPYC): on a CPU use bfloat16 or float32"
             )
-        if dtype == "float16" and implementation == "plain" and model.config.gemma:  # transformers' Gemma never clips
-            notes.append(GEMMA_FLOAT16_NOTE)
         backend.notes = tuple(notes)
         return backend
 
