@@ -13,8 +13,9 @@ flattened-record streams, with the real weights and the default configuration, t
 3. MLX float16 as shipped, on the streams whose cuts the clipping moved and on the first ``--also`` others:
    float16's rounding with the range kept.
 
-float16 on a CPU is far too slow to score every stream (torch emulates it; MLX's CPU matmul runs at 7.7 source
-tok/s), so the third arm runs where the first two disagree, which is where float16 could move cuts.
+MLX's CPU matmul runs at about 10 source tok/s in float16, so the third arm runs where the first two disagree, which
+is where float16 could move cuts. torch's float16 (emulated on a CPU, at about 0.13× float32's speed here) is
+``bench.speed.mlx_gpu``'s ``torch_float16`` arm.
 """
 
 from __future__ import annotations

@@ -168,8 +168,8 @@ class TorchBackend:
             )
         if dtype == "float16" and on_cpu:
             notes.append(
-                "--dtype float16 runs emulated on most CPUs, far slower than float32 (100x on the benchmark's AMD "
-                "EPYC): on a CPU use bfloat16 or float32"
+                "--dtype float16 runs emulated on most CPUs, slower than float32 (the default at 0.13x float32's "
+                "speed on the benchmark's AMD EPYC): on a CPU use bfloat16 or float32"
             )
         backend.notes = tuple(notes)
         return backend
