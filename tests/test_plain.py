@@ -197,7 +197,7 @@ def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factor
     half, full = states[torch.float16], states[torch.float32]
     assert half[1].dtype == torch.float32 and half[-1].dtype == torch.float16  # the stream; the final norm's output
     assert half[1].abs().max() > torch.finfo(torch.float16).max  # past float16's range, and kept
-    for ours, theirs in zip(half, full):  # float16's rounding only: clipped, the stream is off by up to 30%
+    for ours, theirs in zip(half, full):  # float16's rounding only; clipped, a state is off by 18,000 of 84,000
         assert (ours.float() - theirs).abs().max() <= 2e-3 * theirs.abs().max()
     notes = TorchBackend.load(folder, dtype="float16", device="cpu").notes
     assert len(notes) == 1 and "emulated" in notes[0]  # slow on a CPU: said; nothing else to say

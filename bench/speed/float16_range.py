@@ -55,7 +55,7 @@ def summary(arm: dict, reference: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(Path("~/.cache/rr_fast/gemma3-270m").expanduser()))
+    parser.add_argument("--model", help="a converted Gemma 3 270M folder (default: the bundled model's)")
     parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder (streams.json)")
     parser.add_argument("--streams", type=int, default=24)
     parser.add_argument("--also", type=int, default=0, help="streams the clipping kept that MLX float16 scores too")
@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> dict:
 
         prepare(data_dir(), inputs, **SMOKE)
     streams = json.loads((inputs / "streams.json").read_text())[: 2 if args.smoke else args.streams]
-    model = None if args.smoke else args.model
+    if args.smoke:
+        model = None
+    else:
+        from rr_fast.models import DEFAULT_MODEL, resolve
+
+        model = args.model or resolve(DEFAULT_MODEL)
     shipped = plain.DecoderLayer.forward
     with bundled_model(model, inputs, args.smoke):
         reference = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)

@@ -106,9 +106,8 @@ def _round_as_transformers(model: nn.Module) -> None:
 
 
 def residual_dtype(dtype: mx.Dtype) -> mx.Dtype:
-    """Gemma's residual stream: float32 under float16 weights, else the weights' dtype. Gemma 3 270M's stream passes
-    float16's largest value in its middle layers; clipped to the range, as mlx-lm's Gemma 3 does, it moved cuts on
-    5 of 24 streams (bench/RESULTS.md, "float16 and Gemma's residual")."""
+    """Gemma's residual stream: float32 under float16 weights, else the weights' dtype, as in the torch backend
+    (``plain.DecoderLayer`` says why)."""
     return mx.float32 if dtype == mx.float16 else dtype
 
 
