@@ -288,7 +288,7 @@ def test_gemma_layers_are_replaced(tiny_model_factory):
 
 
 def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factory, tmp_path):
-    """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers; mlx-lm's
+    """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its later layers; mlx-lm's
     Gemma 3 clips it there in float16, which moves cuts. Under float16 weights the stream stays float32, so a
     stream pushed past the range is carried as float32 carries it."""
     import shutil

@@ -180,7 +180,7 @@ def test_plain_runs_empty_rows(tiny_model_factory, kind):
 
 
 def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factory):
-    """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers: summed in
+    """Gemma 3 270M's residual stream passes float16's largest value (65,504) in its later layers: summed in
     float16 it turns infinite, and clipped to the range it moves cuts. Under float16 weights the stream stays
     float32, so a stream pushed past the range is carried as float32 carries it."""
     folder = tiny_model_factory("gemma3")

@@ -2,7 +2,7 @@
 
     python -m bench.speed.float16_range --streams 24 --out bench/results/cpu_float16_24_streams.json
 
-Gemma 3 270M's residual stream passes float16's largest value (65,504) in its middle layers. mlx-lm's Gemma 3
+Gemma 3 270M's residual stream passes float16's largest value (65,504) in its later layers. mlx-lm's Gemma 3
 clips it to the range in float16; rr-fast's backends keep it in float32 instead, with float16 weights and matmuls
 (``rr_fast.backends.plain.DecoderLayer``, ``rr_fast.backends.mlx.residual_dtype``). On the benchmark's
 flattened-record streams, with the real weights and the default configuration, this runs:

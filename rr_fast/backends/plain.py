@@ -390,9 +390,10 @@ class DecoderLayer(nn.Module):
 
     Gemma's residual stream ``x`` is float32 when the weights are float16 (``residual_dtype``): its norms read it
     in float32 and hand the branches float16, and the branches' normalized outputs join it unrounded. Gemma 3
-    270M's stream passes float16's largest value, 65,504, in its middle layers (up to about 97,000, in one of its
-    640 dimensions at a few tokens): summed in float16 it turns infinite, and clipped to the range, as mlx-lm's
-    Gemma 3 does, it moved cuts on 5 of 24 streams (bench/RESULTS.md, "float16 and Gemma's residual")."""
+    270M's stream passes float16's largest value, 65,504, in its later layers (up to about 104,000, in one of its
+    640 dimensions at two tokens of the README's sample): summed in float16 it turns infinite, and clipped to the
+    range, as mlx-lm's Gemma 3 does, it moved cuts on 5 of 24 streams (bench/RESULTS.md, "float16 and Gemma's
+    residual")."""
 
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
