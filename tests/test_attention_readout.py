@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from rr_fast.backends import plain
+from rr_fast.backends import base, plain
 from rr_fast.backends.base import Crossing
 from rr_fast.backends.torch import TorchBackend
 from rr_fast.config import ChunkerConfig, chunker_config, paper_scoring
@@ -53,7 +53,7 @@ def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, 
     """Sliding-window and global layers, rows past the 16-token window, several query tiles, a span longer than
     the window; the states are the same as without the request."""
     backend, eager = gemma
-    monkeypatch.setattr(plain, "ATTENTION_TILE", tile)
+    monkeypatch.setattr(base, "ATTENTION_TILE", tile)
     ids = np.random.default_rng(0).integers(3, 512, size=41)
     ids[0] = 1
     edges = np.array([1, 2, 5, 17, 30, 38, 40])
@@ -85,14 +85,13 @@ def test_a_tile_reads_exactly_the_edge_columns_its_queries_are_near():
 
 
 def test_gpu_tiles_hold_the_element_budget_and_cpu_tiles_stay_small():
-    cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert plain.attention_tile(cpu, 1, 4, 5000) == plain.ATTENTION_TILE
-    budget = plain.GPU_TILE_ELEMENTS
+    assert base.attention_tile(False, 1, 4, 5000) == base.ATTENTION_TILE
+    budget = base.GPU_TILE_ELEMENTS
     for rows, length in [(3, 4224), (256, 640), (1, 131072), (1000, 131)]:
-        tile = plain.attention_tile(gpu, rows, 4, length)
-        assert tile % plain.ATTENTION_TILE == 0 or tile == length
-        assert rows * 4 * tile * length <= budget or tile == plain.ATTENTION_TILE
-    assert plain.attention_tile(gpu, 3, 4, 4224) == 4224  # a few long rows: one tile
+        tile = base.attention_tile(True, rows, 4, length)
+        assert tile % base.ATTENTION_TILE == 0 or tile == length
+        assert rows * 4 * tile * length <= budget or tile == base.ATTENTION_TILE
+    assert base.attention_tile(True, 3, 4, 4224) == 4224  # a few long rows: one tile
 
 
 def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):

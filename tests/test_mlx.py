@@ -221,25 +221,30 @@ def test_focused_normalizer_matches_torch(pair, monkeypatch):
     assert _max_diff(ours, full) > 1e-3  # the focused normalizer was really used
 
 
-def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory):
+@pytest.mark.parametrize("tile", [256, 7])
+@pytest.mark.parametrize("spans", [(2, 5, 9), (2, 5, 20)], ids=["spans-in-window", "span-past-window"])
+def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory, monkeypatch, tile, spans):
     """The attention readout on MLX: its explicitly formed probabilities give torch's crossing masses (padding rows
-    included) and, through the engine, the same edge scores over several full-pass blocks."""
+    included) and, through the engine, the same edge scores over several full-pass blocks; in one tile of queries,
+    and in tiles of 7 that form only the keys Gemma's 16-token sliding window reaches."""
+    from rr_fast.backends import base
     from rr_fast.backends.base import Crossing
     from rr_fast.readouts import ATTENTION, CrossingHead
 
+    monkeypatch.setattr(base, "ATTENTION_TILE", tile)
     folder = tiny_model_factory("gemma3")
     ours, theirs = MLXBackend.load(folder), TorchBackend.load(folder, device="cpu")
     rng = np.random.default_rng(11)
     rows = np.zeros((2, 41), dtype=np.int64)
     rows[0], rows[1, :30] = rng.integers(3, 512, 41), rng.integers(3, 512, 30)
     rows[:, 0] = 1
-    request = Crossing(np.array([[2, 9, 20, 38], [5, 17, 28, -1]]), np.array([41, 30]), (2, 5, 9))
+    request = Crossing(np.array([[2, 9, 20, 38], [5, 17, 28, -1]]), np.array([41, 30]), spans)
     got = ours.forward(rows, np.arange(41)[None], None, crossing=request).crossing
     want = theirs.forward(rows, np.arange(41)[None], None, crossing=request).crossing
     assert got.shape == want.shape == (2, 4, 4, 4, 3)
     np.testing.assert_allclose(got, want, atol=TOL)
     size = 4 * 4 * 3
-    head = CrossingHead("tiny", 4, (2, 5, 9), np.zeros(size), np.ones(size), rng.normal(size=size))
+    head = CrossingHead("tiny", 4, spans, np.zeros(size), np.ones(size), rng.normal(size=size))
     config = paper_scoring(readouts=(ATTENTION,), window=9, context=20)
     ids, edges = rng.integers(3, 512, 90), np.arange(1, 90, 4)
     a = Engine(ours, [1], config, crossing_head=head).score(ids, edges)[ATTENTION]

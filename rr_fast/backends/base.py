@@ -38,6 +38,42 @@ class Crossing:
     spans: tuple[int, ...]
 
 
+# queries per tile where a backend forms attention probabilities explicitly (the attention readout), on a CPU:
+# [tile, keys] floats per head stay in cache
+ATTENTION_TILE = 256
+# on a GPU, as many queries per tile (a multiple of ATTENTION_TILE) as keep [rows, heads, tile, keys] float32
+# probabilities within this many (1 GiB): see attention_tile
+GPU_TILE_ELEMENTS = 1 << 28
+
+
+def attention_tile(on_gpu: bool, rows: int, heads: int, length: int) -> int:
+    """Queries per tile of the explicit attention. On a CPU ATTENTION_TILE, whose [tile, keys] blocks stay in cache.
+    On a GPU each tile costs some forty kernel launches, whatever its size, and a batch of a few long rows in tiles of
+    256 kept the GPU waiting for the host: there a tile takes as many queries as keep [rows, heads, tile, length]
+    float32 probabilities within GPU_TILE_ELEMENTS (the whole row for a few long rows)."""
+    if not on_gpu:
+        return ATTENTION_TILE
+    fits = GPU_TILE_ELEMENTS // max(1, rows * heads * length)
+    return length if fits >= length else max(ATTENTION_TILE, fits // ATTENTION_TILE * ATTENTION_TILE)
+
+
+def ordered_edges(edges: np.ndarray) -> np.ndarray:
+    """A crossing request's edges [B, E] with the pads moved past every edge, so that each row increases."""
+    return np.where(edges > 0, edges, np.iinfo(np.int64).max)
+
+
+def edge_columns(ordered: np.ndarray, reach: int, first: int, last: int) -> tuple[int, int]:
+    """[lo, hi): the edge columns of ``ordered`` (``ordered_edges``), over all rows, that some query in [first, last)
+    is less than ``reach`` right of. A tile of queries reads only these: a long row's other edges are far from it.
+    Computed on the host, so nothing waits for the device."""
+    below = (ordered < first - reach + 1).sum(axis=1)  # per row: edges too far left of the tile
+    through = (ordered < last).sum(axis=1)  # per row: edges left of the tile's end
+    near = below < through  # rows with an edge near the tile
+    if not near.any():
+        return 0, 0
+    return int(below[near].min()), int(through[near].max())
+
+
 class Backend(Protocol):
     """A causal LM that runs batches of rows with explicit position ids and no KV cache."""
 

@@ -22,7 +22,14 @@ from mlx_lm.models import gemma3_text, gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
-from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
+from rr_fast.backends.base import (
+    Crossing,
+    Forward,
+    attention_tile,
+    edge_columns,
+    length_dependent_rope,
+    ordered_edges,
+)
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
@@ -141,6 +148,10 @@ class MLXBackend:
         self.max_positions = None if self.uses_rope else int(table)
         self.softcap = config.get("final_logit_softcapping")
         self.windows = [self._sliding_window(i) for i in range(self.depth)]
+        # tokens per forward call: on a GPU 16,384, which ran the default 1.10-2.04x faster than 4,096 on MLX's CUDA
+        # backend (bench/RESULTS.md, "The attention default on a GPU, and MLX beside torch"; not measured on Metal),
+        # its attention probabilities held to a tile (_ExplicitAttention); on a CPU the engine's 4,096
+        self.preferred_batch_tokens = 16384 if mx.default_device() == mx.gpu else 4096
 
     @classmethod
     def load(cls, folder: str | Path, dtype: str = "float32") -> MLXBackend:
@@ -209,16 +220,13 @@ class MLXBackend:
         if self.family != "gemma3_text":
             raise ValueError("the attention readout runs on the mlx backend for Gemma 3 only")
         h = self._embed(mx.array(np.asarray(ids, dtype=np.int32)), np.asarray(positions, dtype=np.int64))
-        length = h.shape[1]
-        gap = mx.arange(length)[:, None] - mx.arange(length)[None]
-        masks = {w: (gap >= 0) if w is None else (gap >= 0) & (gap < w) for w in set(self.windows)}
         module = sys.modules[type(self.layers[0].self_attn).__module__]
-        attention = _ExplicitAttention(crossing)
+        attention = _ExplicitAttention(crossing, self.windows)
         original, module.scaled_dot_product_attention = module.scaled_dot_product_attention, attention
         try:
             cache = _Positions(int(positions[0, 0]))
             for i in range(layers):
-                h = self.layers[i](h, masks[self.windows[i]], cache)
+                h = self.layers[i](h, None, cache)  # the attention masks by itself, from its layer's window
                 mx.eval(h, attention.masses[-1])
         finally:
             module.scaled_dot_product_attention = original
@@ -299,40 +307,66 @@ class MLXBackend:
 
 class _ExplicitAttention:
     """mlx-lm's ``scaled_dot_product_attention`` for one crossing forward: the same output from explicitly formed
-    float32 probabilities, and each layer's crossing masses [B, heads, E, spans] appended to ``masses`` (what
-    rr_fast.backends.plain.CrossingMasses computes on torch; tests/test_mlx.py holds the two together)."""
+    float32 probabilities, and each layer's crossing masses [B, heads, E, spans] appended to ``masses``, a tile of
+    queries at a time, each tile forming only the keys its layer's window reaches and evaluated before the next, so
+    memory holds one tile's [B, heads, tile, keys] probabilities whatever the row's length (the torch backend's
+    ``plain.Attention._attend_with_masses``; tests/test_mlx.py holds the two together). The layers call it in order,
+    so the number of masses read so far is the calling layer's index in ``windows``."""
 
-    def __init__(self, crossing: Crossing):
+    def __init__(self, crossing: Crossing, windows: list[int | None]):
         self.edges = mx.array(crossing.edges.astype(np.int32))  # [B, E]
+        self.ordered = ordered_edges(crossing.edges)
         self.lengths = mx.array(crossing.lengths.astype(np.int32))  # [B]
         self.spans = crossing.spans
+        self.windows = windows
         self.masses: list[mx.array] = []
 
-    def __call__(self, queries, keys, values, cache, scale: float, mask: mx.array, sinks=None) -> mx.array:
-        heads, length = queries.shape[1], queries.shape[2]
+    def __call__(self, queries, keys, values, cache, scale: float, mask, sinks=None) -> mx.array:
+        batch, heads, length, _ = queries.shape
+        window = self.windows[len(self.masses)] or length
         if keys.shape[1] != heads:
             keys = mx.repeat(keys, heads // keys.shape[1], axis=1)
             values = mx.repeat(values, heads // values.shape[1], axis=1)
-        scores = (queries.astype(mx.float32) @ keys.astype(mx.float32).transpose(0, 1, 3, 2)) * scale
-        probs = mx.softmax(mx.where(mask, scores, -mx.inf), axis=-1)
-        out = probs.astype(values.dtype) @ values
-        # mass on keys [1, edge) for each edge, from each query's last max(spans) keys (as the torch backend reads it)
         band = max(self.spans)
-        key = mx.arange(length)[:, None] - mx.arange(band)[None]  # [T, band]: the query's last keys, itself first
-        near = mx.take_along_axis(probs, mx.broadcast_to(mx.maximum(key, 0), (*probs.shape[:2], *key.shape)), axis=-1)
-        through = mx.cumsum(mx.where(key >= 0, near, 0.0), axis=-1)  # [..., d]: probability on keys [query - d, query]
-        queries_at = mx.arange(length)[None, :, None]
-        right = queries_at - self.edges[:, None, :]  # [B, T, E] how far right of each edge a query is
-        column = mx.broadcast_to(mx.clip(right, 0, band - 1)[:, None], (*probs.shape[:3], right.shape[-1]))
-        left = 1.0 - probs[..., :1] - mx.take_along_axis(through, column, axis=-1)  # [B, heads, T, E]
-        real = (queries_at < self.lengths[:, None, None]) & (self.edges[:, None, :] > 0)
-        layer = []
-        for span in self.spans:
-            inside = real & (right >= 0) & (right < span)
-            counted = mx.maximum(mx.minimum(self.edges + span, self.lengths[:, None]) - self.edges, 1)
-            layer.append((left * inside[:, None]).sum(axis=2) / counted[:, None, :])
-        self.masses.append(mx.stack(layer, axis=-1))
-        return out
+        tile = attention_tile(mx.default_device() == mx.gpu, batch, heads, length)
+        outputs, mass = [], mx.zeros((batch, heads, self.edges.shape[1], len(self.spans)))
+        for first in range(0, length, tile):
+            last = min(length, first + tile)
+            at = mx.arange(first, last)
+            low = max(0, first - window + 1)  # the first key the tile's window reaches
+            tile_keys = keys[:, :, low:last].astype(mx.float32)
+            scores = (queries[:, :, first:last].astype(mx.float32) @ tile_keys.swapaxes(2, 3)) * scale
+            gap = at[:, None] - mx.arange(low, last)[None]
+            probs = mx.softmax(mx.where((gap >= 0) & (gap < window), scores, -mx.inf), axis=-1)
+            outputs.append(probs.astype(values.dtype) @ values[:, :, low:last])
+            lo, hi = edge_columns(self.ordered, band, first, last)
+            if lo < hi:
+                mass = mass.at[:, :, lo:hi].add(self._tile_masses(probs, at, low, band, lo, hi))
+            mx.eval(outputs[-1], mass)  # one tile's probabilities in memory at a time
+        ends = mx.minimum(self.edges[..., None] + mx.array(self.spans), self.lengths[:, None, None])
+        counted = mx.maximum(ends - self.edges[..., None], 1)  # [B, E, spans]: the real tokens each mean is over
+        self.masses.append(mass / counted[:, None])
+        return mx.concatenate(outputs, axis=2)
+
+    def _tile_masses(self, probs: mx.array, at: mx.array, low: int, band: int, lo: int, hi: int) -> mx.array:
+        """The tile's queries' summed masses [B, heads, hi - lo, spans] on keys [1, edge) of edge columns [lo, hi).
+
+        A query less than a span right of an edge attends to keys [edge, query], all among its last max(spans)
+        keys, so the mass it puts left of the edge (the BOS left out) is 1 − p(BOS) − Σ p(key) over keys
+        [edge, query]: a running sum over those few keys' probabilities, not over every key of the row."""
+        batch, heads = probs.shape[:2]
+        bos = probs[..., :1] if low == 0 else 0.0  # a window that does not reach the BOS gives it no probability
+        key = at[:, None] - mx.arange(band)[None]  # [tile, band]: the query's last keys, itself first
+        near = mx.take_along_axis(probs, mx.broadcast_to(mx.maximum(key - low, 0), (batch, heads, *key.shape)), axis=-1)
+        # [..., d]: probability on keys [query - d, query]; keys not formed (before the window) have none
+        through = mx.cumsum(mx.where(key >= low, near, 0.0), axis=-1)
+        edges = self.edges[:, lo:hi]
+        right = at[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
+        column = mx.broadcast_to(mx.clip(right, 0, band - 1)[:, None], (batch, heads, *right.shape[1:]))
+        left = 1.0 - bos - mx.take_along_axis(through, column, axis=-1)  # [B, heads, tile, E]: mass on keys [1, edge)
+        real = (at[None, :, None] < self.lengths[:, None, None]) & (edges[:, None, :] > 0)
+        inside = [real & (right >= 0) & (right < span) for span in self.spans]
+        return mx.stack([(left * within[:, None]).sum(axis=2) for within in inside], axis=-1)
 
 
 def logsumexp(logits: mx.array, block: int = 512) -> mx.array:

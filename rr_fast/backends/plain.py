@@ -23,12 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rr_fast.backends.base import attention_tile, edge_columns, ordered_edges
+
 FAMILIES = ("llama", "qwen3", "gemma3_text")
-# queries per tile where attention probabilities are formed (CrossingMasses), on a CPU: [tile, keys] floats per head
-ATTENTION_TILE = 256
-# on a GPU, as many queries per tile (a multiple of ATTENTION_TILE) as keep [rows, heads, tile, keys] float32
-# probabilities within this many (1 GiB): see attention_tile
-GPU_TILE_ELEMENTS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -184,21 +181,11 @@ class CrossingMasses:
 
     @cached_property
     def _ordered_edges(self) -> np.ndarray:
-        """The edges on the host with the pads moved past every edge, so that each row increases."""
-        edges = self.host_edges if self.host_edges is not None else self.edges.cpu().numpy()
-        return np.where(edges > 0, edges, np.iinfo(np.int64).max)
+        return ordered_edges(self.host_edges if self.host_edges is not None else self.edges.cpu().numpy())
 
     def columns(self, first: int, last: int) -> tuple[int, int]:
-        """[lo, hi): the edge columns, over all rows, that some query in [first, last) is less than max(spans)
-        right of. A tile of queries reads only these: a long row's other edges are far from it. Computed on the
-        host, so nothing waits for the device."""
-        edges = self._ordered_edges
-        below = (edges < first - max(self.spans) + 1).sum(axis=1)  # per row: edges too far left of the tile
-        through = (edges < last).sum(axis=1)  # per row: edges left of the tile's end
-        near = below < through  # rows with an edge near the tile
-        if not near.any():
-            return 0, 0
-        return int(below[near].min()), int(through[near].max())
+        """The edge columns a tile of queries [first, last) reads (rr_fast.backends.base.edge_columns)."""
+        return edge_columns(self._ordered_edges, max(self.spans), first, last)
 
 
 class Linear(nn.Linear):
@@ -317,7 +304,7 @@ class Attention(nn.Module):
         [edge, query]: a running sum over those few keys' probabilities, not over every key of the row.
         """
         band = max(crossing.spans)
-        tile = attention_tile(q.device, q.shape[0], self.heads, q.shape[2])
+        tile = attention_tile(q.device.type != "cpu", q.shape[0], self.heads, q.shape[2])
         if self.kv_heads != self.heads:
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
@@ -357,17 +344,6 @@ class Attention(nn.Module):
             counted = (torch.minimum(edges + span, crossing.lengths[:, None]) - edges).clamp(min=1)
             mass[..., index] /= counted[:, None, :]
         return out, mass
-
-
-def attention_tile(device: torch.device, rows: int, heads: int, length: int) -> int:
-    """Queries per tile of the explicit attention. On a CPU ATTENTION_TILE, whose [tile, keys] blocks stay in cache.
-    On a GPU each tile costs some forty kernel launches, whatever its size, and a batch of a few long rows in tiles of
-    256 kept the GPU waiting for the host: there a tile takes as many queries as keep [rows, heads, tile, length]
-    float32 probabilities within GPU_TILE_ELEMENTS (the whole row for a few long rows)."""
-    if device.type == "cpu":
-        return ATTENTION_TILE
-    fits = GPU_TILE_ELEMENTS // max(1, rows * heads * length)
-    return length if fits >= length else max(ATTENTION_TILE, fits // ATTENTION_TILE * ATTENTION_TILE)
 
 
 class MLP(nn.Module):
