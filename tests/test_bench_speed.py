@@ -272,3 +272,17 @@ def test_float16_range_benchmark_smoke(tmp_path):
     assert result["mlx_float16"]["streams"] == [0, 1] and result["mlx_float16"]["identical_cuts"] == 2
     assert result["mlx_float16"]["score_abs_diff_max"] < 0.1
     assert result["clipped"]["identical_cuts"] == 2 - len(result["moved_by_clipping"])
+
+
+def test_mlx_attention_benchmark_smoke(tmp_path):
+    """``python -m bench.speed.mlx_attention`` on a 700-token row (tiles of 256, past the 512-token window): the tiled
+    attention gives the masses of one tile over the whole row, holding less memory."""
+    pytest.importorskip("mlx.core")
+    from bench.speed import mlx_attention
+
+    out = tmp_path / "attention.json"
+    result = mlx_attention.main(["--length", "700", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    for arms in result["layers"].values():
+        assert arms["masses_abs_diff_max"] < 1e-5
+        assert arms["tiled"]["peak_mib"] < arms["one_tile"]["peak_mib"]

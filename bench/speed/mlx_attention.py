@@ -1,0 +1,125 @@
+"""The MLX attention readout's explicit attention in tiles of queries, against one tile over the whole row.
+
+    flock /tmp/rr_cpu.lock python -m bench.speed.mlx_attention [--length 4001] [--document 4000] [--out FILE.json]
+
+Two arms, in the same run:
+- ``tiled``: as shipped (``rr_fast.backends.mlx._ExplicitAttention``): on a CPU, tiles of ``ATTENTION_TILE`` queries,
+  each forming only the keys its layer's window reaches;
+- ``one_tile``: ``rr_fast.backends.base.ATTENTION_TILE`` set past the row's length, so one tile forms every key of
+  the row: [rows, heads, T, T] probabilities per layer, as the readout formed them before it was tiled.
+
+``layers``: one layer's attention at Gemma 3 270M's shapes (4 query heads, one key/value head of 256, bfloat16
+inputs, an edge every 8 tokens, spans 8, 32 and 128), a sliding-window layer (512 keys) and a global one: seconds,
+MLX's peak memory above the inputs, and the largest difference between the arms' masses.
+``--document N``: an N-token document of ``gpu_corpus --prepare``'s streams through ``Chunker(backend="mlx")`` with
+the bundled model, both arms: seconds (model load excluded) and whether the cuts are identical. A document of up to
+2 × ``context`` tokens (4,096) is one full-pass row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.speed.gpu_corpus import PREPARED
+
+SPANS = (8, 32, 128)
+
+
+@contextlib.contextmanager
+def one_tile():
+    """Every row in one tile of queries (the ``one_tile`` arm)."""
+    from rr_fast.backends import base
+
+    shipped = base.ATTENTION_TILE
+    base.ATTENTION_TILE = 1 << 30
+    try:
+        yield
+    finally:
+        base.ATTENTION_TILE = shipped
+
+
+def layer(length: int, window: int | None) -> dict:
+    """One layer's explicit attention on random inputs: seconds, peak MiB above the inputs, its masses."""
+    import mlx.core as mx
+
+    from rr_fast.backends.base import Crossing
+    from rr_fast.backends.mlx import _ExplicitAttention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (mx.array(rng.normal(size=(1, heads, length, 256)), dtype=mx.bfloat16) for heads in (4, 1, 1))
+    attention = _ExplicitAttention(Crossing(np.arange(8, length, 8)[None], np.array([length]), SPANS), [window])
+    mx.eval(q, k, v)
+    mx.reset_peak_memory()
+    inputs = mx.get_active_memory()
+    started = time.perf_counter()
+    mx.eval(attention(q, k, v, None, scale=256**-0.5, mask=None), attention.masses[-1])
+    seconds = time.perf_counter() - started
+    masses = np.array(attention.masses[-1].astype(mx.float32))
+    return {"seconds": seconds, "peak_mib": (mx.get_peak_memory() - inputs) / 2**20, "masses": masses}
+
+
+def document(tokens: int, inputs: Path, model: str | None) -> tuple[str, object]:
+    """The first ``tokens`` tokens of the streams joined by a space, and a Chunker on MLX."""
+    from rr_fast import Chunker
+    from rr_fast.models import DEFAULT_MODEL, resolve
+    from rr_fast.text import tokenize
+    from rr_fast.tokenizer import load_tokenizer
+
+    folder = model or resolve(DEFAULT_MODEL)
+    tokenizer = load_tokenizer(folder)
+    text = ""
+    for stream in json.loads((inputs / "streams.json").read_text()):
+        text = f"{text} {stream}" if text else stream
+        tokenized = tokenize(tokenizer, text)
+        if len(tokenized) >= tokens:
+            return text[: tokenized.ends[tokens - 1]], Chunker(backend="mlx", folder=folder)
+    raise SystemExit(f"the streams under {inputs} hold fewer than {tokens} tokens")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--length", type=int, default=4001, help="tokens in the layers' row (4,096 + BOS at most)")
+    parser.add_argument("--document", type=int, default=0, help="tokens of a document through Chunker (0: none)")
+    parser.add_argument("--model", help="a converted Gemma 3 270M folder (default: the bundled model's)")
+    parser.add_argument("--inputs", default=str(PREPARED), help="gpu_corpus --prepare's folder (streams.json)")
+    parser.add_argument("--out", help="result JSON")
+    args = parser.parse_args(argv)
+    result: dict = {"length": args.length, "layers": {}}
+    for name, window in (("sliding window of 512", 512), ("global", None)):
+        tiled = layer(args.length, window)
+        with one_tile():
+            whole = layer(args.length, window)
+        result["layers"][name] = {
+            "tiled": {key: round(tiled[key], 2) for key in ("seconds", "peak_mib")},
+            "one_tile": {key: round(whole[key], 2) for key in ("seconds", "peak_mib")},
+            "masses_abs_diff_max": float(np.abs(tiled["masses"] - whole["masses"]).max()),
+        }
+    if args.document:
+        text, chunker = document(args.document, Path(args.inputs), args.model)
+        chunker.chunk(text[:2000])  # warm: the first call's one-time costs (the DP's compile) in neither arm
+        arms = {}
+        for name, context in (("tiled", contextlib.nullcontext()), ("one_tile", one_tile())):
+            with context:
+                started = time.perf_counter()
+                ends = [chunk.end for chunk in chunker.chunk(text)]
+                arms[name] = {"seconds": round(time.perf_counter() - started, 1), "ends": ends}
+        result["document"] = {
+            "tokens": args.document,
+            "dtype": chunker.config.dtype,
+            **{name: arm["seconds"] for name, arm in arms.items()},
+            "identical_cuts": arms["tiled"]["ends"] == arms["one_tile"]["ends"],
+        }
+    print(json.dumps(result, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
