@@ -318,6 +318,9 @@ class _ExplicitAttention:
         self.ordered = ordered_edges(crossing.edges)
         self.lengths = mx.array(crossing.lengths.astype(np.int32))  # [B]
         self.spans = crossing.spans
+        ends = np.minimum(crossing.edges[..., None] + np.array(self.spans), crossing.lengths[:, None, None])
+        # [B, 1, E, spans]: the real tokens each edge's mean is over, the same in every layer
+        self.counted = mx.array(np.maximum(ends - crossing.edges[..., None], 1)[:, None].astype(np.float32))
         self.windows = windows
         self.masses: list[mx.array] = []
 
@@ -343,9 +346,7 @@ class _ExplicitAttention:
             if lo < hi:
                 mass = mass.at[:, :, lo:hi].add(self._tile_masses(probs, at, low, band, lo, hi))
             mx.eval(outputs[-1], mass)  # one tile's probabilities in memory at a time
-        ends = mx.minimum(self.edges[..., None] + mx.array(self.spans), self.lengths[:, None, None])
-        counted = mx.maximum(ends - self.edges[..., None], 1)  # [B, E, spans]: the real tokens each mean is over
-        self.masses.append(mass / counted[:, None])
+        self.masses.append(mass / self.counted)
         return mx.concatenate(outputs, axis=2)
 
     def _tile_masses(self, probs: mx.array, at: mx.array, low: int, band: int, lo: int, hi: int) -> mx.array:
