@@ -286,3 +286,57 @@ def test_mlx_attention_benchmark_smoke(tmp_path):
     for arms in result["layers"].values():
         assert arms["masses_abs_diff_max"] < 1e-5
         assert arms["tiled"]["peak_mib"] < arms["one_tile"]["peak_mib"]
+
+
+def test_cuda_graph_buckets_pad_at_most_a_quarter():
+    """Four bucket sizes per octave, each at most 1.25 times what it holds, in order."""
+    from bench.speed.cuda_graphs import bucket
+
+    sizes = [bucket(n) for n in range(1, 5000)]
+    assert all(n <= size <= max(4, 1.25 * n) for n, size in enumerate(sizes, start=1))
+    assert sizes == sorted(sizes) and len(set(sizes)) <= 4 + 4 * 11
+
+
+def test_bucketed_forward_gives_the_masses_of_the_plain_forward(tiny_model_factory, monkeypatch):
+    """Rows, tokens and edges padded to buckets, each tile reading every edge column (what a CUDA graph replays):
+    the masses of the forward as shipped, on nine rows of different lengths past the tiny Gemma's 16-token window,
+    in tiles of 7 queries."""
+    from bench.speed.cuda_graphs import BucketedForward
+    from rr_fast.backends import base
+    from rr_fast.backends.base import Crossing
+    from rr_fast.backends.torch import TorchBackend
+
+    monkeypatch.setattr(base, "ATTENTION_TILE", 7)
+    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(12, 42, size=9)
+    ids = rng.integers(3, 512, size=(9, int(lengths.max())))
+    ids[:, 0] = 1
+    edges = np.full((9, 9), -1)
+    for i, length in enumerate(lengths):
+        ids[i, length:] = 0
+        chosen = np.sort(rng.choice(np.arange(1, length), size=min(9, length - 1) - i % 3, replace=False))
+        edges[i, : len(chosen)] = chosen
+    request = Crossing(edges, lengths, (2, 5, 20))
+    positions = np.arange(ids.shape[1])[None]
+    expected = backend.forward(ids, positions, None, crossing=request).crossing
+    bucketed = BucketedForward(backend.decoder.forward, graphs=False)
+    backend.decoder.forward = bucketed
+    try:
+        got = backend.forward(ids, positions, None, crossing=request).crossing
+    finally:
+        del backend.decoder.forward
+    assert bucketed.padded_tokens > bucketed.tokens  # 9 rows ran as 10, 37 tokens as 40, 9 edges as 10
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_cuda_graphs_benchmark_smoke(tmp_path):
+    """``python -m bench.speed.cuda_graphs --smoke`` (a shrunk Gemma 3 on the CPU): the padded arm scores as the plain
+    forward does, and the profile row runs."""
+    from bench.speed import cuda_graphs
+
+    out = tmp_path / "out"
+    result = cuda_graphs.main(["--smoke", "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
+    assert json.loads((out / "cuda_graphs.json").read_text()) == json.loads(json.dumps(result))
+    assert result["padded"]["padding_factor"] > 1 and result["padded"]["scores_max_abs_diff_vs_plain"] < 1e-2
+    assert result["profile"]["wall_s_profiled"] > 0 and "graphs" not in result

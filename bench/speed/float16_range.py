@@ -24,8 +24,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare
-from bench.speed.mlx_gpu import bundled_model, compare, run_arm
+from bench.speed.gpu_corpus import PREPARED, SMOKE, bundled_model, prepare
+from bench.speed.mlx_gpu import compare, run_arm
 
 
 def clipped_layer(self, x, rope, crossing=None):

@@ -50,6 +50,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +153,32 @@ def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
     shutil.copy(inputs / "tokenizer_config.json", into)
     (into / "tokenizer.json").write_bytes(gzip.decompress((inputs / "tokenizer.json.gz").read_bytes()))
     return into
+
+
+@contextmanager
+def bundled_model(model: str | None, inputs: Path, smoke: bool = False) -> Iterator[Path]:
+    """While open, the bundled model's name resolves to ``model`` (a converted Gemma 3 270M folder) or, without
+    one, to random weights with the prepared Gemma 3 config: the only entry of a scratch RR_FAST_CACHE, so the
+    product loads it as it loads ``gemma3-270m`` and its shipped attention head applies. Yields the model's folder."""
+    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
+
+    scratch = Path(tempfile.mkdtemp(prefix="rr_fast_bench_"))
+    before = os.environ.get("RR_FAST_CACHE")
+    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")
+    try:
+        entry = scratch / "cache" / DEFAULT_MODEL
+        if model:
+            shutil.copytree(model, entry, ignore=shutil.ignore_patterns(MANIFEST))
+        else:
+            random_model(inputs, entry, smoke)
+        write_manifest(entry)
+        yield entry
+    finally:
+        if before is None:
+            os.environ.pop("RR_FAST_CACHE", None)
+        else:
+            os.environ["RR_FAST_CACHE"] = before
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def sync(device: str) -> None:

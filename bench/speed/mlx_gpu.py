@@ -30,17 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from bench.speed.gpu_corpus import PREPARED, SMOKE, prepare, random_model, sync
+from bench.speed.gpu_corpus import PREPARED, SMOKE, bundled_model, prepare, sync
 
 
 def resolved(readout: str | None) -> dict:
@@ -50,32 +45,6 @@ def resolved(readout: str | None) -> dict:
     c = ChunkerConfig(readout=readout).resolve().config
     names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty", "batch_tokens")
     return {name: getattr(c, name) for name in names}
-
-
-@contextmanager
-def bundled_model(model: str | None, inputs: Path, smoke: bool = False) -> Iterator[None]:
-    """While open, the bundled model's name resolves to ``model`` (a converted Gemma 3 270M folder) or, without
-    one, to random weights with the prepared Gemma 3 config: the only entry of a scratch RR_FAST_CACHE, so the
-    product loads it as it loads ``gemma3-270m`` and its shipped attention head applies."""
-    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
-
-    scratch = Path(tempfile.mkdtemp(prefix="rr_fast_bench_"))
-    before = os.environ.get("RR_FAST_CACHE")
-    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")
-    try:
-        entry = scratch / "cache" / DEFAULT_MODEL
-        if model:
-            shutil.copytree(model, entry, ignore=shutil.ignore_patterns(MANIFEST))
-        else:
-            random_model(inputs, entry, smoke)
-        write_manifest(entry)
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("RR_FAST_CACHE", None)
-        else:
-            os.environ["RR_FAST_CACHE"] = before
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # (backend, dtype, tokens per call or None for the backend's own choice)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -522,6 +522,15 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def _rope_tables(positions: torch.Tensor, rope: Rope, dim: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """cos and sin [B, 1, T, dim], computed in fp32 from the position ids as transformers does."""
-    freqs = positions[..., None].float() * rope.inverse_frequencies(dim).to(positions.device)
+    freqs = positions[..., None].float() * _inverse_frequencies(rope, dim, positions.device)
     angles = torch.cat((freqs, freqs), dim=-1)[:, None]
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@lru_cache(maxsize=32)
+def _inverse_frequencies(rope: Rope, dim: int, device: torch.device) -> torch.Tensor:
+    """``rope.inverse_frequencies`` on ``device``, computed on the CPU as transformers computes them and copied once:
+    a forward then makes no copy from the host, which a CUDA graph could not capture. Made outside inference mode, so
+    that code running with autograd (an ONNX export) can read it too."""
+    with torch.inference_mode(False):
+        return rope.inverse_frequencies(dim).to(device)
