@@ -320,6 +320,9 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
                 result["profile_graphs"], table = profile_row(chunker, first(PROFILE_TOKENS), device)
                 (out / "cuda_graphs_profile_graphs.txt").write_text(table)
                 save("profile_graphs")
+        except Exception as error:  # noqa: BLE001 - a failed capture is a result; the other arms still run
+            result[arm.name + "_error"] = f"{type(error).__name__}: {error}"
+            save(arm.name + "_error")
         finally:
             if forward is not None:
                 uninstall(chunker)
@@ -334,7 +337,10 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
         data = repeated_corpus(rows, REPEAT, scratch)
         for name, graphs in (("corpus_plain", False), ("corpus_graphs", True)):
             if fits(name, REPEAT * 4 * wall + 30):
-                result[name] = corpus_graphs_row(data, device, scratch, graphs, rr_fast.chunker)
+                try:
+                    result[name] = corpus_graphs_row(data, device, scratch, graphs, rr_fast.chunker)
+                except Exception as error:  # noqa: BLE001 - as for the arms above
+                    result[name] = {"error": f"{type(error).__name__}: {error}"}
                 save(name)
     result["total_s"] = time.perf_counter() - begun
     save("skipped")
@@ -366,7 +372,9 @@ def print_table(result: dict) -> None:
     names = ("plain", "padded", "graphs_first", "graphs", "tf32", "graphs_tf32_first", "graphs_tf32")
     names += ("graphs_tf32_tile512_first", "graphs_tf32_tile512")
     for name in (*names, "corpus_plain", "corpus_graphs"):
-        if name in result:
+        if "error" in result.get(name, {}) or name + "_error" in result:
+            print(f"{name:14} failed: {result.get(name + '_error') or result[name]['error']}")
+        elif name in result:
             r = result[name]
             extra = f", {r['graphs']} graphs captured in {r['capture_s']:.1f} s" if r.get("graphs") else ""
             extra += f", padding ×{r['padding_factor']:.2f}" if "padding_factor" in r else ""
