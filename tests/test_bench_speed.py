@@ -7,6 +7,7 @@ asserts a timing. ``pytest tests/test_bench_speed.py --benchmark-enable`` times 
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -241,6 +242,20 @@ def test_gpu_benchmark_smoke(tmp_path):
     assert [row["model"] for row in result["correctness_max_abs_diff"]] == ["llama", "qwen3", "gemma3"]
     assert all(row["rr"] < 1e-4 and row["lr"] < 1e-4 for row in result["correctness_max_abs_diff"])
     assert {"engine_rr_8192", "engine_lr_32768", "per_edge_loop", "matmul_tflops"} <= set(result)
+
+
+def test_gpu_corpus_benchmark_smoke(tmp_path):
+    """``python -m bench.speed.gpu_corpus --smoke --rows engine`` (a shrunk Gemma 3 on the CPU): the corpus row, the
+    engine row and the engine in tiles of 256, which score alike; the bundled model's cache is restored after."""
+    from bench.speed import gpu_corpus
+
+    cache = os.environ.get("RR_FAST_CACHE")
+    out = tmp_path / "out"
+    result = gpu_corpus.main(["--smoke", "--rows", "engine", "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
+    assert json.loads((out / "result.json").read_text()) == json.loads(json.dumps(result))
+    assert result["balanced"]["errors"] == 0 and result["balanced"]["source_tokens"] > 0
+    assert result["engine_tile256"]["scores_max_abs_diff_vs_engine"] < 1e-3
+    assert os.environ.get("RR_FAST_CACHE") == cache
 
 
 def test_mlx_gpu_benchmark_smoke(tmp_path):

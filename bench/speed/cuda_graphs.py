@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from bench.speed.gpu_corpus import (
     memory_peak_gib,
     memory_start,
     prepare,
+    print_footer,
     repeated_corpus,
     sync,
 )
@@ -386,10 +386,7 @@ def print_table(result: dict) -> None:
         if name in result and result[name]["device_busy_s"] is not None:
             p = result[name]
             print(f"{name}: device busy {p['device_busy_s']:.2f} of {p['wall_s_profiled']:.2f} s")
-    if result["skipped"]:
-        print(f"skipped for the --seconds budget: {', '.join(result['skipped'])}")
-    print(f"total {result.get('total_s', 0):.0f} s")
-    sys.stdout.flush()
+    print_footer(result)
 
 
 if __name__ == "__main__":

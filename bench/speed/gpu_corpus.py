@@ -21,7 +21,7 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
     engine       the default's Engine.score_many over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
                  FLOPs (the lr readout's exclude the focused window head: a lower bound)
-    engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (plain.GPU_TILE_ELEMENTS 0),
+    engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (base.GPU_TILE_ELEMENTS 0),
                  and the scores' largest difference from the engine row's
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state; on CUDA a helper
@@ -398,22 +398,24 @@ def main(argv: list[str] | None = None) -> dict:
         prepare(data_dir(args.data_dir), inputs, **(SMOKE if args.smoke else {}))
         if args.prepare:
             return {}
+    started = time.perf_counter()
+    with bundled_model(None, inputs, args.smoke) as folder, tempfile.TemporaryDirectory(prefix="gpu_corpus_") as tmp:
+        return measure(args, inputs, folder, Path(tmp), begun, time.perf_counter() - started)
+
+
+def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, random_model_s: float) -> dict:
+    """main's rows, with the random model (``folder``) installed as the bundled one."""
     import torch
     import transformers
 
     from bench.speed.flops import ModelShape, matmul_shapes
     from rr_fast.backends.torch import LOGIT_BUDGET
-    from rr_fast.models import DEFAULT_MODEL, write_manifest
+    from rr_fast.models import DEFAULT_MODEL
     from rr_fast.readouts import ATTENTION
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     out = Path(args.out) if args.out else inputs / "results"
     out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="gpu_corpus_"))
-    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")  # the random model is the bundled name's cache entry
-    started = time.perf_counter()
-    folder = random_model(inputs, scratch / "cache" / DEFAULT_MODEL, args.smoke)
-    write_manifest(folder)
     settings = json.loads((folder / "config.json").read_text())
     result: dict = {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
@@ -421,7 +423,7 @@ def main(argv: list[str] | None = None) -> dict:
         "transformers": transformers.__version__,
         "weights": f"RANDOM ({DEFAULT_MODEL} config" + (", shrunk: hidden 64)" if args.smoke else ")"),
         "vocabulary": settings["vocab_size"],
-        "random_model_s": time.perf_counter() - started,
+        "random_model_s": random_model_s,
         "skipped": [],
     }
 
@@ -456,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = inputs / "corpus.jsonl"
     result["corpus"] = {"documents": len(rows), "tokens": int(counts[-1])}
 
-    from rr_fast.backends import plain
+    from rr_fast.backends import base
 
     result["balanced"], default = corpus_row(corpus, "balanced", device, scratch)
     save("balanced")
@@ -465,12 +467,11 @@ def main(argv: list[str] | None = None) -> dict:
         texts = [r["text"] for r in rows]
         result["engine"], tiled_scores = engine_row(default, texts, device, shape, peak)
         save("engine")
-        budget, plain.GPU_TILE_ELEMENTS = (
-            plain.GPU_TILE_ELEMENTS,
-            0,
-        )  # the attention in tiles of 256 queries, as on a CPU
-        result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
-        plain.GPU_TILE_ELEMENTS = budget
+        budget, base.GPU_TILE_ELEMENTS = base.GPU_TILE_ELEMENTS, 0  # the attention in tiles of 256, as on a CPU
+        try:
+            result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
+        finally:
+            base.GPU_TILE_ELEMENTS = budget
         diff = max(float(np.nanmax(np.abs(a[ATTENTION] - b[ATTENTION]))) for a, b in zip(tiled_scores, scores))
         result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = diff
         save("engine_tile256")
@@ -497,7 +498,6 @@ def main(argv: list[str] | None = None) -> dict:
         result["quality"], _ = corpus_row(subset, "quality", device, scratch)
         result["quality"]["note"] = f"the corpus's first ~{QUALITY_TOKENS * scale:,.0f} tokens only"
         save("quality")
-    shutil.rmtree(scratch, ignore_errors=True)
     result["total_s"] = time.perf_counter() - begun
     save("skipped")
     print_table(result, peak)
@@ -534,6 +534,11 @@ def print_table(result: dict, peak: float) -> None:
         print(f"profile ({p['source_tokens']:,} tokens, {p['wall_s_profiled']:.1f} s profiled), top tottime:")
         for name, tottime, cumtime in p["top_tottime"][:8]:
             print(f"  {tottime:8.3f} s  (cum {cumtime:8.3f})  {name}")
+    print_footer(result)
+
+
+def print_footer(result: dict) -> None:
+    """The rows skipped for the time budget and the run's total time, after a table."""
     if result["skipped"]:
         print(f"skipped for the --seconds budget: {', '.join(result['skipped'])}")
     print(f"total {result.get('total_s', 0):.0f} s")
