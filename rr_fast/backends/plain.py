@@ -187,6 +187,13 @@ class CrossingMasses:
         """The edge columns a tile of queries [first, last) reads (rr_fast.backends.base.edge_columns)."""
         return edge_columns(self._ordered_edges, max(self.spans), first, last)
 
+    @cached_property
+    def counted(self) -> torch.Tensor:
+        """[B, 1, E, spans]: how many tokens each span of each edge averages over (at least 1, for the pads). It
+        depends only on the request, so it is formed once per forward, not in every layer."""
+        ends = torch.stack([torch.minimum(self.edges + span, self.lengths[:, None]) for span in self.spans], dim=-1)
+        return (ends - self.edges[..., None]).clamp(min=1)[:, None]
+
 
 class Linear(nn.Linear):
     def reset_parameters(self) -> None:
@@ -339,11 +346,7 @@ class Attention(nn.Module):
             for index, span in enumerate(crossing.spans):
                 inside = real & (right >= 0) & (right < span)
                 mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
-        edges = crossing.edges
-        for index, span in enumerate(crossing.spans):
-            counted = (torch.minimum(edges + span, crossing.lengths[:, None]) - edges).clamp(min=1)
-            mass[..., index] /= counted[:, None, :]
-        return out, mass
+        return out, mass / crossing.counted
 
 
 class MLP(nn.Module):
