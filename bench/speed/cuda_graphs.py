@@ -264,7 +264,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
     """main's rows, with the random model installed as the bundled one."""
-    import rr_fast.chunker
     from rr_fast.chunker import Chunker
     from rr_fast.document import plan_document
 
@@ -338,7 +337,7 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
         for name, graphs in (("corpus_plain", False), ("corpus_graphs", True)):
             if fits(name, REPEAT * 4 * wall + 30):
                 try:
-                    result[name] = corpus_graphs_row(data, device, scratch, graphs, rr_fast.chunker)
+                    result[name] = corpus_graphs_row(data, device, scratch, graphs)
                 except Exception as error:  # noqa: BLE001 - as for the arms above
                     result[name] = {"error": f"{type(error).__name__}: {error}"}
                 save(name)
@@ -348,8 +347,10 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
     return result
 
 
-def corpus_graphs_row(data: Path, device: str, scratch: Path, graphs: bool, module) -> dict:
+def corpus_graphs_row(data: Path, device: str, scratch: Path, graphs: bool) -> dict:
     """bench.speed.gpu_corpus's corpus row, the run's Chunker replaying CUDA graphs when ``graphs``."""
+    import rr_fast.chunker as module
+
     original = module.Chunker
     made = []
 
