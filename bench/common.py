@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Where the report modules write their generated sections (bench/notebook/NAME.md); bench/RESULTS.md, the current
+# record, is written by hand from them and no generator writes it.
+NOTEBOOK = REPO_ROOT / "bench" / "notebook"
 # The model of the benchmarks' unprefixed options and their token unit (chunk lengths, the peers' chunk sizes):
 # SmolLM2, the Apache-2.0 bundled model: every stored score and cache under bench/out is keyed to it, so an option
 # without a model prefix means SmolLM2 and the other bundled model's options say its name.
@@ -25,7 +28,7 @@ def data_dir(argument: str | Path | None = None) -> Path:
 
 def write_section(report: Path, name: str, section: str) -> None:
     """Put ``section`` between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in ``report`` (appended if absent),
-    so each benchmark rewrites only its own part of bench/RESULTS.md."""
+    so each benchmark rewrites only its own part of its file under bench/notebook."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     old = report.read_text(encoding="utf-8") if report.exists() else "# Benchmark results\n"
     block = f"{begin}\n{section.strip()}\n{end}"

@@ -1,16 +1,19 @@
-"""``python -m bench.results``: every generated section of bench/RESULTS.md that the caches under bench/out hold
+"""``python -m bench.results``: every generated section under bench/notebook that the caches under bench/out hold
 the inputs for, rebuilt in one command, without running a model (run it under the CPU lock; about 10 minutes).
 
 In order, since each feeds the next:
-1. ``windows``: ``bench.quality.windows report``, the levers that choose the default on the calibration,
-   evaluation and OCR streams and the rule's pick (it also hands the pick's ρ to the Presets table);
-2. ``presets``: ``bench.quality.pareto report``, each preset option end to end against its speed (the peers
-   from their caches; the embedding peers only with ``--semantic-peers``, minutes of MiniLM);
-3. ``quality``: ``bench.quality --no-lm-scoring``, only where its LM score files (bench/out/lm_scores, made on a
-   lent GPU by bench/paper/gpu_scores.py) are here.
+1. ``windows``: ``bench.quality.windows report`` into bench/notebook/windows.md, the levers that choose the default
+   on the calibration, evaluation and OCR streams and the rule's pick (it also hands the pick's ρ to the Presets
+   table);
+2. ``presets``: ``bench.quality.pareto report`` into bench/notebook/presets.md, each preset option end to end
+   against its speed (the peers from their caches; the embedding peers only with ``--semantic-peers``, minutes of
+   MiniLM);
+3. ``quality``: ``bench.quality --no-lm-scoring`` into bench/notebook/quality.md, only where its LM score files
+   (bench/out/lm_scores, made on a lent GPU by bench/paper/gpu_scores.py) are here.
 
 Not rebuilt here: ``speed`` (``python -m bench.speed`` is itself the timed run), ``mechanism`` and ``wiki50``
-(bench.paper.*, from gpu_scores' files), and the prose around each table, which is written by hand.
+(bench.paper.*, from gpu_scores' files), the prose around each table, and bench/RESULTS.md, the current record:
+those are written by hand.
 """
 
 from __future__ import annotations

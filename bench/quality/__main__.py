@@ -12,8 +12,8 @@ Stages (each caches under ``--out``, default bench/out/, so a rerun only redoes 
 5. peers as shipped (bench.quality.peers; ``--quick`` keeps the ones that load no embedding model);
 6. metrics per stream, then bench/out/quality/results.json and the report (bench.quality.report).
 
-The full run writes the "Quality" section of bench/RESULTS.md and its figure; ``--quick`` writes its report
-to bench/out/quality/RESULTS.md so a CI smoke run never overwrites the committed results.
+The full run writes the "Quality" section to bench/notebook/quality.md and its figure; ``--quick`` writes its
+report to bench/out/quality/RESULTS.md so a CI smoke run never overwrites the committed results.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import BENCH_MODEL, REPO_ROOT, data_dir
+from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, data_dir
 from bench.quality import report
 from bench.quality.baselines import default_tokenizer, embedding_boundary, fixed_grid, sentence_cuts
 from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans, utility
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     target = out / "quality" / "results.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(results), encoding="utf-8")
-    default_report = out / "quality" / "RESULTS.md" if args.quick else REPO_ROOT / "bench" / "RESULTS.md"
+    default_report = out / "quality" / "RESULTS.md" if args.quick else NOTEBOOK / "quality.md"
     report_path = Path(args.report) if args.report else default_report
     figure_dir = out / "quality" if args.quick else REPO_ROOT / "bench" / "quality" / "figures"
     with clock("report"):

@@ -16,7 +16,7 @@ rerun only does what is missing:
 5. ``speed``: source tokens/s of every option and of the peers on the same evaluation text, one process, a
    warm-up call each, best of ``--repeats``; ratios of process CPU time against the default in the same run.
 6. ``report``: recovery [95% CI] on the evaluation streams, paired gaps against the default and the embedding
-   boundary, speed; written to the "Presets" section of bench/RESULTS.md.
+   boundary, speed; written to the "Presets" section, bench/notebook/presets.md.
 
     python -m bench.quality.pareto score --split cal [--options a,b] && python -m bench.quality.pareto calibrate
     python -m bench.quality.pareto speed && python -m bench.quality.pareto drift

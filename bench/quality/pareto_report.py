@@ -1,4 +1,4 @@
-"""bench/out/pareto → the "Presets" section of bench/RESULTS.md: recovery against speed, the rule's picks.
+"""bench/out/pareto → the "Presets" section, bench/notebook/presets.md: recovery against speed, the rule's picks.
 
 Recovery is each option's end-to-end chunks on the 60 evaluation streams (bench.quality.pareto ``chunk``);
 intervals are 95% domain-stratified paired stream-bootstrap intervals (10,000 resamples), the same resamples
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, write_section
+from bench.common import NOTEBOOK, REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.pareto import BASELINE, FAST_FLOOR, OPTIONS, QUALITY, pick_presets, speed_ratios
 from bench.quality.streams import Stream
@@ -171,7 +171,7 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
 
 
 def write(
-    streams: list[Stream], out: Path, semantic_peers: bool = True, report: Path = REPO_ROOT / "bench" / "RESULTS.md"
+    streams: list[Stream], out: Path, semantic_peers: bool = True, report: Path = NOTEBOOK / "presets.md"
 ) -> None:
     """The Presets section; ``semantic_peers=False`` leaves out the peers that embed (their recovery on the same
     streams is in the Quality section), for a report that must not wait minutes for MiniLM."""

@@ -1,4 +1,4 @@
-"""results.json → the "Quality" section of bench/RESULTS.md (tables beside the paper's numbers) and a figure.
+"""results.json → the "Quality" section, bench/notebook/quality.md (tables beside the paper's numbers), and a figure.
 
 Intervals are 95% percentile intervals over domain-stratified paired stream-bootstrap resamples: one set of
 resampled stream indices per condition, shared by every method, so "reference − method" intervals are paired.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, write_section
+from bench.common import NOTEBOOK, REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval
 from rr_fast.config import PAPER_WINDOW
 from rr_fast.models import BUNDLED
@@ -624,7 +624,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m bench.quality.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="?", default=str(REPO_ROOT / "bench" / "out" / "quality" / "results.json"))
-    parser.add_argument("--report", default=str(REPO_ROOT / "bench" / "RESULTS.md"))
+    parser.add_argument("--report", default=str(NOTEBOOK / "quality.md"))
     parser.add_argument("--figures", default=str(REPO_ROOT / "bench" / "quality" / "figures"))
     args = parser.parse_args(argv)
     results = json.loads(Path(args.results).read_text(encoding="utf-8"))

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import BENCH_MODEL, REPO_ROOT, save_npz, write_section
+from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, save_npz, write_section
 from bench.engine import ResearchEngine, variant_name
 from bench.quality.calibration import EdgeScores, chunk_spans
 from bench.quality.embedding_sweep import calibrated, noise_floor
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--report", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md", help="report: file whose table it rewrites"
+        "--report", type=Path, default=NOTEBOOK / "windows.md", help="report: file whose table it rewrites"
     )
     args = parser.parse_args(argv)
     streams = read_streams(args.streams)

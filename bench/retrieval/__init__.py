@@ -2,5 +2,5 @@
 
 ``python -m bench.retrieval``: every method chunks each corpus, MiniLM embeds chunks and questions, each question
 searches its own corpus, and token-level recall, precision and IoU of the top k chunks are reported per method
-and chunk size (``bench/retrieval/RESULTS_retrieval.md``).
+and chunk size (``bench/notebook/retrieval.md``).
 """

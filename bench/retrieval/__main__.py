@@ -2,7 +2,7 @@
 
 Every method chunks each corpus of each condition (bench.retrieval.data), MiniLM embeds the chunks and the
 questions, each question searches its own corpus, and the metrics of bench.retrieval.evaluate go per question
-into bench/results/retrieval.json; bench.retrieval.report turns them into RESULTS_retrieval.md and the figure.
+into bench/results/retrieval.json; bench.retrieval.report turns them into bench/notebook/retrieval.md and the figure.
 
 Everything costly is cached under ``--out`` (default bench/out/retrieval): rr-fast's scores per configuration
 and text, peers' chunks with their CPU time, MiniLM vectors. A rerun with another ``--rr`` list scores only
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(results), encoding="utf-8")  # each finished condition is kept
-    report_path = Path(args.report) if args.report else _default(args, "bench/retrieval/RESULTS_retrieval.md", out)
+    report_path = Path(args.report) if args.report else _default(args, "bench/notebook/retrieval.md", out)
     figure = Path(args.figure) if args.figure else _default(args, "bench/retrieval/figures/retrieval.png", out)
     print(report.write(results, report_path, figure))
     return 0
@@ -207,7 +207,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="calibration/evaluation split of Chroma's questions")
     parser.add_argument("--resamples", type=int, default=10_000, help="paired bootstrap resamples")
     parser.add_argument("--results", help="results JSON (default bench/results/retrieval.json)")
-    parser.add_argument("--report", help="markdown report (default bench/retrieval/RESULTS_retrieval.md)")
+    parser.add_argument("--report", help="markdown report (default bench/notebook/retrieval.md)")
     parser.add_argument("--figure", help="PNG figure (default bench/retrieval/figures/retrieval.png)")
     args = parser.parse_args(argv)
     args.rr = [s.strip() for s in args.rr.split(",") if s.strip()]

@@ -1,4 +1,4 @@
-"""RESULTS_retrieval.md and the figure from bench/results/retrieval.json (evaluation questions only).
+"""bench/notebook/retrieval.md and the figure from bench/results/retrieval.json (evaluation questions only).
 
 Comparisons are at matched size: a peer family's per-question values are interpolated linearly, between its
 two settings whose mean chunk sizes bracket rr-fast's, at rr-fast's size (or taken from its nearest setting
