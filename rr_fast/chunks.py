@@ -13,7 +13,7 @@ import numpy as np
 
 from rr_fast.config import ChunkerConfig
 from rr_fast.document import Document
-from rr_fast.lengths import MODEL, LengthUnit
+from rr_fast.lengths import MODEL, LengthUnit, unsplittable
 from rr_fast.overlap import with_context
 from rr_fast.segment import Segmentation
 from rr_fast.structure import TIERS, heading_paths
@@ -99,9 +99,25 @@ def assemble(
         chunks = [replace(c, headings=path) for c, path in zip(chunks, heading_paths(document.text, structure, firsts))]
     if config.length_unit != MODEL:
         chunks = [replace(c, length=unit.count(c.text)) for c in chunks]
+    warnings.extend(_stretch_warnings(chunks, result.cuts, document, config.max_tokens, unit))
     if config.overlap:
         chunks = with_context(document.text, chunks, config.overlap, unit.count)
     return ChunkResult(chunks, warnings)
+
+
+def _stretch_warnings(chunks: list[Chunk], cuts: np.ndarray, document: Document, max_tokens: int, unit: LengthUnit):
+    """One warning per chunk over ``max_tokens``: the segmentation lets a chunk exceed it only where the chunk has no
+    clean edge inside (``lengths.unsplittable``), and the warning names that stretch, so that a downstream embedder
+    that truncates at its own limit is not surprised."""
+    words = "tokens" if unit.name == MODEL else unit.name if unit.name == "chars" else f"{unit.name} tokens"
+    alone = unsplittable(cuts, document.clean.tokens)
+    for chunk, whole in zip(chunks, alone):
+        if chunk.length is not None and chunk.length > max_tokens and whole:
+            yield (
+                f"chunk {chunk.index} (characters {chunk.start}-{chunk.end}) is {chunk.length} {words}, over "
+                f"max_tokens={max_tokens}: nothing inside it can be cut (no token boundary there falls between two "
+                "whole characters), so it is the one chunk that holds it"
+            )
 
 
 def _slices(document: Document, result: Segmentation, utilities: np.ndarray) -> list[Chunk]:

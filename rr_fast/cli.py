@@ -38,6 +38,7 @@ from rr_fast.config import ChunkerConfig, Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.io import DEFAULT_MAX_INPUT, format_size, prepared_output, read_text
 from rr_fast.models import ready_folder, resolve
+from rr_fast.text import printable
 from rr_fast.tokenizer import TokenizerProcess, tokenizer_file
 from rr_fast.view import render_html
 
@@ -157,7 +158,7 @@ def result_pieces(args: argparse.Namespace, resolved: Resolved, text: str, token
         pieces = format_scores(result, args.format)
     elif args.format == "html":
         result, scores = chunker.explain(text, progress=progress)
-        title = "rr-fast: " + ("stdin" if args.input == "-" else Path(args.input).name)
+        title = "rr-fast: " + ("stdin" if args.input == "-" else printable(Path(args.input).name))
         label = unit_label(config.length_unit)
         pieces = [render_html(text, scores, result, chunker.limits, chunker.config.penalty, label, title)]
     else:

@@ -11,6 +11,7 @@ import argparse
 import atexit
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -80,7 +81,7 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                 groups["model"].add_argument(
                     "--preset",
                     choices=tuple(PRESETS),
-                    help="a named configuration (quality is the default; bench/RESULTS.md, 'Presets', gives each "
+                    help="a named configuration of the model (balanced is the default; bench/RESULTS.md, 'Quality and presets', gives each "
                     "one's measured recovery and speed); options given explicitly override its values",
                 )
         shown = "" if spec.default is None else f" (default {spec.default})"
@@ -159,9 +160,12 @@ def exit_without_teardown(status: int) -> NoReturn:
     os._exit(status)
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colours: Ray's errors carry them
+
+
 def one_line(error: BaseException) -> str:
     """An exception's message on one line of at most 500 characters, printable whatever it holds."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = " ".join(ANSI_ESCAPE.sub("", str(error)).split()) or type(error).__name__
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate cannot be written
     return text if len(text) <= 500 else text[:497] + "..."
 

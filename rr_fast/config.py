@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
@@ -39,6 +38,9 @@ PAPER_STEP = 8
 POSITIONS = ("auto", "original", "reindex")
 RESET_PREFIXES = ("none", "bos", "sep")
 
+# The largest integer an option takes: far beyond any text's length in tokens, and small enough that lengths and
+# products of them stay within the DP's 64-bit integers
+LARGEST = 10**12
 # value checks an option may name; each is one predicate and the words of its error
 CHECKS = {
     "positive": (lambda v: isinstance(v, Integral) and v >= 1, "must be a positive integer"),
@@ -395,21 +397,44 @@ def paper_scoring(**changes: Any) -> ScoreConfig:
     return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
 
 
+# A preset's options that belong to its scorer: with another kind of readout given (the attention readout for reset
+# windows, or back) they mean something else or nothing, so the preset's values give way to the model's defaults
+SCORER_OPTIONS = ("window", "skip", "normalizer", "layer", "penalty")
+# the presets of each model that has some (the default model's are ``PRESETS``)
+MODEL_PRESETS: dict[str, dict[str, ChunkerConfig]] = {DEFAULT_MODEL: PRESETS}
+
+
 def chunker_config(preset: str | None = None, config: ChunkerConfig | None = None, **options: Any) -> ChunkerConfig:
     """A preset, a given config or the defaults, with ``options`` overriding its values: what
-    ``Chunker(config, preset=..., **options)``, ``rr_fast.chunk`` and ``--preset`` build."""
+    ``Chunker(config, preset=..., **options)``, ``rr_fast.chunk`` and ``--preset`` build.
+
+    A preset is a model's named configuration: with ``model`` given, that model's preset of that name. Options given
+    with it win, and where the given ``readout`` is another than the preset's, the preset's ρ (calibrated for its own
+    readout) gives way to the model's, and with another kind of readout so do its other scorer options."""
     if config is not None and preset is not None:
         raise UsageError("pass a config or a preset, not both (a preset is a ChunkerConfig: rr_fast.PRESETS)")
     if preset is not None and preset not in PRESETS:
         raise UsageError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    base = config if config is not None else PRESETS[preset] if preset else ChunkerConfig()
-    if preset and options.get("model", base.model) != base.model:
-        warnings.warn(
-            f"preset {preset!r} was calibrated for {base.model}: with {options['model']} its penalty and layer "
-            "may not suit (pass --penalty and --layer to choose)",
-            stacklevel=2,
-        )
+    base = _preset(preset, options) if preset else config if config is not None else ChunkerConfig()
     return base.replace(**options)
+
+
+def _preset(name: str, options: dict[str, Any]) -> ChunkerConfig:
+    """The preset ``name`` of the model in ``options`` (the default model's where none is given), with the scorer
+    options that the given readout makes meaningless back at the model's defaults."""
+    model = options.get("model", DEFAULT_MODEL)
+    presets = MODEL_PRESETS.get(model, {})
+    if name not in presets:
+        owners = ", ".join(sorted(m for m, named in MODEL_PRESETS.items() if name in named))
+        has = f"its presets are {', '.join(presets)}" if presets else "it has no presets: give its options directly"
+        raise UsageError(f"preset {name!r} is a configuration of {owners}, not of {model}; {has}")
+    preset = presets[name]
+    readout = options.get("readout")
+    if readout is None or readout == preset.readout:
+        return preset
+    other_kind = (readout == ATTENTION) != (preset.readout == ATTENTION)
+    dropped = SCORER_OPTIONS if other_kind else ("penalty",)
+    return replace(preset, **{option: None for option in dropped if option not in options})
 
 
 def _check(config: ChunkerConfig, name: str, value: Any) -> None:
@@ -425,3 +450,5 @@ def _check(config: ChunkerConfig, name: str, value: Any) -> None:
         passes, words = CHECKS[meta["check"]]
         if isinstance(value, bool) or not passes(value):
             raise UsageError(f"{name} {words}, got {value!r}")
+    if isinstance(value, Integral) and not isinstance(value, bool) and value > LARGEST:
+        raise UsageError(f"{name} must be at most 10**12 (more than any text holds), got {value}")

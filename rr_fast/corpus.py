@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -68,6 +69,7 @@ from rr_fast.helper import Helper, die_with, exit_if_orphaned
 __all__ = ["COLUMNS", "EXIT_DOCUMENT_ERRORS", "RunConfig", "main", "run"]
 
 EXIT_DOCUMENT_ERRORS = 3  # the run finished, but some documents went to errors.jsonl
+MAX_WORKERS = 256  # processes on one machine: more only thrash (each loads the model)
 
 
 def run(
@@ -84,7 +86,7 @@ def run(
     with OutputLock(output):
         previous = previous_run(output, config, resume)
         # a first pass over the input: whether an id is shared is known only once every document has been seen
-        documents = read_documents(list(config.inputs), config.id_field, config.text_field)
+        documents = read_documents(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
         found = scan_documents(documents, config.shard_docs)
         already = start_run(output, config, found, previous)
         devices = devices or [None] * workers
@@ -209,7 +211,7 @@ def plans_in_helper(planning: str, device: str) -> bool:
 
 def _selected(config: RunConfig, worker: int, workers: int, skip: set[int], repeated: frozenset[str], start: int = 0):
     """(number, shard, document) of this worker's unfinished shards, in input order, from document ``start`` on."""
-    documents = read_documents(list(config.inputs), config.id_field, config.text_field)
+    documents = read_documents(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
     for number, document in enumerate(without_repeated_ids(documents, repeated)):
         shard = number // config.shard_docs
         if number >= start and shard % workers == worker and shard not in skip:
@@ -333,8 +335,9 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
         )
         for w in range(workers)
     ]
-    for process in processes:
-        process.start()
+    with _interrupts_held():  # workers start with Ctrl-C blocked: the run answers it, in one line, and ends them
+        for process in processes:
+            process.start()
     running, failure = workers, None
     while running:
         kind, *payload = queue.get()
@@ -349,6 +352,21 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
         process.join()
     if failure:
         raise RRFastError(failure)
+
+
+@contextmanager
+def _interrupts_held():
+    """SIGINT blocked in this thread while the block runs, so that processes started in it inherit the blocked
+    signal (a signal mask survives fork and exec) and never print a traceback of their own on Ctrl-C: Ctrl-C
+    reaches every process of the terminal's group, the parent reports it, and the workers end with it."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no process group signal to hold back
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _process_main(config, worker, workers, device, threads, queue, found, parent) -> None:
@@ -414,6 +432,12 @@ def build_parser() -> OneLineParser:
         help="where documents are tokenized and planned: helper (a process beside each worker's model), inline "
         "(between the model's calls), auto (on CUDA the first megabyte inline and the rest in a helper, else inline)",
     )
+    parser.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="in folder inputs, follow symbolic links that lead outside the folder (by default such links, and "
+        "anything that is not a regular file, are skipped and listed in errors.jsonl)",
+    )
     parser.add_argument("--ray", metavar="auto|ADDRESS", help="run on a Ray cluster (pip install rr-fast[ray])")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
@@ -447,9 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as error:  # the command's boundary: whatever happened, one line and an exit status
             return report(error, debugging(args), interrupted="interrupted; continue with --resume")
     if not args.quiet:
+        warned = f", {manifest['warned']} with warnings (the warnings column)" if manifest.get("warned") else ""
         sys.stderr.write(
             f"{PROG}: {manifest['documents']} documents, {manifest['chunks']} chunks, "
-            f"{manifest['errors']} errors -> {args.output}\n"
+            f"{manifest['errors']} errors{warned} -> {args.output}\n"
         )
     return EXIT_DOCUMENT_ERRORS if manifest["errors"] else 0
 
@@ -457,9 +482,18 @@ def main(argv: list[str] | None = None) -> int:
 def _run_command(args) -> dict:
     if args.shard_docs < 1 or (args.workers is not None and args.workers < 1):
         raise UsageError("--shard-docs and --workers must be positive")
+    if args.workers is not None and args.workers > MAX_WORKERS:
+        raise UsageError(f"--workers {args.workers} is more processes than rr-fast starts (at most {MAX_WORKERS})")
     options = given_options(args)  # JSON-able: they go in the manifest
     config = RunConfig(
-        tuple(args.inputs), args.output, args.id_field, args.text_field, args.shard_docs, options, args.planning
+        tuple(args.inputs),
+        args.output,
+        args.id_field,
+        args.text_field,
+        args.shard_docs,
+        options,
+        args.planning,
+        args.follow_symlinks,
     )
     try:
         device = config.resolved.config.device  # resolved once, here; the workers receive the resolution

@@ -19,10 +19,13 @@ on the folder fails at once. The OS releases the lock when the process ends, ``k
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -33,14 +36,29 @@ from typing import Any
 
 from rr_fast.config import Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.text import lone_surrogate, printable
 
-COLUMNS = ("doc_id", "chunk_index", "chunk_id", "start", "end", "token_count", "text", "score", "forced", "headings")
+COLUMNS = (
+    "doc_id",
+    "chunk_index",
+    "chunk_id",
+    "start",
+    "end",
+    "token_count",
+    "text",
+    "score",
+    "forced",
+    "headings",
+    "warnings",
+)
 TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 DUPLICATE_ID = "duplicate doc_id: another document has the same id (ids must be unique)"
 MANIFEST_VERSION = 2
 LOCK_NAME = ".lock"
 STAGING = ".staging"  # a Ray run's rows before they are split into shards
+JSON_HEAD_BYTES = 1 << 16  # what is read of a .json/.jsonl input to tell JSON Lines from other JSON
+SHARD = re.compile(r"(part|errors)-(\d{5,})\.(parquet|jsonl)")  # rr-fast's shard files; any other file is not ours
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,7 @@ def schema():
             ("score", pa.float64()),
             ("forced", pa.bool_()),
             ("headings", pa.list_(pa.string())),
+            ("warnings", pa.list_(pa.string())),  # the document's (ChunkResult.warnings), on each of its rows
         ]
     )
 
@@ -83,7 +102,8 @@ def schema():
 
 
 def input_kind(name: str) -> str:
-    """``jsonl``, ``parquet`` or ``folder``; a missing or unknown input is one clear error."""
+    """``jsonl``, ``parquet`` or ``folder``; a missing or unknown input, or a JSON file that is not JSON Lines, is
+    one clear error."""
     path = Path(name)
     if "://" not in name and not path.exists():
         raise RRFastError(f"input not found: {printable(name)}")
@@ -92,26 +112,153 @@ def input_kind(name: str) -> str:
     if path.suffix == ".parquet":
         return "parquet"
     if path.suffix in JSONL_SUFFIXES:
+        if "://" not in name:
+            _check_json_lines(path)
         return "jsonl"
     raise RRFastError(f"unknown input type {printable(name)}: give .jsonl, .parquet or a folder of .txt/.md files")
 
 
-def read_documents(inputs: list[str], id_field: str = "id", text_field: str = "text") -> Iterator[Document]:
-    """Every document of every input, in a deterministic order (folders: sorted paths)."""
+def _check_json_lines(path: Path) -> None:
+    """Refuse a JSON file that is not JSON Lines (one object per line): a JSON array, or one pretty-printed
+    document, would otherwise become an error document per line, with nothing saying why. A file is taken for one
+    when its first line does not parse on its own but opens an array or an object, or when it is a single array."""
+    try:
+        with path.open("rb") as stream:
+            head = stream.read(JSON_HEAD_BYTES + 1)
+    except OSError:
+        return  # reading it says what is wrong
+    lines = [line.strip() for line in head[:JSON_HEAD_BYTES].splitlines() if line.strip()]
+    if not lines or lines[0][:1] not in (b"[", b"{"):
+        return
+    whole = len(head) <= JSON_HEAD_BYTES
+    try:
+        first = json.loads(lines[0])
+    except RecursionError:  # a complete line too deep to parse: an error document, like any other bad line
+        return
+    except ValueError:  # a line that does not parse: part of a longer document, or just bad
+        first = None
+        if lines[0][:1] == b"{" and lines[0] != b"{" and not (whole and _parses(head)):
+            return  # a bad first line of JSON Lines: an error document, like any other bad line
+    records = isinstance(first, list) and first and all(isinstance(item, dict) for item in first)
+    if first is not None and not (records and len(lines) == 1):  # one line holding an array of records: an array
+        return
+    name, stem = printable(path.name), printable(path.stem)
+    if lines[0][:1] == b"[":
+        raise RRFastError(
+            f"{name} is a JSON array, not JSON Lines (one object per line): convert it, for example with "
+            f"jq -c '.[]' {name} > {stem}.jsonl"
+        )
+    raise RRFastError(
+        f"{name} holds pretty-printed JSON, not JSON Lines (one object per line): convert it, for example with "
+        f"jq -c . {name} > {stem}.jsonl"
+    )
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def read_documents(
+    inputs: list[str], id_field: str = "id", text_field: str = "text", follow_symlinks: bool = False
+) -> Iterator[Document]:
+    """Every document of every input, in a deterministic order (folders: sorted paths, ``folder_entries``)."""
     for name in inputs:
         kind = input_kind(name)
         path = Path(name)
         if kind == "folder":
-            yield from _read_folder(path)
+            yield from _read_folder(path, follow_symlinks)
         elif kind == "parquet":
             yield from _read_parquet(path, id_field, text_field)
         else:
             yield from _read_jsonl(path, id_field, text_field)
 
 
-def folder_files(folder: Path) -> list[Path]:
-    """The documents of a folder, in the order they are read: every .txt/.md file below it, sorted."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+@dataclass(frozen=True)
+class FolderEntry:
+    """A .txt/.md entry below an input folder: the file to read, or why it is skipped."""
+
+    doc_id: str  # its path inside the folder
+    path: Path | None  # the regular file to read (a link's target); None when skipped
+    skipped: str | None = None  # why it is not read
+
+
+def folder_entries(folder: Path, follow_symlinks: bool = False) -> list[FolderEntry]:
+    """Every .txt/.md entry below ``folder``, in sorted path order.
+
+    A folder may be untrusted (an unpacked archive, an upload), so by default nothing outside it is read: a symbolic
+    link is followed only where it resolves to a regular file inside the folder, and linked folders are not entered.
+    A link that resolves outside it, a link that does not resolve, and anything that is not a regular file (a FIFO,
+    a device, a socket) is an entry with the reason it is skipped, which the run reports in errors.jsonl.
+    ``follow_symlinks`` follows links wherever they lead (linked folders too, each real folder entered once);
+    special files are skipped still.
+    """
+    root = folder.resolve()
+    entries: list[FolderEntry] = []
+    seen = {root}
+
+    def inside(target: Path) -> bool:
+        return target == root or root in target.parents
+
+    def walk(directory: Path, prefix: str) -> None:
+        try:
+            listed = sorted(os.scandir(directory), key=lambda entry: entry.name)
+        except OSError as error:
+            entries.append(FolderEntry(prefix.rstrip("/") or ".", None, f"cannot list: {error.strerror or error}"))
+            return
+        for entry in listed:
+            doc_id, path = prefix + entry.name, Path(entry.path)
+            text = path.suffix in TEXT_SUFFIXES
+            try:
+                link = entry.is_symlink()
+                target = path.resolve(strict=True)  # canonical, so that each real folder is entered once
+                kind = os.stat(target).st_mode
+            except (OSError, RuntimeError):  # a dangling link, a loop of links
+                if text:
+                    entries.append(FolderEntry(doc_id, None, "a symbolic link that does not resolve"))
+                continue
+            if link and not follow_symlinks and not inside(target):
+                if text or stat.S_ISDIR(kind):
+                    where = "a folder" if stat.S_ISDIR(kind) else "a file"
+                    entries.append(
+                        FolderEntry(
+                            doc_id,
+                            None,
+                            f"a symbolic link to {where} outside the input folder (--follow-symlinks reads it)",
+                        )
+                    )
+                continue
+            if stat.S_ISDIR(kind):
+                if (link and not follow_symlinks) or target in seen:  # a linked folder, or one entered already
+                    continue
+                seen.add(target)
+                walk(path, prefix + entry.name + "/")
+            elif text:
+                if stat.S_ISREG(kind):
+                    entries.append(FolderEntry(doc_id, target))
+                else:
+                    entries.append(FolderEntry(doc_id, None, "not a regular file (a FIFO, device or socket)"))
+
+    walk(folder, "")
+    return entries
+
+
+def read_regular_file(path: Path) -> bytes:
+    """A regular file's bytes. The file is opened without following a last symbolic link and without blocking, and
+    checked to be regular once open: a file swapped for a link or a FIFO since the folder was listed is refused
+    rather than read (or waited on)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    handle = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(handle, "rb", closefd=False) as stream:
+            return stream.read()
+    finally:
+        os.close(handle)
 
 
 def file_document(doc_id: str, data: bytes) -> Document:
@@ -125,15 +272,20 @@ def file_document(doc_id: str, data: bytes) -> Document:
         return Document(doc_id, None, f"invalid UTF-8 at byte {error.start}")
 
 
-def _read_folder(folder: Path) -> Iterator[Document]:
-    for path in folder_files(folder):
-        doc_id = path.relative_to(folder).as_posix()
-        try:
-            data = path.read_bytes()
-        except OSError as error:
-            yield Document(_checked_id(doc_id)[0], None, f"cannot read: {error.strerror or error}")
-            continue
-        yield file_document(doc_id, data)
+def entry_document(entry: FolderEntry) -> Document:
+    """One folder entry as a document: its file read, or the reason it is skipped."""
+    if entry.skipped is not None:
+        return Document(_checked_id(entry.doc_id)[0], None, entry.skipped)
+    try:
+        data = read_regular_file(entry.path)
+    except OSError as error:
+        return Document(_checked_id(entry.doc_id)[0], None, f"cannot read: {error.strerror or error}")
+    return file_document(entry.doc_id, data)
+
+
+def _read_folder(folder: Path, follow_symlinks: bool) -> Iterator[Document]:
+    for entry in folder_entries(folder, follow_symlinks):
+        yield entry_document(entry)
 
 
 def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
@@ -145,8 +297,9 @@ def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document
 
 
 def jsonl_documents(lines: Iterable[bytes], name: str, id_field: str, text_field: str) -> Iterator[Document]:
-    """The documents of one JSONL file's raw lines. A line that is not UTF-8 JSON is an error document named
-    ``name:line``, not a failed run; blank lines are skipped. rr_fast.ray reads its JSONL through this too."""
+    """The documents of one JSONL file's raw lines. A line that cannot be read as a record (not UTF-8, not JSON,
+    nested too deep for the parser, numbers too long to convert) is an error document named ``name:line``, never a
+    failed run; blank lines are skipped. rr_fast.ray reads its JSONL through this too."""
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -155,6 +308,12 @@ def jsonl_documents(lines: Iterable[bytes], name: str, id_field: str, text_field
             record = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             yield Document(where, None, f"not a JSON line: {error}")
+            continue
+        except RecursionError:
+            yield Document(where, None, "not a JSON line: nested too deeply to parse")
+            continue
+        except Exception as error:  # the parser's limits, e.g. an integer of more than 4,300 digits
+            yield Document(where, None, f"not a JSON line: {_reason(error)}")
             continue
         yield record_document(record, where, id_field, text_field)
 
@@ -177,42 +336,42 @@ def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Docume
 
 
 def record_document(record: Any, where: str, id_field: str, text_field: str) -> Document:
-    """One JSONL or Parquet record as a document; ``where`` (file:line) names it when it has no id."""
+    """One JSONL or Parquet record as a document; ``where`` (file:line) names it when it has no usable id. Any
+    record, however odd, gives a document: an unusable one carries the reason."""
     if not isinstance(record, dict):
-        return Document(where, None, "not a JSON object")
-    if record.get(id_field) is None:
+        return Document(where, None, f"not a JSON object (a {type(record).__name__})")
+    value = record.get(id_field)
+    if value is None:
         return Document(where, None, f"no {id_field!r} field")
-    doc_id, bad_id = _checked_id(str(record[id_field]))
+    if isinstance(value, (dict, list)):
+        return Document(where, None, f"field {id_field!r} is a {type(value).__name__}, not a string or number")
+    try:
+        doc_id = str(value)
+    except Exception as error:  # an integer too long to write in decimal, say
+        return Document(where, None, f"field {id_field!r} cannot be an id: {_reason(error)}")
+    doc_id, bad_id = _checked_id(doc_id)
     if bad_id:
         return Document(doc_id, None, bad_id)
     text = record.get(text_field)
     if not isinstance(text, str):
         return Document(doc_id, None, f"field {text_field!r} is missing or not a string")
-    surrogate = _lone_surrogate(text)
+    surrogate = lone_surrogate(text)
     if surrogate is not None:
         return Document(doc_id, None, f"text is not valid Unicode: a lone surrogate at character {surrogate}")
     return Document(doc_id, text)
 
 
-def printable(text: str) -> str:
-    """``text`` as valid Unicode: a lone surrogate (a JSON escape, or a file name's undecodable byte) is written
-    as its escape, e.g. ``\\udcff``, so it can go into Parquet, JSON and messages."""
-    return text if _lone_surrogate(text) is None else text.encode("utf-8", "backslashreplace").decode("utf-8")
+def _reason(error: BaseException) -> str:
+    """An exception as a short reason: its type and first line, at most 200 characters."""
+    words = " ".join(str(error).split())[:200]
+    return f"{type(error).__name__}: {words}" if words else type(error).__name__
 
 
 def _checked_id(doc_id: str) -> tuple[str, str | None]:
     """The id as it can be written, and why it cannot name a document (None when it can)."""
-    if _lone_surrogate(doc_id) is None:
+    if lone_surrogate(doc_id) is None:
         return doc_id, None
     return printable(doc_id), "doc_id is not valid Unicode (a lone surrogate, shown escaped)"
-
-
-def _lone_surrogate(text: str) -> int | None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return error.start
-    return None
 
 
 # ---------------------------------------------------------------------------------------------- what was read
@@ -291,7 +450,8 @@ def chunk_documents(chunker, documents: Iterable[Document]) -> Iterator[tuple[Do
 
 
 def chunk_rows(doc_id: str, chunks: list) -> list[dict]:
-    """The Parquet rows of one document's chunks."""
+    """The Parquet rows of one document's chunks (a ``ChunkResult``), each with the document's warnings."""
+    warnings = list(getattr(chunks, "warnings", ()))
     return [
         {
             "doc_id": doc_id,
@@ -304,6 +464,7 @@ def chunk_rows(doc_id: str, chunks: list) -> list[dict]:
             "score": c.score,
             "forced": c.forced,
             "headings": list(c.headings),
+            "warnings": warnings,
         }
         for c in chunks
     ]
@@ -328,6 +489,7 @@ class RunConfig:
     shard_docs: int
     chunker: dict  # Chunker keyword arguments, as given (JSON-able)
     planning: str = "auto"  # where documents are tokenized and planned (rr_fast.corpus.PLANNING); not in the output
+    follow_symlinks: bool = False  # folder inputs: follow links that lead outside the folder (``folder_entries``)
 
     @cached_property
     def resolved(self) -> Resolved:
@@ -346,6 +508,7 @@ class RunConfig:
             "id_field": self.id_field,
             "text_field": self.text_field,
             "shard_docs": self.shard_docs,
+            "follow_symlinks": self.follow_symlinks,
             "configuration": configuration,
             "columns": list(COLUMNS),
         }
@@ -355,12 +518,12 @@ def _where(name: str) -> str:
     return name if "://" in name else printable(str(Path(name).resolve()))
 
 
-def input_identity(name: str) -> dict:
+def input_identity(name: str, follow_symlinks: bool = False) -> dict:
     """An input's path, size and modification time (for a folder: its documents' total size and latest mtime)."""
     if "://" in name:
         return {"path": name}
     path = Path(name)
-    files = folder_files(path) if path.is_dir() else [path]
+    files = [e.path for e in folder_entries(path, follow_symlinks) if e.path] if path.is_dir() else [path]
     stats = [f.stat() for f in files]
     return {
         "path": _where(name),
@@ -374,8 +537,19 @@ def shard_name(kind: str, index: int) -> str:
     return f"part-{index:05d}.parquet" if kind == "part" else f"errors-{index:05d}.jsonl"
 
 
+def shard_files(output: Path) -> dict[Path, tuple[str, int]]:
+    """rr-fast's shard files in ``output`` (``part-K.parquet``, ``errors-K.jsonl``, any number of digits) with their
+    kind and number; every other file there is the user's, and left alone."""
+    found = {}
+    for path in output.iterdir():
+        match = SHARD.fullmatch(path.name)
+        if match and (match.group(1) == "part") == (match.group(3) == "parquet"):
+            found[path] = (match.group(1), int(match.group(2)))
+    return found
+
+
 def done_shards(output: Path) -> set[int]:
-    return {int(p.name[5:10]) for p in output.glob("part-*.parquet")}
+    return {number for kind, number in shard_files(output).values() if kind == "part"}
 
 
 def shard_sizes(documents: int, shard_docs: int) -> list[int]:
@@ -385,7 +559,8 @@ def shard_sizes(documents: int, shard_docs: int) -> list[int]:
 def commit_shard(output: Path, index: int, rows: list[dict], errors: list[dict]) -> None:
     """Errors first, the Parquet file last: its rename is what marks the shard done."""
     pa, pq = pyarrow_modules()
-    lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
+    # ASCII JSON: a raw U+2028 or U+0085 in an id would end the line for readers that split on Unicode line breaks
+    lines = "".join(json.dumps(e) + "\n" for e in errors)
     atomic_write(output / shard_name("errors", index), lines.encode("utf-8"))
     table = pa.Table.from_pylist(rows, schema=schema())
     temporary = output / f".{shard_name('part', index)}.tmp"
@@ -427,8 +602,8 @@ def start_run(output: Path, config: RunConfig, found: Scan, previous: dict | Non
             for k, (old, new) in enumerate(zip(previous.get("shards", []), found.digests))
             if isinstance(old, dict) and old.get("digest") == new
         }
-        for stale in [*output.glob("part-*.parquet"), *output.glob("errors-*.jsonl")]:
-            if int(stale.name.split("-")[1][:5]) not in kept:  # changed since, unfinished, or past the input's end
+        for stale, (_, number) in shard_files(output).items():
+            if number not in kept:  # changed since, unfinished, or past the input's end
                 stale.unlink()
         for leftover in output.glob(".*.tmp"):
             leftover.unlink()
@@ -437,7 +612,7 @@ def start_run(output: Path, config: RunConfig, found: Scan, previous: dict | Non
         "version": MANIFEST_VERSION,
         "status": "running",
         "run": config.manifest_key(),
-        "inputs": [input_identity(name) for name in config.inputs],
+        "inputs": [input_identity(name, config.follow_symlinks) for name in config.inputs],
         "documents": found.documents,
         "shards": [
             {"file": shard_name("part", k), "documents": size, "digest": digest}
@@ -469,8 +644,8 @@ def _previous_manifest(output: Path) -> dict:
 def _check_same_run(output: Path, previous: dict, key: dict) -> None:
     if previous.get("inputs") != key["inputs"]:
         raise RRFastError(f"{output} was written from other inputs: cannot resume it with these")
-    for name in ("id_field", "text_field", "shard_docs"):
-        if previous.get(name) != key[name]:
+    for name in ("id_field", "text_field", "shard_docs", "follow_symlinks"):
+        if previous.get(name, False) != key[name]:
             flag = "--" + name.replace("_", "-")
             raise RRFastError(
                 f"{output} was written with {flag} {previous.get(name)}, here {key[name]}: cannot resume it with these"
@@ -499,15 +674,17 @@ def finish(output: Path, found: Scan) -> dict:
     missing = [k for k in range(len(found.digests)) if not (output / shard_name("part", k)).exists()]
     if missing:
         raise RRFastError(f"shards {missing[:5]} are missing after the run; run again with --resume")
-    errors, chunks = [], 0
+    errors, chunks, warned = [], 0, 0
     for k, shard in enumerate(manifest["shards"]):
-        rows = pq.ParquetFile(output / shard_name("part", k)).metadata.num_rows
-        lines = (output / shard_name("errors", k)).read_text(encoding="utf-8").splitlines()
-        shard.update(chunks=rows, errors=len(lines))
+        table = pq.read_table(output / shard_name("part", k), columns=["chunk_index", "warnings"])
+        firsts = [w for i, w in zip(*(table.column(n).to_pylist() for n in ("chunk_index", "warnings"))) if i == 0]
+        lines = (output / shard_name("errors", k)).read_text(encoding="utf-8").split("\n")[:-1]
+        shard.update(chunks=table.num_rows, errors=len(lines), warned=sum(1 for w in firsts if w))
         errors.extend(lines)
-        chunks += rows
+        chunks += table.num_rows
+        warned += shard["warned"]
     atomic_write(output / "errors.jsonl", "".join(line + "\n" for line in errors).encode("utf-8"))
-    manifest.update(status="complete", chunks=chunks, errors=len(errors), columns=list(COLUMNS))
+    manifest.update(status="complete", chunks=chunks, errors=len(errors), warned=warned, columns=list(COLUMNS))
     write_manifest(output, manifest)
     return manifest
 
@@ -533,6 +710,11 @@ class OutputLock:
         self.created = False
 
     def __enter__(self) -> OutputLock:
+        if self.output.is_symlink():  # a link is followed, as the chunk command's --output follows one
+            target = Path(os.path.realpath(self.output))
+            if target.is_symlink():  # realpath stops at a link it cannot resolve: a loop
+                raise RRFastError(f"cannot write --output {self.output}: {os.strerror(errno.ELOOP)}")
+            self.output = target
         output = self.output
         if output.exists() and not output.is_dir():
             raise UsageError(f"--output {output} is a file: the corpus command writes a folder")

@@ -40,18 +40,22 @@ def cut_document(
 
     else:
         layout = document.plan
-        # writer's breaks and sentence ends carry the model's utility plus their level's prior; fallbacks 0
+        # writer's breaks and sentence ends carry the model's utility plus their level's prior; fallbacks 0. An edge
+        # the model could not score stays a possible cut, as a plain token boundary: every clean edge is a node, so
+        # that only a stretch with no clean edge inside can be longer than max_tokens
         every = np.zeros(len(layout.tokens))
+        tiers = layout.tiers.copy()
         scored = np.flatnonzero(layout.scored)
         every[scored] = utilities + priors(layout.levels[scored])
-        usable = np.isfinite(every)
+        unscored = ~np.isfinite(every)
+        every[unscored], tiers[unscored] = 0.0, np.maximum(tiers[unscored], 2)
 
         def solve(run: Limits) -> Segmentation:
             return segment_tiered(
                 len(tokens),
-                layout.tokens[usable],
-                every[usable],
-                layout.tiers[usable],
+                layout.tokens,
+                every,
+                tiers,
                 run,
                 penalty=config.penalty,
                 num_chunks=config.num_chunks,

@@ -12,12 +12,14 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.lengths import MODEL
 from rr_fast.segment import Limits
 from rr_fast.structure import Plan, Structure, analyse, plan
-from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, tokenize_many
+from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, lone_surrogate, tokenize_many
 
 BOM = "\ufeff"
 # texts read and tokenized together, up to this many or this many characters (the engine keeps about as many
@@ -94,14 +96,15 @@ class Planner:
                         tokens = text_tokens(self.tokenizer, text)
                         self._add_time(started)
                     yield plan_document(text, tokens, self.config, self.limits)
-                except RRFastError as error:
+                except Exception as error:  # ours, or a tokenizer's own failure on exotic input: ours either way
+                    failure = (
+                        error
+                        if isinstance(error, RRFastError)
+                        else RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
+                    )
                     if errors == "raise":
-                        raise
-                    yield error
-                except Exception as error:  # a tokenizer's own failure on exotic input
-                    if errors == "raise":
-                        raise
-                    yield RRFastError(f"cannot tokenize this text: {type(error).__name__}: {error}")
+                        raise failure from None
+                    yield failure
 
     def _add_time(self, started: float) -> None:
         self.timings["tokenization"] = self.timings.get("tokenization", 0.0) + time.perf_counter() - started
@@ -132,6 +135,10 @@ def texts_tokens(tokenizer, texts: list) -> list[Tokens | RRFastError]:
         if not body.strip():
             out[i] = RRFastError("the text is empty or only whitespace: nothing to chunk")
             continue
+        surrogate = lone_surrogate(text)
+        if surrogate is not None:  # no tokenizer can encode it
+            out[i] = RRFastError(f"the text is not valid Unicode: a lone surrogate at character {surrogate}")
+            continue
         bodies[i] = body
     for i, tokens in zip(bodies, tokenize_many(tokenizer, list(bodies.values()))):
         shift = len(texts[i]) - len(bodies[i])  # the byte-order mark
@@ -152,18 +159,25 @@ def plan_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limi
     if config.num_chunks is not None and config.length_unit == MODEL:
         # the fixed-count DP cuts only at candidates (structured text: at any clean edge, tiers apart)
         possible = len(clean.tokens) if document.plan is not None else len(document.scored.tokens)
-        check_num_chunks(config.num_chunks, len(tokens), possible, limits)
+        gaps = np.diff(np.concatenate([[0], clean.tokens, [len(tokens)]]))
+        check_num_chunks(config.num_chunks, len(tokens), possible, limits, gaps[gaps > limits.max_tokens])
     return document
 
 
-def check_num_chunks(num_chunks: int, num_tokens: int, num_edges: int, limits: Limits) -> None:
-    """Refuse a chunk count the text cannot hold before any model work (and before the DP's K × edges table)."""
+def check_num_chunks(
+    num_chunks: int, num_tokens: int, num_edges: int, limits: Limits, stretches: np.ndarray | None = None
+) -> None:
+    """Refuse a chunk count the text cannot hold before any model work (and before the DP's K × edges table).
+    ``stretches``: the lengths of the gaps between possible cuts that are longer than max_tokens, each a chunk of
+    its own whatever the count (``segment.segment``)."""
     if num_chunks > num_edges + 1:
         raise UsageError(
             f"--num-chunks {num_chunks} needs {num_chunks - 1} cuts, but this text ({num_tokens} tokens) has "
             f"{num_edges} candidate edges: ask for at most {num_edges + 1} chunks"
         )
-    if num_chunks * limits.min_tokens > num_tokens or num_chunks * limits.max_tokens < num_tokens:
+    stretches = np.zeros(0, np.int64) if stretches is None else stretches
+    within = num_tokens - int(stretches.sum())  # what the chunks that keep max_tokens must hold
+    if num_chunks * limits.min_tokens > num_tokens or (num_chunks - len(stretches)) * limits.max_tokens < within:
         raise UsageError(
             f"--num-chunks {num_chunks} cannot split {num_tokens} tokens into chunks of "
             f"{limits.min_tokens}-{limits.max_tokens} tokens: change --num-chunks or the length limits"

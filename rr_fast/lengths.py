@@ -153,7 +153,10 @@ def segment_in_unit(
         result = solve(run)
         if unit.additive:
             return result
-        excess = max(0, *(unit.count(piece) - limits.max_tokens for piece in pieces(text, result.cuts, clean)))
+        # a stretch with no clean edge inside is one chunk however long it is: only the others can be tightened
+        whole = unsplittable(result.cuts, clean.tokens)
+        overs = [unit.count(piece) - limits.max_tokens for piece in pieces(text, result.cuts, clean)]
+        excess = max([0, *(over for over, alone in zip(overs, whole) if not alone)])
         if best is None or excess < best[0]:
             best = (excess, result, run.max_tokens)
         if excess == 0 or run.max_tokens <= 1:
@@ -164,7 +167,7 @@ def segment_in_unit(
     if excess:
         warnings.append(
             f"could not keep every chunk within max_tokens={limits.max_tokens} {unit.name} tokens: "
-            "some stretch between two possible cuts is about that long or longer on its own"
+            f"{unit.name} counts some chunks longer than their parts"
         )
     elif internal_max != limits.max_tokens:
         warnings.append(
@@ -173,6 +176,15 @@ def segment_in_unit(
         )
     result.warnings.extend(warnings)
     return result
+
+
+def unsplittable(cuts: np.ndarray, clean_edges: np.ndarray) -> np.ndarray:
+    """Per chunk of ``cuts``: no clean edge lies strictly inside it, so no cut could make it shorter. Only such a
+    chunk may exceed max_tokens (``segment.segment``)."""
+    starts = np.concatenate([[0], cuts]).astype(np.int64)
+    ends = np.concatenate([cuts, [np.iinfo(np.int64).max]]).astype(np.int64)
+    inside = np.searchsorted(clean_edges, ends, side="left") - np.searchsorted(clean_edges, starts, side="right")
+    return inside == 0
 
 
 def pieces(text: str, cuts: np.ndarray, clean: Edges) -> list[str]:

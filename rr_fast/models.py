@@ -109,7 +109,7 @@ BUNDLED: dict[str, Bundled] = {
             "generation_config.json": "91015daffc2eb4f31c99b9d531877f4b7bde8949dacc820deebe4e7ccb6a5d03",
             "model.safetensors": "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
             "tokenizer.json": "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4",
-            "tokenizer_config.json": "156c41a2e14e6e6bd4286c506c38ee883a78e0f5ce165ad9bf63fe73ebf9e974",
+            "tokenizer_config.json": "6dfa0785402f88ab322d00b23f603f99573a32c11c5116edf182328dca0bd7a7",
         },
     ),
     # Gemma 3's default is the fastest configuration whose calibration recovery is within the measured noise of
@@ -159,7 +159,7 @@ BUNDLED: dict[str, Bundled] = {
             "generation_config.json": "069d5e0055bb156250e78dc41b9cea6601de16bcb0fb7f9e11f8da8b7de51411",
             "model.safetensors": "cf4e538230192cf987f7ff033d906fd151bbfef797688e662d8214ea3115bf04",
             "tokenizer.json": "3c01ed742c180439796d05b781d1cc02ce30801903444b53a73c57fe9d798a84",
-            "tokenizer_config.json": "843ecb0be620ce31f124b43c4ac6e0c10a80b2e3fc301525dd63bc6e0c8710e7",
+            "tokenizer_config.json": "49d311430767f6de70b51c0b9d446bfb49eb77dd3550656f61aed29b87613776",
         },
     ),
 }
@@ -294,8 +294,14 @@ def _bundled_gguf(name: str, scratch: Path) -> Path:
 MANIFEST = "rr_fast_manifest.json"
 CHECKSUM_BYTES = 16 << 20  # tokenizer and config files; weights only with verify=True
 STALE_SECONDS = 6 * 3600  # a staging folder this old belongs to no live conversion (one takes about a minute)
-# files whose bytes name the transformers release that wrote them: hashed without that one key
-VERSIONED_FILES = frozenset({"config.json", "generation_config.json"})
+# keys of the conversion's JSON files that say how it was made, not what it holds, left out of their checksums: the
+# transformers release that wrote them (releases that convert alike write different version strings), and whether
+# the conversion ran offline (HF_HUB_OFFLINE=1 writes local_files_only: true into tokenizer_config.json)
+ENVIRONMENT_KEYS = {
+    "config.json": ("transformers_version",),
+    "generation_config.json": ("transformers_version",),
+    "tokenizer_config.json": ("local_files_only",),
+}
 RECORDED_WITH = "transformers 5.24.0"  # what converted the bundled models when their checksums were recorded
 
 
@@ -411,16 +417,17 @@ def check_entry(folder: Path, verify: bool = False, reference: dict[str, str] | 
 
 
 def reference_digest(path: Path) -> str:
-    """sha256 of a file as ``Bundled.conversion`` records it: config files without the transformers version
-    they name (releases that convert alike write different version strings), any other file as it is."""
-    if path.name not in VERSIONED_FILES:
+    """sha256 of a file as ``Bundled.conversion`` records it: a JSON file of ``ENVIRONMENT_KEYS`` without the keys
+    that say how the conversion was made, any other file as it is."""
+    if path.name not in ENVIRONMENT_KEYS:
         return _sha256(path)
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return _sha256(path)
     if isinstance(settings, dict):
-        settings.pop("transformers_version", None)
+        for key in ENVIRONMENT_KEYS[path.name]:
+            settings.pop(key, None)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 

@@ -15,7 +15,6 @@ single-machine run's. Ray is imported only when this module is used.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from rr_fast.corpus_files import (
     JSONL_SUFFIXES,
     STAGING,
     Document,
+    FolderEntry,
     OutputLock,
     RunConfig,
     Scan,
@@ -34,10 +34,10 @@ from rr_fast.corpus_files import (
     chunk_rows,
     commit_shard,
     document_digest,
+    entry_document,
     error_reason,
-    file_document,
     finish,
-    folder_files,
+    folder_entries,
     jsonl_documents,
     previous_run,
     pyarrow_modules,
@@ -101,16 +101,11 @@ class RecordDocuments:
         return _document_table([record_document(r, "", self.id_field, self.text_field) for r in records])
 
 
-class FileDocuments:
-    """``read_binary_files`` rows (path, bytes) → documents whose id is the path inside ``folder``."""
-
-    def __init__(self, folder: str):
-        self.folder = Path(folder)
-
-    def __call__(self, batch):
-        paths, contents = batch.column("path").to_pylist(), batch.column("bytes").to_pylist()
-        ids = [Path(os.sep, path).relative_to(self.folder).as_posix() for path in paths]
-        return _document_table([file_document(i, data) for i, data in zip(ids, contents)])
+def _folder_documents(batch):
+    """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``corpus_files.folder_entries``) → documents,
+    each file read in the Ray task, as ``rr_fast.corpus`` reads it."""
+    entries = zip(*(batch.column(name).to_pylist() for name in ("doc_id", "path", "skipped")))
+    return _document_table([entry_document(FolderEntry(i, p and Path(p), why)) for i, p, why in entries])
 
 
 class ChunkActor:
@@ -239,18 +234,18 @@ def chunk_documents_dataset(
     )
 
 
-def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any]:
+def read_datasets(inputs: list[str], id_field: str, text_field: str, follow_symlinks: bool = False) -> list[Any]:
     """The inputs as lazy Datasets of documents (``DOCUMENT_COLUMNS``), read by Ray tasks: one Dataset per run
     of consecutive inputs of one kind, whose rows keep the input order.
 
     Parquet through Ray's reader, JSONL line by line in Ray tasks with ``rr_fast.corpus``'s own parser (a bad line
     is an error document, as on one machine; Ray's JSON reader would fail the whole run), URLs such as s3:// go to
-    Ray as they are; folders' files through ``read_binary_files`` (the driver lists their paths, as
-    ``rr_fast.corpus`` does, but reads none of them).
+    Ray as they are; folders' files are listed by the driver with ``rr_fast.corpus``'s rules (links and special
+    files: ``corpus_files.folder_entries``) and read in Ray tasks, one document per entry, skipped ones included.
     Not one Dataset for all: ``Dataset.union`` interleaves its inputs' rows even when told to preserve order.
     """
     ray = _ray()
-    runs: list[tuple[str, list[str]]] = []
+    runs: list[tuple[str, list]] = []
     for name in inputs:
         path = Path(name)
         where = name if "://" in name else str(path.resolve())
@@ -259,13 +254,14 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any
         elif path.suffix in JSONL_SUFFIXES:
             kind, paths = "jsonl", [where]
         elif path.is_dir():
-            kind, paths = "folder", [str(p.resolve()) for p in folder_files(path)]
-            if not paths:
+            entries = folder_entries(path, follow_symlinks)
+            if not entries:
                 continue
-            kind = f"folder:{path.resolve()}"  # a folder's ids are relative to it: never mixed with another's
+            rows = [{"doc_id": e.doc_id, "path": e.path and str(e.path), "skipped": e.skipped} for e in entries]
+            kind, paths = "folder", rows
         else:
             raise RRFastError(f"input not found or not .jsonl, .parquet or a folder: {name}")
-        if runs and runs[-1][0] == kind and not kind.startswith("folder:"):
+        if runs and runs[-1][0] == kind:
             runs[-1][1].extend(paths)
         else:
             runs.append((kind, paths))
@@ -278,8 +274,8 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str) -> list[Any
         elif kind == "jsonl":
             datasets.append(ray.data.read_datasource(_jsonl_source(paths, id_field, text_field)))
         else:
-            contents = ray.data.read_binary_files(paths, include_paths=True)
-            datasets.append(contents.map_batches(FileDocuments(kind[len("folder:") :]), batch_format="pyarrow"))
+            entries = ray.data.from_items(paths)
+            datasets.append(entries.map_batches(_folder_documents, batch_format="pyarrow"))
     return datasets
 
 
@@ -330,7 +326,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
         ray.data.DataContext.get_current().execution_options.preserve_order = True
         if num_gpus is None:
             num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
-        datasets = read_datasets(list(config.inputs), config.id_field, config.text_field)
+        datasets = read_datasets(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
         found = scan_datasets(datasets, config.shard_docs)
         start_run(output, config, found, previous=None)
         staging = output / STAGING

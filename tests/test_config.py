@@ -179,8 +179,8 @@ def test_presets_are_named_configs_that_explicit_options_override():
         chunker_config("fastest")
     with pytest.raises(RRFastError, match="a config or a preset"):
         chunker_config("fast", ChunkerConfig())
-    with pytest.warns(UserWarning, match="calibrated for gemma3-270m"):
-        chunker_config("fast", model="smollm2-135m")
+    with pytest.raises(RRFastError, match="preset 'fast' is a configuration of gemma3-270m, not of smollm2-135m"):
+        chunker_config("fast", model="smollm2-135m")  # a preset is a model's: another model's options are its own
 
 
 def test_reset_prefix_reaches_the_engine_and_changes_the_scores(tiny):

@@ -37,12 +37,26 @@ records = st.one_of(
             "text": st.one_of(texts, texts, st.none(), st.integers()),
         }
     ),
-    st.sampled_from([[1, 2], "not an object", b"{cut", b"\xff\xfe"]),  # bytes: a raw line that is not JSON
+    # bytes: a raw line that is not JSON, or that no parser reads (nested too deep, an integer of 5,000 digits)
+    st.sampled_from(
+        [
+            [1, 2],
+            "not an object",
+            b"{cut",
+            b"\xff\xfe",
+            b"[" * 100_000 + b"]" * 100_000,
+            b'{"id": ' + b"9" * 5000 + b"}",
+        ]
+    ),
 )
 parquet_records = st.fixed_dictionaries(
     {"id": st.one_of(plain_ids, st.none()), "text": st.one_of(st.sampled_from(PROSE), st.text(max_size=40))}
 )
-file_names = st.sampled_from(["a.txt", "b.md", "sub/c.txt", "dup.txt", b"caf\xff.txt", "skip.csv"])
+# link-out.txt links to a file outside the folder, pipe.txt is a FIFO, link-in.txt links to a.txt inside it
+file_names = st.sampled_from(
+    ["a.txt", "b.md", "sub/c.txt", "dup.txt", b"caf\xff.txt", "skip.csv", "link-out.txt", "pipe.txt", "link-in.txt"]
+)
+SPECIAL = ("link-out.txt", "pipe.txt", "link-in.txt")
 file_contents = st.one_of(st.sampled_from(PROSE).map(str.encode), st.binary(max_size=30))
 sources = st.lists(
     st.one_of(
@@ -80,15 +94,26 @@ def write_inputs(folder: Path, drawn: list) -> tuple[list[str], list[tuple[str, 
         else:
             path = folder / f"docs{number}"
             path.mkdir()
+            (folder / "outside.txt").write_text("a secret outside every input folder")
             for name, data in sorted(content.items(), key=lambda item: os.fsdecode(item[0])):
                 target = os.path.join(os.fsencode(path), os.fsencode(name))
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                Path(os.fsdecode(target)).write_bytes(data)
+                if name == "link-out.txt":
+                    Path(os.fsdecode(target)).symlink_to(folder / "outside.txt")
+                elif name == "pipe.txt":
+                    os.mkfifo(target)
+                elif name == "link-in.txt":
+                    Path(os.fsdecode(target)).symlink_to("a.txt")  # dangling where there is no a.txt
+                else:
+                    Path(os.fsdecode(target)).write_bytes(data)
             for name in sorted(os.fsdecode(name) for name in content if not os.fsdecode(name).endswith(".csv")):
+                source = "a.txt" if name == "link-in.txt" else name
                 try:
-                    text = content[name if name in content else os.fsencode(name)].decode("utf-8")
-                except UnicodeDecodeError:
+                    text = content[source if source in content else os.fsencode(source)].decode("utf-8")
+                except (UnicodeDecodeError, KeyError):
                     text = None
+                if name in SPECIAL[:2]:
+                    text = None  # skipped: a link out of the folder, a special file
                 documents.append((printable(name), None if printable(name) != name else text))
         paths.append(str(path))
     return paths, documents
@@ -129,6 +154,7 @@ def test_random_inputs_tile_or_go_to_the_errors_file(tiny, capfd, drawn, shard_d
         errors = [json.loads(line)["doc_id"] for line in (out / "errors.jsonl").read_text("utf-8").splitlines()]
         assert Counter(errors) + Counter(list(good)) == Counter(doc_id for doc_id, _ in documents)
         assert set(r["doc_id"] for r in rows) == set(good)
+        assert not any("a secret outside" in r["text"] for r in rows)
         assert code == (3 if errors else 0)
         assert json.loads((out / "manifest.json").read_text())["documents"] == len(documents)
     finally:

@@ -164,3 +164,64 @@ def test_every_transformers_load_passes_trust_remote_code_false():
                 flags = {k.arg: getattr(k.value, "value", None) for k in node.keywords}
                 calls.append((f"{path.name}:{node.lineno}", flags.get("trust_remote_code", "missing")))
     assert len(calls) >= 5 and [call for call in calls if call[1] is not False] == []
+
+
+# --- numbers too large, text that is not Unicode, names that are not UTF-8, presets with other options -----------
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--max-tokens", "99999999999999999999999"],
+        ["--max-tokens", str(2**63), "--num-chunks", "2"],
+        ["--num-chunks", str(2**70)],
+        ["--context", str(10**13)],
+    ],
+)
+def test_an_integer_too_large_for_any_text_is_a_usage_error(extra, sample, capsys):
+    assert main([str(sample), *extra]) == 2
+    err = capsys.readouterr().err
+    assert one_line(err) and "must be at most 10**12" in err and "internal error" not in err
+
+
+def test_the_api_refuses_an_integer_too_large_too():
+    with pytest.raises(RRFastError, match="max_tokens must be at most 10\\*\\*12"):
+        Chunker(max_tokens=10**30)
+
+
+def test_a_lone_surrogate_is_rr_fasts_error_in_chunk_as_in_chunk_many(tiny):
+    import rr_fast
+
+    with pytest.raises(RRFastError, match="lone surrogate at character 2"):
+        rr_fast.chunk("a \ud800 b", model=tiny, backend="torch")
+    (returned,) = Chunker(model=tiny, backend="torch").chunk_many(["a \ud800 b"], errors="return")
+    assert isinstance(returned, RRFastError) and "lone surrogate at character 2" in str(returned)
+
+
+def test_a_file_name_that_is_not_utf8_is_escaped_in_the_html_page(tiny, tmp_path, capsys):
+    from tiny_models import SAMPLE_TEXT
+
+    name = os.fsdecode(b"bad\xff.txt")
+    (tmp_path / name).write_text(SAMPLE_TEXT, encoding="utf-8")
+    page = tmp_path / "page.html"
+    assert main([str(tmp_path / name), *tiny_options(tiny), "--format", "html", "-o", str(page)]) == 0
+    assert "<title>rr-fast: bad\\udcff.txt</title>" in page.read_bytes().decode("utf-8")  # valid UTF-8
+    code, out, _ = run_cli([tmp_path / name, *tiny_options(tiny), "--format", "html", "-q"], capsys)
+    assert code == 0 and "bad\\udcff.txt" in out
+    out.encode("utf-8")  # no lone surrogate for stdout to turn into a raw 0xFF byte
+
+
+def test_a_preset_with_another_readout_takes_that_readouts_defaults_not_the_presets():
+    from rr_fast.config import chunker_config
+
+    resolved = chunker_config("quality", readout="attention").resolve().config
+    assert (resolved.readout, resolved.window, resolved.dtype, resolved.step) == ("attention", 128, "float32", 8)
+    lr = chunker_config("balanced", readout="lr").resolve().config
+    assert (lr.readout, lr.window, lr.step) == ("lr", 128, 64)
+
+
+def test_a_preset_with_another_model_names_whose_preset_it_is(sample, capsys):
+    assert main([str(sample), "--preset", "fast", "--model", "smollm2-135m"]) == 2
+    err = capsys.readouterr().err
+    assert one_line(err) and "UserWarning" not in err and "--layer" not in err
+    assert "preset 'fast' is a configuration of gemma3-270m, not of smollm2-135m" in err

@@ -98,3 +98,25 @@ def test_ray_reads_folders_and_rejects_shared_ids_like_the_single_machine_run(lo
     assert [e["doc_id"] for e in errors] == ["d1", "d1", "bad.txt", "same.txt", "same.txt"]
     manifest = json.loads((ray_out / "manifest.json").read_text())
     assert (manifest["documents"], manifest["errors"]) == (9, 5)
+
+
+def test_ray_skips_what_the_single_machine_run_skips_and_reads_bad_lines_as_error_documents(local_ray, tmp_path):
+    from test_corpus_hostile import SECRET, untrusted_folder
+
+    tiny = str(tiny_llama_folder(tmp_path / "tiny"))
+    docs = untrusted_folder(tmp_path)
+    texts = make_texts(2)
+    data = tmp_path / "a.jsonl"
+    data.write_bytes(
+        json.dumps({"id": "first", "text": texts[0]}).encode() + b"\n" + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+        + b'{"id": ' + b"7" * 5000 + b', "text": "x"}\n' + json.dumps({"id": "last", "text": texts[1]}).encode() + b"\n"
+    )  # fmt: skip
+    inputs = [str(data), str(docs)]
+    single, ray_out = tmp_path / "single", tmp_path / "ray"
+    assert main([*inputs, "-o", str(single), "-q", *options(tiny)]) == 3
+    assert main([*inputs, "-o", str(ray_out), "-q", "--ray", "auto", *options(tiny)]) == 3
+    rows = read_output(ray_out)
+    assert [dict(r, score=None) for r in rows] == [dict(r, score=None) for r in read_output(single)]
+    assert SECRET not in "".join(r["text"] for r in rows)
+    errors = (ray_out / "errors.jsonl").read_text()
+    assert errors == (single / "errors.jsonl").read_text() and errors.count("\n") == 8

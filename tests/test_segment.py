@@ -68,10 +68,18 @@ def test_fixed_count_matches_brute_force(seed):
     limits = Limits(int(rng.integers(1, 6)), int(rng.integers(6, 40)), int(rng.integers(5, 20)), float(rng.random()))
     k = int(rng.integers(1, 5))
     best, cuts = brute_force(n, edges, utilities, limits, 0.0, num_chunks=k)
-    if best is None:
-        with pytest.raises(ValueError):
-            segment(n, edges, utilities, limits, penalty=0.0, num_chunks=k)
-        return
+    if best is None:  # then a gap between consecutive edges longer than max_tokens may be a chunk of its own
+        nodes, gain_of = [0, *edges.tolist(), n], dict(zip(edges.tolist(), utilities.tolist()))
+        found = [
+            (value, list(c))
+            for c in combinations(edges.tolist(), k - 1)
+            if (value := objective_with_stretches(c, n, gain_of, nodes, limits, limits.min_tokens)) is not None
+        ]
+        if not found:
+            with pytest.raises(ValueError):
+                segment(n, edges, utilities, limits, penalty=0.0, num_chunks=k)
+            return
+        best, cuts = max(found, key=lambda item: item[0])  # ties: the first found, as the kernel's earliest
     got = segment(n, edges, utilities, limits, penalty=0.0, num_chunks=k)
     assert len(got.cuts) == k - 1
     assert got.cuts.tolist() == cuts
@@ -96,9 +104,10 @@ def test_fallback_edges_keep_max_length():
     assert "plain token boundaries" in got.warnings[0]
 
 
-def test_unmeetable_limits_relax_with_warning():
+def test_a_gap_longer_than_max_tokens_is_a_chunk_of_its_own():
+    """The only possible cut leaves two stretches longer than max_tokens: each is one chunk, nothing is relaxed."""
     got = segment(100, np.array([50]), np.array([1.0]), Limits(4, 30, 20, 0.02), penalty=0.5)
-    assert got.warnings and "longer than max_tokens" in got.warnings[-1]
+    assert got.cuts.tolist() == [50] and not got.warnings
 
 
 def random_problem(rng, n):
@@ -115,7 +124,8 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
     rng = np.random.default_rng(seed)
     positions, gains = random_problem(rng, int(rng.integers(2_000, 6_000)))
     compiled = kernels._compiled()
-    for args in ((16, 384, 192.0, 0.02), (48, 256, 128.0, 1.0)):
+    # the last: every grid gap is longer than max_len, so stretches make every chunk
+    for args in ((16, 384, 192.0, 0.02, False), (48, 256, 128.0, 1.0, True), (1, 6, 4.0, 0.02, True)):
         interpreted_result, compiled_result = (
             dp.open_count(positions, gains, *args),
             compiled.open_count(positions, gains, *args),
@@ -123,10 +133,11 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
         assert interpreted_result[0] == compiled_result[0]  # the same float, not an approximation
         assert interpreted_result[1].tolist() == compiled_result[1].tolist()
     k = len(positions) // 40
-    interpreted_result = dp.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02)
-    compiled_result = compiled.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02)
-    assert np.isfinite(compiled_result[0]) and interpreted_result[0] == compiled_result[0]
-    assert interpreted_result[1].tolist() == compiled_result[1].tolist()
+    for stretches in (False, True):
+        interpreted_result = dp.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02, stretches)
+        compiled_result = compiled.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02, stretches)
+        assert np.isfinite(compiled_result[0]) and interpreted_result[0] == compiled_result[0]
+        assert interpreted_result[1].tolist() == compiled_result[1].tolist()
 
 
 def test_a_process_interprets_until_its_budget_then_compiles(monkeypatch):
@@ -141,3 +152,67 @@ def test_the_step_bound_counts_predecessors_within_max_len():
     positions = np.array([0, 3, 5, 9, 10], dtype=np.int64)
     # predecessors within 5 tokens before each node: none, 0, 0 and 3, 5, 5 and 9
     assert kernels._steps(positions, 5) == 0 + 1 + 2 + 1 + 2
+
+
+def objective_with_stretches(cuts, n, gain_of, nodes, limits, min_len):
+    """The open-count objective where a chunk between two consecutive nodes may exceed max_tokens (a stretch)."""
+    bounds = [0, *cuts, n]
+    for a, b in zip(bounds, bounds[1:]):
+        stretch = b - a > limits.max_tokens and nodes.index(b) == nodes.index(a) + 1
+        if b - a < min_len or (b - a > limits.max_tokens and not stretch):
+            return None
+    lengths = np.diff(bounds)
+    spread = ((lengths - limits.target_tokens) / limits.target_tokens) ** 2
+    return sum(gain_of[c] for c in cuts) - limits.length_weight * spread.sum()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_stretch_longer_than_max_is_one_chunk_and_every_other_chunk_keeps_the_limits(seed):
+    """Texts whose possible cuts leave gaps longer than max_tokens: only those gaps may be longer chunks, each alone,
+    and the cuts are the exact optimum of the relaxations in order (brute force over every subset)."""
+    rng = np.random.default_rng(2000 + seed)
+    limits = Limits(int(rng.integers(1, 5)), int(rng.integers(5, 12)), int(rng.integers(4, 10)), float(rng.random()))
+    gaps = rng.integers(1, limits.max_tokens + 1, int(rng.integers(2, 10)))
+    gaps[rng.integers(0, len(gaps), 2)] = rng.integers(limits.max_tokens + 1, 3 * limits.max_tokens, 2)  # stretches
+    clean = np.cumsum(gaps)[:-1]
+    n = int(gaps.sum())
+    edges = np.sort(rng.choice(clean, size=int(rng.integers(0, len(clean) + 1)), replace=False))
+    utilities, penalty = rng.random(len(edges)), float(rng.random())
+    got = segment(n, edges, utilities, limits, penalty=penalty, fallback_edges=clean)
+    nodes = [0, *clean.tolist(), n]
+    gain_of = {int(e): -penalty for e in clean} | {int(e): u - penalty for e, u in zip(edges, utilities)}
+    best = None
+    for min_len in (limits.min_tokens, 1):  # the min_tokens relaxation comes last
+        for size in range(len(clean) + 1):
+            for cuts in combinations(clean.tolist(), size):
+                value = objective_with_stretches(cuts, n, gain_of, nodes, limits, min_len)
+                if value is not None and (best is None or value > best[0] + 1e-12):
+                    best = (value, list(cuts))
+        if best is not None:
+            break
+    assert got.cuts.tolist() == best[1]
+    bounds = [0, *got.cuts.tolist(), n]
+    for a, b in zip(bounds, bounds[1:]):
+        assert b - a <= limits.max_tokens or nodes.index(b) == nodes.index(a) + 1  # longer only as a stretch alone
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_fixed_count_holds_a_stretch_alone_too(seed):
+    rng = np.random.default_rng(3000 + seed)
+    limits = Limits(1, 6, 4, 0.1)
+    gaps = np.array([2, 3, 15, 2, 4, 2, 20, 3])[: int(rng.integers(4, 9))]
+    clean = np.cumsum(gaps)[:-1]
+    n, utilities = int(gaps.sum()), rng.random(len(clean))
+    nodes, gain_of = [0, *clean.tolist(), n], dict(zip(clean.tolist(), utilities.tolist()))
+    for k in range(1, len(gaps) + 1):
+        found = [
+            (value, list(c))
+            for c in combinations(clean.tolist(), k - 1)
+            if (value := objective_with_stretches(c, n, gain_of, nodes, limits, limits.min_tokens)) is not None
+        ]
+        if not found:
+            with pytest.raises(ValueError):
+                segment(n, clean, utilities, limits, penalty=0.0, num_chunks=k)
+            continue
+        got = segment(n, clean, utilities, limits, penalty=0.0, num_chunks=k)
+        assert got.cuts.tolist() == max(found, key=lambda item: item[0])[1]

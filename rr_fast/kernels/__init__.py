@@ -22,10 +22,18 @@ INTERPRETED_STEPS = 100_000
 _interpreted = 0  # steps interpreted so far in this process
 
 
-def open_count(positions: np.ndarray, gains: np.ndarray, min_len: int, max_len: int, target: float, lam: float):
+def open_count(
+    positions: np.ndarray,
+    gains: np.ndarray,
+    min_len: int,
+    max_len: int,
+    target: float,
+    lam: float,
+    stretches: bool = False,
+):
     """Best segmentation with a free number of chunks (``dp.open_count``)."""
     kernel = _kernel("open_count", _steps(positions, max_len))
-    return kernel(positions, gains, min_len, max_len, target, lam)
+    return kernel(positions, gains, min_len, max_len, target, lam, stretches)
 
 
 def fixed_count(
@@ -36,10 +44,11 @@ def fixed_count(
     max_len: int,
     target: float,
     lam: float,
+    stretches: bool = False,
 ):
     """Best segmentation into exactly ``num_chunks`` chunks (``dp.fixed_count``)."""
     kernel = _kernel("fixed_count", num_chunks * (_steps(positions, max_len) + len(positions)))  # table, then path
-    return kernel(positions, gains, num_chunks, min_len, max_len, target, lam)
+    return kernel(positions, gains, num_chunks, min_len, max_len, target, lam, stretches)
 
 
 def _kernel(name: str, steps: int):

@@ -7,6 +7,10 @@ nodes are sorted, the predecessors allowed by the hard limits ``Lmin <= p[j] - p
 contiguous range, found with two monotone pointers. That makes the open-count program O(m * w), where w is
 the number of candidates inside one Lmax span, and the fixed-count program O(K * m * w).
 
+``stretches``: a gap between two consecutive nodes that is longer than ``Lmax`` (a grapheme of many code points, a
+run of tokens with no clean cut) cannot be split, so with ``stretches`` such a gap may be one chunk on its own, and
+only that chunk exceeds ``Lmax``: every other chunk keeps the limit, and the program stays exact around it.
+
 Ties are broken towards the earliest predecessor, so results are deterministic.
 """
 
@@ -17,12 +21,13 @@ import numpy as np
 NEG_INF = -np.inf
 
 
-def open_count(positions, gains, min_len, max_len, target, lam):
+def open_count(positions, gains, min_len, max_len, target, lam, stretches):
     """Best segmentation with a free number of chunks.
 
     positions: int64[m + 2], node 0 = 0, node m + 1 = n, strictly increasing.
     gains: float64[m + 2], reward for cutting at each node (already net of the cut penalty);
         the end node's gain is ignored.
+    stretches: a gap longer than max_len between consecutive nodes may be a chunk of its own.
     Returns (score, chosen node indices including both ends); score is -inf when infeasible.
     """
     count = positions.shape[0]
@@ -40,7 +45,8 @@ def open_count(positions, gains, min_len, max_len, target, lam):
         gain = gains[j] if j < count - 1 else 0.0
         top = NEG_INF
         arg = -1
-        for i in range(lo, hi):
+        first = j - 1 if stretches and pj - positions[j - 1] > max_len else lo  # the range is empty then
+        for i in range(first, hi):
             if best[i] == NEG_INF:
                 continue
             z = (pj - positions[i] - target) / target  # the length cost λ((L - target) / target)², inlined
@@ -65,11 +71,12 @@ def open_count(positions, gains, min_len, max_len, target, lam):
     return best[last], out
 
 
-def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
+def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, stretches):
     """Best segmentation into exactly ``num_chunks`` chunks (Eq. 4 of the paper).
 
     The table is O(K * m); instead of a K * m back-pointer table the path is recovered by re-finding
     the best predecessor of each node on the final path, which costs one extra O(K * w) scan.
+    stretches: as in ``open_count`` (the prunes by max_len are then off: a stretch may be longer).
     Returns (score, chosen node indices including both ends); score is -inf when infeasible.
     """
     count = positions.shape[0]
@@ -83,9 +90,9 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
         for j in range(1, count):
             pj = positions[j]
             # Prune nodes that cannot be reached with k chunks or cannot finish with the rest.
-            if pj < k * min_len or pj > k * max_len:
+            if pj < k * min_len or n - pj < remaining * min_len:
                 continue
-            if n - pj < remaining * min_len or n - pj > remaining * max_len:
+            if not stretches and (pj > k * max_len or n - pj > remaining * max_len):
                 continue
             if (j == count - 1) != (remaining == 0):
                 continue
@@ -95,7 +102,8 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
                 hi += 1
             gain = gains[j] if j < count - 1 else 0.0
             top = NEG_INF
-            for i in range(lo, hi):
+            first = j - 1 if stretches and pj - positions[j - 1] > max_len else lo
+            for i in range(first, hi):
                 prev = table[k - 1, i]
                 if prev == NEG_INF:
                     continue
@@ -121,7 +129,8 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam):
         for i in range(node):
             prev = table[k - 1, i]
             length = pj - positions[i]
-            if prev == NEG_INF or length < min_len or length > max_len:
+            stretch = stretches and i == node - 1 and length > max_len
+            if prev == NEG_INF or length < min_len or (length > max_len and not stretch):
                 continue
             z = (length - target) / target
             gap = abs(prev - lam * z * z - want)
