@@ -81,8 +81,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                 groups["model"].add_argument(
                     "--preset",
                     choices=tuple(PRESETS),
-                    help="a named configuration of the model (balanced is the default; bench/RESULTS.md, 'Quality and presets', gives each "
-                    "one's measured recovery and speed); options given explicitly override its values",
+                    help="a named configuration of the model (balanced is the default; bench/RESULTS.md, 'Quality "
+                    "and presets', gives each one's measured recovery and speed); options given explicitly override "
+                    "its values",
                 )
         shown = "" if spec.default is None else f" (default {spec.default})"
         if isinstance(spec.default, bool):
