@@ -1,22 +1,28 @@
-"""rr-fast's engine with the benchmarks' instruments, read from the same reset windows as the product's readouts.
+"""rr-fast's reset-window scorer with the benchmarks' instruments, read from the same reset windows as the product's.
 
-``ResearchEngine`` adds, through ``Engine``'s extension methods:
+``ResearchEngine`` extends ``rr_fast.scoring.windows.WindowScorer`` through its extension methods:
 
 - layer sweeps: RR at each of ``layers`` too, named ``rr_layer_name(l)``;
 - multi-scale: the readouts over the first W' positions of each window (``windows``) and with other skips
   (``skips``), named ``variant_name(...)``. With causal attention those positions are exactly a W'-token
   window's, so shorter windows and other skips cost no model work, only their readouts;
-- a local prefix (paper Appendix; RoPE models): the last ``local_prefix`` tokens before the edge kept in every
-  reset window, after the reset prefix; readouts still compare only the window;
+- reset-prefix controls (paper Appendix; RoPE models): ``reset_prefix`` token ids after the BOS of every window (the
+  tokenizer's BOS for a model whose convention has none, or a blank line), and a local prefix, the last
+  ``local_prefix`` tokens before the edge; readouts still compare only the window;
 - an observer of every window batch and its final states (``score(..., on_windows=...)``), for scores computed
   from the same windows outside the engine (bench.quality.lm_scores' output KL).
 
-Its ``rr`` and ``lr`` are the product's own computation. ``forward_layers`` is the one torch call behind layer
-sweeps and final states: several layers' states, the final states and one layer's attention weights.
+``ShortlistScorer`` is the two-stage scoring the benchmarks measured: cheap RR on every edge, the readout on a
+shortlist. ``research_chunker`` builds a ``Chunker`` whose scorer is one of these, for the options only the
+benchmarks take (``RESEARCH_OPTIONS``). Their ``rr`` and ``lr`` are the product's own computation.
+``forward_layers`` is the one torch call behind layer sweeps and final states: several layers' states, the final
+states and one layer's attention weights.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -25,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rr_fast.backends.base import Backend, Forward
-from rr_fast.backends.torch import TorchBackend
-from rr_fast.engine import Engine, ScoreConfig, WindowBatch, window_layout
 from rr_fast.errors import UsageError
-from rr_fast.readouts import HOST_READOUTS
+from rr_fast.scoring.backends.base import Backend, Forward
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.windows import HOST_READOUTS, WindowBatch, WindowScorer, WindowSettings, window_layout
+from rr_fast.text.tokens import tokenize
 
 # sees each window batch and its final states at the window positions ([B, W, d], what the LM head reads;
 # device tensors with device readouts)
@@ -47,28 +53,25 @@ def variant_name(readout: str, window: int, skip: int | None = None) -> str:
     return f"{readout}@w{window}" + ("" if skip is None else f"s{skip}")
 
 
-class ResearchEngine(Engine):
-    """``Engine`` plus layer sweeps, other windows and skips, a local prefix and a window observer (module
-    docstring). Without them it scores exactly as ``Engine`` does.
-
-    Every edge is scored in one pass, so there is no two-stage shortlist here.
-    """
+class ResearchEngine(WindowScorer):
+    """``WindowScorer`` plus layer sweeps, other windows and skips, reset-prefix controls and a window observer
+    (module docstring). Without them it scores exactly as ``WindowScorer`` does."""
 
     def __init__(
         self,
         backend: Backend,
         bos: list[int],
-        config: ScoreConfig,
+        config: WindowSettings,
         device_readouts: bool | None = None,
         *,
         layers: Iterable[int] = (),
         windows: Iterable[int] = (),
         skips: Iterable[int] = (),
+        reset_prefix: Iterable[int] = (),
         local_prefix: int = 0,
+        reindex: bool | None = None,
     ):
-        layers, windows, skips = tuple(layers), tuple(windows), tuple(skips)
-        if config.shortlist is not None:
-            raise ValueError("the research engine scores every edge in one pass: no shortlist")
+        layers, windows, skips, reset_prefix = tuple(layers), tuple(windows), tuple(skips), tuple(reset_prefix)
         if local_prefix < 0:
             raise ValueError(f"local_prefix must be >= 0, got {local_prefix}")
         if any(s < 0 for s in skips) or config.window < max(skips, default=0) + 2:
@@ -78,12 +81,13 @@ class ResearchEngine(Engine):
             raise ValueError(
                 f"windows must be shorter than the window ({config.window}) and at least every skip + 2, got {windows}"
             )
-        super().__init__(backend, bos, config, device_readouts)
-        if local_prefix and not self.reindex:
+        super().__init__(backend, bos, config, device_readouts, reindex)
+        if (local_prefix or reset_prefix) and not self.reindex:
             raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
         if any(not 1 <= layer <= backend.depth for layer in layers):
             raise ValueError(f"layers must be in 1..{backend.depth} for this model, got {layers}")
-        self.layers, self.windows, self.skips, self.local_prefix = layers, windows, skips, local_prefix
+        self.layers, self.windows, self.skips = layers, windows, skips
+        self.reset_prefix, self.local_prefix = np.asarray(reset_prefix, dtype=np.int64), local_prefix
         # a layer sweep stacks the states of these layers ([..., L, d]); None: the RR layer's states alone
         self.state_layers = tuple(sorted({self.layer, *layers})) if layers else None
         # (window, skip) of every other window and skip read from the same windows
@@ -98,15 +102,15 @@ class ResearchEngine(Engine):
             *(rr_layer_name(layer) for layer in layers),
             *(self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts),
         )
-        self.window_prefix += local_prefix
+        self.window_prefix += len(reset_prefix) + local_prefix
         self.observer: WindowObserver | None = None
 
     def readout_name(self, readout: str, window: int, skip: int) -> str:
         """The name this engine gives a readout at a window and skip: the bare readout at its own window and skip,
         else ``variant_name`` (the skip named only where it is not the run's)."""
-        if (window, skip) == (self.config.window, self.config.skip):
+        if (window, skip) == (self.settings.window, self.settings.skip):
             return readout
-        return variant_name(readout, window, None if skip == self.config.skip else skip)
+        return variant_name(readout, window, None if skip == self.settings.skip else skip)
 
     def score(
         self,
@@ -115,7 +119,7 @@ class ResearchEngine(Engine):
         progress: Callable[[int], None] | None = None,
         on_windows: WindowObserver | None = None,
     ) -> dict[str, np.ndarray]:
-        """``Engine.score``, with ``on_windows`` as in ``score_many``."""
+        """``WindowScorer.score``, with ``on_windows`` as in ``score_many``."""
         return next(self.score_many([(ids, edges)], progress, on_windows))
 
     def score_many(
@@ -124,19 +128,19 @@ class ResearchEngine(Engine):
         progress: Callable[[int], None] | None = None,
         on_windows: WindowObserver | None = None,
     ) -> Iterator[dict[str, np.ndarray]]:
-        """``Engine.score_many``; ``on_windows``, when given, sees every window batch with its final states, so
+        """``WindowScorer.score_many``; ``on_windows``, when given, sees every window batch with its final states, so
         that it computes scores of its own from the same windows with no forward call of its own."""
         self.observer = on_windows
         yield from super().score_many(documents, progress)
 
     def forward(self, ids: np.ndarray, positions: np.ndarray, targets: np.ndarray | None, **head) -> Forward:
-        """``Engine.forward``; with a layer sweep the states of ``state_layers`` stacked ([B, T, L, d]), and while
+        """``WindowScorer.forward``; with a layer sweep the states of ``state_layers`` stacked ([B, T, L, d]), and while
         an observer watches the final states too (of the full pass as well, where they go unused)."""
         if self.state_layers is None and self.observer is None:
             return super().forward(ids, positions, targets, **head)
         if head:
             raise UsageError("the focused normalizer does not combine with layer sweeps or final states")
-        layers = self.state_layers or ((self.layer,) if "rr" in self.config.readouts else ())
+        layers = self.state_layers or ((self.layer,) if "rr" in self.settings.readouts else ())
         on_device = self.ops is not HOST_READOUTS
         out = forward_layers(
             self.backend, ids, positions, layers, targets, final=self.observer is not None, on_device=on_device
@@ -146,28 +150,30 @@ class ResearchEngine(Engine):
         return out
 
     def window_rows(self, batch: WindowBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """``Engine.window_rows`` with the ``local_prefix`` tokens before each edge in front of the window (an
-        edge closer to the start repeats token 0), and LR's targets from the smallest skip on: a variant with
-        a smaller skip reads positions the run's own LR leaves out."""
+        """``WindowScorer.window_rows`` with the reset prefix and the ``local_prefix`` tokens before each edge in front
+        of the window (an edge closer to the start repeats token 0), and LR's targets from the smallest skip on: a
+        variant with a smaller skip reads positions the run's own LR leaves out."""
         if self.skips:
             width = batch.layout.real.shape[1]
-            smallest = min(self.config.skip, *self.skips)
+            smallest = min(self.settings.skip, *self.skips)
             ids, targets = super().window_rows(
                 replace(batch, layout=window_layout(batch.counts, batch.edges, width, smallest))
             )
         else:
             ids, targets = super().window_rows(batch)
-        if not self.local_prefix:
+        if not self.local_prefix and not len(self.reset_prefix):
             return ids, targets
         local = batch.token_ids(np.maximum(batch.edges[:, None] + np.arange(-self.local_prefix, 0), 0))
-        start = self.window_prefix - self.local_prefix  # where the product's rows start the window
-        ids = np.concatenate([ids[:, :start], local, ids[:, start:]], axis=1)
+        fixed = np.broadcast_to(self.reset_prefix, (len(ids), len(self.reset_prefix)))
+        inserted = np.concatenate([fixed, local], axis=1)  # after the BOS, before the window
+        start = len(self.prefix)  # where the product's rows start the window
+        ids = np.concatenate([ids[:, :start], inserted, ids[:, start:]], axis=1)
         if targets is not None:
-            targets = np.concatenate([targets[:, :start], np.full_like(local, -1), targets[:, start:]], axis=1)
+            targets = np.concatenate([targets[:, :start], np.full_like(inserted, -1), targets[:, start:]], axis=1)
         return ids, targets
 
     def window_readouts(self, full: Forward, reset: Forward, batch: WindowBatch) -> dict[str, np.ndarray]:
-        """``Engine.window_readouts``, RR at every swept layer, every readout at the other windows and skips;
+        """``WindowScorer.window_readouts``, RR at every swept layer, every readout at the other windows and skips;
         then the observer sees the batch."""
         p, compared, values = self.window_prefix, batch.layout.compared, {}
         if self.state_layers is not None:  # stacked states: each swept layer, then the RR layer's alone
@@ -183,17 +189,131 @@ class ResearchEngine(Engine):
         for w, s in self.variants:
             view = window_layout(batch.counts, batch.edges, min(w, width), s)
             k = view.real.shape[1]
-            if "rr" in self.config.readouts:
+            if "rr" in self.settings.readouts:
                 values[self.readout_name("rr", w, s)] = self.ops.rr_cosine(
                     full.hidden[:, :k], reset.hidden[:, p : p + k], view.compared
                 )
-            if "lr" in self.config.readouts:
+            if "lr" in self.settings.readouts:
                 values[self.readout_name("lr", w, s)] = self.ops.lr_utility(
                     full.logprobs[:, :k], reset.logprobs[:, p : p + k], view.predicted
                 )
         if self.observer is not None:
             self.observer(batch, reset.final[:, p:])
         return values
+
+
+class ShortlistScorer:
+    """Two-stage scoring: cheap RR (early exit, no LM head) with a short window on every edge, then the settings'
+    readouts on the best ``fraction`` of edges by that score (measured, not adopted: bench/RESULTS.md).
+
+    The shortlisted edges go through an ordinary ``WindowScorer`` of the settings, so each gets exactly the windows
+    (and, up to float rounding of differently shaped batches, the scores) a full run gives it. The other edges stay
+    candidates, ranked below every shortlisted edge in the order of their cheap score, so the DP keeps every
+    feasible cut and only prefers the shortlist."""
+
+    def __init__(self, backend: Backend, bos: list[int], settings: WindowSettings, fraction: float, window: int):
+        if not 0 < fraction <= 1:
+            raise ValueError(f"the shortlist is a fraction in (0, 1], got {fraction}")
+        if window < settings.skip + 2:
+            raise ValueError(f"shortlist_window must be at least skip + 2 = {settings.skip + 2}, got {window}")
+        self.first = WindowScorer(backend, bos, replace(settings, window=window, readouts=("rr",)))
+        self.second = WindowScorer(backend, bos, settings)
+        self.first.timings = self.second.timings  # one account of where the time went
+        self.backend, self.names, self.timings, self.fraction = (
+            backend,
+            settings.readouts,
+            self.second.timings,
+            fraction,
+        )
+
+    def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
+        return self.second.must_score(num_tokens, edges)
+
+    def score(self, ids, edges, progress=None) -> dict[str, np.ndarray]:
+        return next(self.score_many([(ids, edges)], progress))
+
+    def score_many(self, documents, progress=None):
+        ahead, behind = itertools.tee(documents)
+        picks: deque[tuple[np.ndarray, np.ndarray, int]] = deque()
+
+        def shortlisted():
+            for (ids, edges), cheap in zip(ahead, self.first.score_many(behind)):
+                chosen = shortlist(cheap["rr"], self.fraction)
+                picks.append((chosen, cheap["rr"], len(edges)))
+                yield ids, np.asarray(edges)[chosen]
+
+        for values in self.second.score_many(shortlisted(), progress):
+            chosen, cheap, count = picks.popleft()
+            yield {name: below_shortlist(v, chosen, cheap, count) for name, v in values.items()}
+
+
+def shortlist(cheap: np.ndarray, fraction: float) -> np.ndarray:
+    """Sorted indices of the ``ceil(fraction × edges)`` best edges by the cheap score (NaN ranks last)."""
+    count = min(len(cheap), int(np.ceil(fraction * len(cheap))))
+    order = np.argsort(np.where(np.isfinite(cheap), -cheap, np.inf), kind="stable")
+    return np.sort(order[:count])
+
+
+def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, count: int) -> np.ndarray:
+    """Full-length scores: the shortlist's own values, every other edge below the lowest of them, in cheap order.
+
+    Utilities are within-document percentiles, so only this order matters to the DP.
+    """
+    out = np.full(count, np.nan)
+    out[chosen] = values
+    rest = np.setdiff1d(np.arange(count), chosen)
+    finite = np.isfinite(values)
+    if rest.size:
+        floor = (values[finite].min() if finite.any() else 0.0) - 1.0
+        ranks = np.argsort(np.argsort(np.nan_to_num(cheap[rest], nan=-np.inf), kind="stable"), kind="stable")
+        out[rest] = floor - (rest.size - ranks) / (rest.size + 1)
+    return out
+
+
+# The options only the benchmarks take, beside the product's (``research_chunker``): skip (the recipe's, else the
+# paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with shortlist_window, and positions
+# auto|original|reindex (auto: re-index RoPE models)
+RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window", "positions")
+
+
+def research_chunker(**options: Any):
+    """A ``rr_fast.Chunker`` of the product's ``options``, whose scorer also takes the ``RESEARCH_OPTIONS`` given:
+    the product resolves and loads as usual, then its ``scorer`` (a public attribute: any ``Scorer``) is replaced by a
+    ``ResearchEngine`` or ``ShortlistScorer`` over the same loaded model and settings."""
+    from rr_fast import Chunker
+
+    research = {name: options.pop(name) for name in RESEARCH_OPTIONS if options.get(name) is not None}
+    chunker = Chunker(**options)
+    product = chunker.scorer
+    if not isinstance(product, WindowScorer):
+        if research:
+            raise UsageError(f"{', '.join(research)} run reset windows: not with the attention readout")
+        return chunker
+    settings = replace(product.settings, skip=research.get("skip", product.settings.skip))
+    prefix = reset_prefix_ids(research.get("reset_prefix", "none"), chunker.tokenizer, product.prefix.tolist())
+    reindex = {"auto": None, "original": False, "reindex": True}[research.get("positions", "auto")]
+    bos = product.prefix.tolist()
+    if research.get("shortlist") is not None:
+        window = research.get("shortlist_window", 24)
+        chunker.scorer = ShortlistScorer(product.backend, bos, settings, research["shortlist"], window)
+    elif settings != product.settings or prefix or reindex is not None:
+        chunker.scorer = ResearchEngine(product.backend, bos, settings, reset_prefix=prefix, reindex=reindex)
+    return chunker
+
+
+def reset_prefix_ids(name: str, tokenizer, bos: list[int]) -> tuple[int, ...]:
+    """The token ids a reset prefix puts before every reset window (after the model's own BOS, if any): none, the
+    tokenizer's BOS token (``bos``, for models whose convention has none) or a blank line (``sep``)."""
+    if name == "none":
+        return ()
+    if name == "sep":
+        return tuple(int(i) for i in tokenize(tokenizer, "\n\n").ids)
+    bos_token = getattr(tokenizer, "bos_token_id", None)
+    if bos_token is None:
+        raise UsageError("reset prefix bos: this model's tokenizer has no BOS token (use sep or none)")
+    if bos:
+        raise UsageError("reset prefix bos: this model already starts every window with its BOS (use sep or none)")
+    return (int(bos_token),)
 
 
 @dataclass

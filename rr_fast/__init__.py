@@ -13,8 +13,8 @@ from typing import Any
 from rr_fast.chunker import Chunk, Chunker, ChunkResult, Scores
 from rr_fast.config import PRESETS, ChunkerConfig, Resolved, chunker_config
 from rr_fast.errors import RRFastError
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.segment import Limits
+from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
+from rr_fast.segmentation.dp import Limits
 from rr_fast.view import plot, render_html
 
 __all__ = [

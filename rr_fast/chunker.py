@@ -1,9 +1,9 @@
 """Texts through the pipeline with one loaded model: ``Chunker``.
 
-text → candidate edges (``document``) → model states and readouts (``engine``) → calibration and DP
-(``cuts``) → chunks (``chunks``). The model loads once per ``Chunker``; ``chunk()``/``score()`` run one text
-and ``chunk_many()``/``score_many()`` many, with the model calls of several texts batched together. Every path
-goes through the same steps.
+text → tokens and candidate edges (``text``) → readout values (``scoring``: the scorer the resolved configuration
+picks, over a backend) → utilities and the DP (``segmentation``) → chunks (``results``). The model loads once per
+``Chunker``; ``chunk()``/``score()`` run one text and ``chunk_many()``/``score_many()`` many, with the model calls of
+several texts batched together. Every path goes through the same steps.
 """
 
 from __future__ import annotations
@@ -12,24 +12,26 @@ import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rr_fast.chunks import Chunk, ChunkResult, Scores, assemble
 from rr_fast.config import ChunkerConfig, Resolved, chunker_config
-from rr_fast.cuts import cut_document
-from rr_fast.document import Document, Planner, text_tokens
-from rr_fast.engine import Engine, ScoreConfig
 from rr_fast.errors import RRFastError, UsageError, first_line
-from rr_fast.lengths import MODEL, LengthUnit, load_unit
-from rr_fast.models import bos_prefix, cache_dir, hub_hint, model_type, resolve
-from rr_fast.readouts import ATTENTION, CrossingHead, readout_parts
-from rr_fast.segment import utility
-from rr_fast.text import Tokens, tokenize
-from rr_fast.tokenizer import load_tokenizer
+from rr_fast.models.cache import bos_prefix, cache_dir, hub_hint, model_type, resolve
+from rr_fast.models.recipes import RecipeError
+from rr_fast.results import Chunk, ChunkResult, Scores, assemble
+from rr_fast.scoring import readout_parts
+from rr_fast.scoring.crossing import CrossingScorer, CrossingSettings, load_head
+from rr_fast.scoring.scorer import Scorer
+from rr_fast.scoring.windows import WindowScorer
+from rr_fast.segmentation import cut_document
+from rr_fast.segmentation.calibration import utility
+from rr_fast.segmentation.lengths import MODEL, LengthUnit, load_unit
+from rr_fast.text.documents import Document, Preparer, text_tokens
+from rr_fast.text.tokenizer import load_tokenizer
+from rr_fast.text.tokens import Tokens
 
 __all__ = ["Chunk", "ChunkResult", "Chunker", "Scores"]
 
@@ -68,10 +70,10 @@ class Chunker:
         self.timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
         self.folder = folder or resolve(cfg.model)
-        self.tokenizer, self.engine = _load(self.folder, cfg, self.resolved.scoring, tokenizer)
+        self.tokenizer, self.scorer = _load(self.folder, self.resolved, self.timings, tokenizer)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
-        self.planner = Planner(self.tokenizer, cfg, self.limits, self.timings)
-        self.notes = (*self.resolved.notes, *self.engine.backend.notes)  # every result repeats them as warnings
+        self.preparer = Preparer(self.tokenizer, cfg, self.limits, self.timings)
+        self.notes = (*self.resolved.notes, *self.scorer.backend.notes)  # every result repeats them as warnings
         self.timings["model load"] += time.perf_counter() - started
 
     def chunk(self, text: str, progress: bool = False) -> ChunkResult:
@@ -84,7 +86,7 @@ class Chunker:
 
     def explain(self, text: str, progress: bool = False) -> tuple[ChunkResult, Scores]:
         """Chunks and the scored candidates behind them, from one model run (for the HTML view and plot)."""
-        for document, values in self._scored(self.planner.prepare([text], "raise", []), progress, "raise"):
+        for document, values in self._scored(self.preparer.prepare([text], "raise", []), progress, "raise"):
             return self._segment(document, values)
         raise AssertionError("one text in, one result out")
 
@@ -98,15 +100,15 @@ class Chunker:
         yielded first, then that error is raised.
         """
         source_failure: list[BaseException] = []
-        yield from self.chunk_prepared(self.planner.prepare(texts, errors, source_failure), progress, errors)
+        yield from self.chunk_prepared(self.preparer.prepare(texts, errors, source_failure), progress, errors)
         if source_failure:
             raise source_failure[0]
 
     def chunk_prepared(
         self, documents: Iterable[Document | RRFastError], progress: bool = False, errors: str = "raise"
     ) -> Iterator[ChunkResult]:
-        """``chunk_many`` of texts that a ``Planner`` (``self.planner``, or one in another process) has tokenized and
-        planned already: corpus mode on a GPU plans the next documents in a helper process while the model runs.
+        """``chunk_many`` of texts that a ``Preparer`` (``self.preparer``, or one in another process) has tokenized and
+        prepared already: corpus mode on a GPU prepares the next documents in a helper process while the model runs.
         An ``RRFastError`` in ``documents`` is yielded in its place (``errors="return"``) or raised."""
         for document, values in self._scored(documents, progress, errors):
             if isinstance(document, RRFastError):
@@ -122,7 +124,7 @@ class Chunker:
     def score_many(self, texts: Iterable[str], progress: bool = False, errors: str = "raise") -> Iterator[Scores]:
         """``score`` of each text, in order, batched as in ``chunk_many``."""
         source_failure: list[BaseException] = []
-        for document, values in self._scored(self.planner.prepare(texts, errors, source_failure), progress, errors):
+        for document, values in self._scored(self.preparer.prepare(texts, errors, source_failure), progress, errors):
             if isinstance(document, RRFastError):
                 yield document
                 continue
@@ -141,7 +143,7 @@ class Chunker:
     def _scored(
         self, documents: Iterable[Document | RRFastError], progress: bool, errors: str
     ) -> Iterator[tuple[Any, dict]]:
-        """(document or its error, readout values) per prepared document, in order; the engine batches across them."""
+        """(document or its error, readout values) per prepared document, in order; the scorer batches across them."""
         if errors not in ("raise", "return"):
             raise UsageError(f"errors must be 'raise' or 'return', got {errors!r}")
         bar = _progress_bar() if progress else None
@@ -160,9 +162,9 @@ class Chunker:
                     bar.add_total(len(document.tokens))
                 yield document.tokens.ids, document.scored.tokens
 
-        before = dict(self.engine.timings)
+        before = dict(self.scorer.timings)
         try:
-            for values in self.engine.score_many(feed(), bar.update_to if bar else None):
+            for values in self.scorer.score_many(feed(), bar.update_to if bar else None):
                 document = queue.popleft()
                 if not isinstance(document, RRFastError):
                     self._check_finite(values, len(document.tokens), document.scored.tokens)
@@ -170,7 +172,7 @@ class Chunker:
         finally:
             if bar:
                 bar.close()
-            for name, seconds in self.engine.timings.items():
+            for name, seconds in self.scorer.timings.items():
                 self.timings[name] += seconds - before.get(name, 0.0)
 
     def _segment(self, document: Document, values: dict[str, np.ndarray]) -> tuple[ChunkResult, Scores]:
@@ -185,12 +187,12 @@ class Chunker:
         return chunks, scores
 
     def _check_finite(self, values: dict[str, np.ndarray], num_tokens: int, edges: np.ndarray) -> None:
-        """Every edge whose window has a position to score must get a number: NaN or inf means a broken model.
+        """Every edge the scorer must score (``Scorer.must_score``) gets a number: NaN or inf means a broken model.
 
         Dropping those edges instead would silently change the chunks (damaged weights once gave NaN everywhere
         and a plausible-looking but arbitrary output).
         """
-        scored = np.minimum(self.config.window, num_tokens - edges) >= self.config.skip + 2
+        scored = self.scorer.must_score(num_tokens, edges)
         for name in readout_parts(self.config.readout):  # what the chunks use (a benchmark's extras may be NaN)
             if not np.isfinite(values[name][scored]).all():
                 raise RRFastError(
@@ -202,11 +204,13 @@ class Chunker:
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
 
 
-def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig, tokenizer=None):
-    """The tokenizer (``tokenizer``, else the folder's) and the engine. The weights load first: a tokenizer given
-    by the caller may still be loading in another process."""
-    from rr_fast.backends import load_backend
+def _load(folder: str, resolved: Resolved, timings: dict[str, float], tokenizer=None) -> tuple[Any, Scorer]:
+    """The tokenizer (``tokenizer``, else the folder's) and the scorer the resolved configuration picks, over the loaded
+    backend. The weights load first: a tokenizer given by the caller may still be loading in another process (its
+    wait is the ``tokenizer load`` in ``timings``)."""
+    from rr_fast.scoring.backends import load_backend
 
+    config = resolved.config
     try:
         loaded = load_backend(
             config.backend, folder, dtype=config.dtype, device=config.device, allow_pickle=config.allow_pickle
@@ -217,33 +221,23 @@ def _load(folder: str, config: ChunkerConfig, score_config: ScoreConfig, tokeniz
     except Exception as error:  # safetensors, torch and transformers raise many kinds for a bad folder
         raise RRFastError(f"cannot load model {folder}: {first_line(error)}{_cache_advice(folder)}") from None
     try:
+        started = time.perf_counter()
         tokenizer = load_tokenizer(folder) if tokenizer is None else tokenizer
         bos = bos_prefix(tokenizer, family)  # the first question a tokenizer loading elsewhere answers
+        timings["tokenizer load"] += time.perf_counter() - started  # within "model load"
     except Exception as error:  # tokenizers' own exceptions are not OSError or ValueError
         raise RRFastError(
             f"cannot load the tokenizer of {folder}: {first_line(error)}{_cache_advice(folder)}"
         ) from None
-    score_config = replace(score_config, reset_prefix=reset_prefix_ids(config.reset_prefix, tokenizer, bos))
-    head = CrossingHead.load(config.model, config.layer) if config.readout == ATTENTION else None
     try:
-        engine = Engine(loaded, bos, score_config, crossing_head=head)
+        if isinstance(resolved.scoring, CrossingSettings):
+            head = load_head(config.recipe_used(), resolved.scoring.layers, folder)
+            return tokenizer, CrossingScorer(loaded, bos, resolved.scoring, head)
+        return tokenizer, WindowScorer(loaded, bos, resolved.scoring)
+    except RecipeError:
+        raise
     except ValueError as error:
         raise UsageError(str(error)) from None
-    return tokenizer, engine
-
-
-def reset_prefix_ids(name: str, tokenizer, bos: list[int]) -> tuple[int, ...]:
-    """The token ids ``--reset-prefix`` puts before every reset window (after the model's own BOS, if any)."""
-    if name == "none":
-        return ()
-    if name == "sep":
-        return tuple(int(i) for i in tokenize(tokenizer, "\n\n").ids)
-    bos_token = getattr(tokenizer, "bos_token_id", None)
-    if bos_token is None:
-        raise UsageError("--reset-prefix bos: this model's tokenizer has no BOS token (use sep or none)")
-    if bos:
-        raise UsageError("--reset-prefix bos: this model already starts every window with its BOS (use sep or none)")
-    return (int(bos_token),)
 
 
 def _cache_advice(folder: str) -> str:

@@ -1,15 +1,15 @@
 """Every option of rr-fast with its default, written once: ``ChunkerConfig``.
 
-The CLI builds its flags and help text from these fields, and a preset is a named ``ChunkerConfig``. Options
-whose default depends on the model (readout, layer, window, skip, step, normalizer, dtype, penalty) are ``None``
-or ``"auto"`` here; ``resolve()`` fills them with the bundled model's benchmarked choice, or with the paper's
-configuration for any other model, checks every value against one table (``CHECKS`` per option, ``RULES`` for
-how options combine) and derives what the pipeline's parts take: ``Limits`` for the DP and ``ScoreConfig`` for
-the engine, which declare no defaults of their own. Whatever starts the work (the CLI, the corpus command,
-Ray, an adapter, ``Chunker``) resolves once and hands the ``Resolved`` down.
+The CLI builds its flags and help text from these fields, and a preset is a named ``ChunkerConfig``. Options whose
+default depends on the model (readout, layer, window, step, normalizer, dtype, penalty) are ``None`` or ``"auto"``
+here; ``resolve()`` fills them from the model's recipe (``models.recipes``: the bundled model's, a user's, or the
+paper's configuration), checks every value (``CHECKS`` per option, ``RULES`` for the lengths, and each scorer's own
+checks) and derives what the pipeline's parts take: ``Limits`` for the DP and the chosen scorer's settings, which
+declare no defaults of their own. Whatever starts the work (the CLI, the corpus command, Ray, an adapter,
+``Chunker``) resolves once and hands the ``Resolved`` down.
 
-To add an option: one ``option(...)`` field below (default, help, CLI group, and ``check`` or ``choices``);
-the CLI flag ``--name-with-dashes`` and its validation follow from it.
+To add an option: one ``option(...)`` field below (default, help, CLI group, and ``check`` or ``choices``); the CLI
+flag ``--name-with-dashes`` and its validation follow from it.
 """
 
 from __future__ import annotations
@@ -21,22 +21,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any
 
-from rr_fast.backends import BACKENDS, DTYPES
-from rr_fast.engine import ScoreConfig
-from rr_fast.errors import UsageError
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
-from rr_fast.readouts import ATTENTION, HEADS, NORMALIZERS, READOUT_CHOICES, crossing_heads, readout_parts
-from rr_fast.segment import Limits
-from rr_fast.structure import STRUCTURE_CHOICES
-
-# A model that is not bundled gets the paper's configuration; bundled models bring their own choices.
-PAPER_READOUT = "rr"
-PAPER_WINDOW = 24
-PAPER_SKIP = 1
-PAPER_PENALTY = 1.0
-PAPER_STEP = 8
-POSITIONS = ("auto", "original", "reindex")
-RESET_PREFIXES = ("none", "bos", "sep")
+from rr_fast.errors import RRFastError, UsageError
+from rr_fast.models.recipes import DEFAULT_MODEL, Recipe, bundled_recipes, recipe_for
+from rr_fast.scoring import READOUT_CHOICES
+from rr_fast.scoring.backends import BACKENDS, DTYPES
+from rr_fast.scoring.crossing import ATTENTION, CrossingSettings, crossing_settings
+from rr_fast.scoring.windows import NORMALIZERS, WindowSettings, window_settings
+from rr_fast.segmentation.dp import Limits
+from rr_fast.text.structure import STRUCTURE_CHOICES
 
 # The largest integer an option takes: far beyond any text's length in tokens, and small enough that lengths and
 # products of them stay within the DP's 64-bit integers
@@ -50,7 +42,6 @@ CHECKS = {
         lambda v: isinstance(v, Real) and math.isfinite(v) and v >= 0,
         "must be a finite number >= 0",
     ),
-    "fraction": (lambda v: isinstance(v, Real) and 0 < v <= 1, "must be a fraction in (0, 1]"),
 }
 
 
@@ -67,14 +58,22 @@ class ChunkerConfig:
 
     # model
     model: str = option(
-        DEFAULT_MODEL, "model", f"bundled name ({', '.join(BUNDLED)}), local HF folder, .gguf file or hub id"
+        DEFAULT_MODEL,
+        "model",
+        f"bundled name ({', '.join(sorted(bundled_recipes()))}), local HF folder, .gguf file or hub id",
+    )
+    recipe: str | None = option(
+        None,
+        "model",
+        "a recipe file (or a folder holding rr_fast_recipe.json) with the model's defaults, calibrated ρ and distilled "
+        "heads, as python -m rr_fast.distill writes it (default: the bundled model's, or the one in the model folder)",
     )
     backend: str = option("auto", "model", "auto: mlx on Apple silicon, else torch", choices=BACKENDS)
     dtype: str = option(
         "auto",
         "model",
-        "weights and activations; auto: bfloat16 for a bundled model calibrated in it where the hardware has it "
-        "natively (CUDA, Apple silicon, x86 with AVX-512 BF16 or AMX), else float32; int8: dynamic int8 decoder "
+        "weights and activations; auto: bfloat16 for a model whose recipe was calibrated in it where the hardware has "
+        "it natively (CUDA, Apple silicon, x86 with AVX-512 BF16 or AMX), else float32; int8: dynamic int8 decoder "
         "matmuls on a CPU (scores drift: see docs)",
         choices=("auto", *DTYPES),
     )
@@ -86,66 +85,43 @@ class ChunkerConfig:
     readout: str | None = option(
         None,
         "scoring",
-        f"default: the bundled model's benchmarked choice, else {PAPER_READOUT}",
+        "attention (one pass and a distilled head), lr, rr or rr+lr (reset windows: the paper's); default: the "
+        "recipe's, else rr",
         choices=READOUT_CHOICES,
     )
     layer: int | None = option(
         None,
         "scoring",
-        "decoder layer for RR (default: the model's, else 75% of depth); for the attention readout, the layers its "
-        "head reads (default: all)",
+        "for the attention readout, the layers its head reads (default: the recipe's deepest head); for rr, the "
+        "decoder layer (default: the recipe's, else 75% of depth)",
         "positive",
     )
     window: int | None = option(
         None,
         "scoring",
-        f"reset window W in tokens (default: the bundled model's choice, else {PAPER_WINDOW})",
+        "reset window W in tokens (default: the recipe's, else 24); the attention readout reads its head's spans",
         "positive",
-    )
-    skip: int | None = option(
-        None,
-        "scoring",
-        f"reset positions left out of the readout, s (default: the bundled model's choice at its default window, "
-        f"else {PAPER_SKIP})",
-        "non_negative",
     )
     step: int | None = option(
         None,
         "scoring",
-        f"word-boundary grid step in tokens; sentence ends are candidates at any step (default: the bundled model's "
-        f"choice, else {PAPER_STEP})",
+        "word-boundary grid step in tokens; sentence ends are candidates at any step (default: the recipe's, else 8)",
         "positive",
-    )
-    context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
-    batch_tokens: int | None = option(
-        None, "scoring", "window tokens per forward call (default: the backend's choice)", "positive"
-    )
-    reset_prefix: str = option(
-        "none",
-        "scoring",
-        "what each reset window starts with after the model's own BOS convention: none (the paper), bos (the "
-        "tokenizer's BOS token, for models whose convention has none) or sep (a blank line)",
-        choices=RESET_PREFIXES,
-    )
-    shortlist: float | None = option(
-        None,
-        "scoring",
-        "two-stage scoring: cheap RR (--shortlist-window) on every candidate, the readout only on this fraction of "
-        "them, ranked first (e.g. 0.25; default: every candidate gets the readout)",
-        "fraction",
-    )
-    shortlist_window: int = option(24, "scoring", "reset window of the cheap first stage of --shortlist", "positive")
-    positions: str = option(
-        "auto", "scoring", "window position ids; auto re-indexes RoPE models, where it is exact", choices=POSITIONS
     )
     normalizer: str | None = option(
         None,
         "scoring",
-        "lr's log-normalizer in the reset windows (default: the bundled model's choice, else full): full (the "
-        "whole vocabulary, exact) or focused (the full "
-        "pass's 128 most probable tokens at each window position and the window's own tokens: far less LM-head "
-        "work per window token, scores within a few hundredths of a nat)",
+        "lr's log-normalizer in the reset windows (default: the recipe's, else full): full (the whole vocabulary, "
+        "exact) or focused (the full pass's 128 most probable tokens at each window position and the window's own "
+        "tokens: far less LM-head work per window token, scores within a few hundredths of a nat)",
         choices=NORMALIZERS,
+    )
+    context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
+    batch_tokens: int | None = option(
+        None,
+        "scoring",
+        "tokens per forward call (default: the backend's choice; lower it if memory runs out)",
+        "positive",
     )
     # chunk lengths, in model tokens
     min_tokens: int = option(48, "lengths", "shortest chunk", "positive")
@@ -155,7 +131,7 @@ class ChunkerConfig:
         0.02, "lengths", "λ: how strongly lengths are pulled towards the target", "finite_non_negative"
     )
     penalty: float | None = option(
-        None, "lengths", f"cut penalty ρ (default: the model's calibrated value, else {PAPER_PENALTY})", "finite"
+        None, "lengths", "cut penalty ρ (default: the recipe's calibrated value, else 1.0)", "finite"
     )
     num_chunks: int | None = option(None, "lengths", "exactly this many chunks (fixed-count objective)", "positive")
     length_unit: str = option(
@@ -191,32 +167,33 @@ class ChunkerConfig:
         return replace(self, **changes)
 
     def resolve(self) -> Resolved:
-        """The one resolution: the model's choices filled in, every value and combination checked, and the
+        """The one resolution: the recipe's choices filled in, every value and combination checked, and the
         pipeline's parts derived. Raises ``UsageError`` naming the first option that fails.
 
         The given values are checked first, since the defaults are computed from them.
         """
         for spec in fields(self):
             value = getattr(self, spec.name)
-            if value is not None or spec.default is not None:  # None only where it means "the model's default"
+            if value is not None or spec.default is not None:  # None only where it means "the recipe's default"
                 _check(self, spec.name, value)
-        bundled = BUNDLED.get(self.model)
-        readout, window = self._readout_and_window()
-        if readout == ATTENTION and (self.skip is not None or self.normalizer is not None):
-            # checked before the defaults fill both in, so that only a value someone gave is refused
-            raise UsageError(
-                "the attention readout runs one full pass and no reset window: it takes no --skip or --normalizer"
-            )
+        recipe = self.recipe_used()
+        readout = self.readout or recipe.readout
+        step = self.step if self.step is not None else recipe.step
+        # each scorer checks the options it reads, and refuses one given that it cannot use
+        if readout == ATTENTION:
+            scoring = crossing_settings(self, recipe)
+            filled = {"layer": scoring.layers, "window": scoring.span, "normalizer": None}
+        else:
+            scoring = window_settings(self, recipe, readout)
+            filled = {"layer": self.layer, "window": scoring.window, "normalizer": scoring.normalizer}
+        rho, note = recipe.penalty(readout, filled["window"], step)
         config = replace(
             self,
             readout=readout,
-            layer=self.layer if self.layer is not None else (bundled.layer if bundled else None),
-            window=window,
-            skip=self.skip if self.skip is not None else self._default_skip(window),
-            step=self._step(),
-            normalizer=self.normalizer or (bundled.normalizer if bundled else "full"),
-            dtype=self._dtype(),
-            penalty=self.penalty if self.penalty is not None else self._default_penalty(readout, window)[0],
+            step=step,
+            dtype=self._dtype(recipe),
+            penalty=self.penalty if self.penalty is not None else rho,
+            **filled,
         )
         for spec in fields(config):
             value = getattr(config, spec.name)
@@ -226,133 +203,33 @@ class ChunkerConfig:
             if not holds(config):
                 raise UsageError(words(config))
         limits = Limits(config.min_tokens, config.max_tokens, config.target_tokens, config.length_weight)
-        scoring = ScoreConfig(
-            window=config.window,
-            skip=config.skip,
-            layer=config.layer,
-            readouts=readout_parts(config.readout),
-            context=config.context,
-            batch_tokens=config.batch_tokens,
-            reindex=config.reindex,
-            normalizer=config.normalizer,
-            shortlist=config.shortlist,
-            shortlist_window=config.shortlist_window,
-            reset_prefix=(),  # token ids: the tokenizer's, filled in when the model loads
-        )
-        return Resolved(config, self._notes(), limits, scoring)
+        notes = (note,) if note and self.penalty is None else ()
+        return Resolved(config, notes, limits, scoring)
 
-    def _notes(self) -> tuple[str, ...]:
-        """What a user should know about the defaults ``resolve()`` fills in: today, a cut penalty ρ that was
-        not calibrated for this readout, window and step (results carry these as warnings)."""
-        if self.penalty is not None:
-            return ()
-        readout, window = self._readout_and_window()
-        note = self._default_penalty(readout, window)[1]
-        changed = [
-            flag
-            for flag, on in (("--shortlist", self.shortlist), ("--reset-prefix", self.reset_prefix != "none"))
-            if on
-        ]
-        if note is None and changed:
-            value = self._default_penalty(readout, window)[0]
-            note = f"cut penalty ρ {value} was calibrated without {' and '.join(changed)} (pass --penalty to choose ρ)"
-        return (note,) if note else ()
+    def recipe_used(self) -> Recipe:
+        """The model's recipe (``models.recipes.recipe_for``); one that cannot be read is a usage error."""
+        try:
+            return recipe_for(self.model, self.recipe)
+        except RRFastError as error:
+            raise UsageError(str(error)) from None
 
-    def _readout_and_window(self) -> tuple[str, int]:
-        """The readout and window this config runs: given ones, else the bundled model's, else the paper's."""
-        bundled = BUNDLED.get(self.model)
-        readout = self.readout or (bundled.readout if bundled else PAPER_READOUT)
-        window = self.window if self.window is not None else (bundled.window if bundled else PAPER_WINDOW)
-        return readout, window
-
-    def _dtype(self) -> str:
-        """``auto``: bfloat16 for a bundled model calibrated in it, where the hardware has it natively; else float32
-        (any other model runs the paper's exact float32 unless asked)."""
+    def _dtype(self, recipe: Recipe) -> str:
+        """``auto``: bfloat16 for a model whose recipe was calibrated in it, where the hardware has it natively; else
+        float32 (any other model runs the paper's exact float32 unless asked)."""
         if self.dtype != "auto":
             return self.dtype
-        from rr_fast.backends import native_bfloat16
+        from rr_fast.scoring.backends import native_bfloat16
 
-        bundled = BUNDLED.get(self.model)
-        return "bfloat16" if bundled and bundled.bfloat16 and native_bfloat16(self.backend, self.device) else "float32"
-
-    def _step(self) -> int:
-        """The given word-grid step, else the bundled model's, else the paper's."""
-        bundled = BUNDLED.get(self.model)
-        return self.step if self.step is not None else (bundled.step if bundled else PAPER_STEP)
-
-    def _default_skip(self, window: int) -> int:
-        """The bundled model's skip at its own window, where it was chosen; the paper's s = 1 elsewhere (at the
-        shorter windows, skipping more positions lost recovery on the calibration streams)."""
-        bundled = BUNDLED.get(self.model)
-        return bundled.skip if bundled is not None and window == bundled.window else PAPER_SKIP
-
-    def _default_penalty(self, readout: str, window: int) -> tuple[float, str | None]:
-        bundled = BUNDLED.get(self.model)
-        if bundled is None:
-            return PAPER_PENALTY, None  # any other model: the paper's ρ, as the option's help says
-        if not any(key[0] == readout for key in bundled.penalties):  # a readout this model cannot run (RULES say why)
-            return PAPER_PENALTY, None
-        return bundled.penalty(readout, window, self._step())
-
-    @property
-    def reindex(self) -> bool | None:
-        """``positions`` as the engine's flag: None lets it re-index exactly when that is exact."""
-        return {"auto": None, "original": False, "reindex": True}[self.positions]
+        return "bfloat16" if recipe.bfloat16 and native_bfloat16(self.backend, self.device) else "float32"
 
 
-# How options combine, checked once on a resolved config: each rule holds, or its words are the error.
+# How the length options combine, checked once on a resolved config: each rule holds, or its words are the error.
 RULES: tuple[tuple[Callable[[ChunkerConfig], bool], Callable[[ChunkerConfig], str]], ...] = (
     (
         lambda c: c.max_tokens >= c.min_tokens,
         lambda c: f"max_tokens ({c.max_tokens}) must be >= min_tokens ({c.min_tokens})",
     ),
-    (
-        # LR needs a scored position with a next token inside the window: positions skip..W-2 predict skip+1..W-1
-        lambda c: c.window >= c.skip + 2,
-        lambda c: f"window must be at least skip + 2 = {c.skip + 2} tokens (skip is {c.skip}), got {c.window}",
-    ),
-    (
-        lambda c: c.context >= c.window,
-        lambda c: f"context must be at least the window ({c.window}), got {c.context}",
-    ),
-    (
-        lambda c: (
-            c.readout != ATTENTION or (c.layer or max(crossing_heads(c.model), default=0)) in crossing_heads(c.model)
-        ),
-        lambda c: (
-            f"the attention readout needs a head distilled for the model and layer count; rr-fast ships "
-            f"{_shipped_heads()}; got {c.model}" + (f" with --layer {c.layer}" if c.layer else "")
-        ),
-    ),
-    (
-        lambda c: c.readout != ATTENTION or c.window == _head_span(c),
-        lambda c: (
-            f"the attention readout runs no reset window (it reads the {_head_span(c)} tokens right of each "
-            f"edge, its head's spans): --window {c.window} needs --readout lr, rr or rr+lr"
-        ),
-    ),
-    (
-        lambda c: c.readout != ATTENTION or (c.shortlist is None and c.reset_prefix == "none"),
-        lambda c: (
-            "the attention readout runs one full pass and no reset window: it takes no --shortlist or --reset-prefix"
-        ),
-    ),
-    (
-        lambda c: c.shortlist is None or c.shortlist_window >= c.skip + 2,
-        lambda c: f"shortlist_window must be at least skip + 2 = {c.skip + 2}, got {c.shortlist_window}",
-    ),
 )
-
-
-def _shipped_heads() -> str:
-    """The attention readout's heads as a user names them: model, and the --layer values each has."""
-    models = sorted(path.stem for path in HEADS.glob("*.json"))
-    return "; ".join(f"{model} (--layer {', '.join(map(str, sorted(crossing_heads(model))))})" for model in models)
-
-
-def _head_span(config: ChunkerConfig) -> int:
-    heads = crossing_heads(config.model)
-    return max(heads[config.layer or max(heads)]["spans"])
 
 
 @dataclass(frozen=True)
@@ -365,70 +242,63 @@ class Resolved:
     config: ChunkerConfig  # every option filled in and checked
     notes: tuple[str, ...]  # what the defaults filled in mean for the results (an uncalibrated ρ): warnings
     limits: Limits  # the DP's length rules
-    scoring: ScoreConfig  # the engine's settings
+    scoring: CrossingSettings | WindowSettings  # the chosen scorer's settings
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""
         return replace(self, config=replace(self.config, device=device))
 
 
-# Named configurations for a speed/quality trade-off, chosen by bench.quality.pareto (bench/RESULTS.md, "Presets"):
-# quality has the best recovery on the calibration streams; balanced, the default, is the fastest configuration
-# within the measured noise of it; fast the best among configurations at least 1.25× the default's speed. Each pins
-# its model, readout, window, skip, step and normalizer, and carries its own calibrated ρ.
-GEMMA_LR = {"model": "gemma3-270m", "readout": "lr", "skip": 1}
-GEMMA_ATTENTION = {"model": "gemma3-270m", "readout": "attention", "window": 128}
-PRESETS: dict[str, ChunkerConfig] = {
-    # lr at W 192 on every 8th token, the exact normalizer, float32: the best recovery on the 45 calibration
-    # streams (0.786), at about a hundredth of the default's speed
-    "quality": ChunkerConfig(**GEMMA_LR, window=192, step=8, dtype="float32", normalizer="full", penalty=0.95),
-    # the default: one full pass, each edge scored by a head on its attention across the edge (all 18 layers), on
-    # sentence ends and a 64-token word grid, bfloat16 where native (0.725 on calibration, cross-fitted: within the
-    # measured noise, ±0.077, of quality's)
-    "balanced": ChunkerConfig(**GEMMA_ATTENTION, step=64, penalty=0.90),
-    # the same readout on the first 9 layers, on every 8th word boundary (0.683 on calibration, cross-fitted)
-    "fast": ChunkerConfig(**GEMMA_ATTENTION, layer=9, step=8, penalty=0.95),
-}
-
-
-def paper_scoring(**changes: Any) -> ScoreConfig:
-    """The engine's settings as ``resolve()`` derives them for a model that is not bundled (the paper's W, s and
-    RR, every other option at its default), with ``changes``: for code that drives the ``Engine`` directly."""
-    return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
-
-
 # A preset's options that belong to its scorer: with another kind of readout given (the attention readout for reset
-# windows, or back) they mean something else or nothing, so the preset's values give way to the model's defaults
-SCORER_OPTIONS = ("window", "skip", "normalizer", "layer", "penalty")
-# the presets of each model that has some (the default model's are ``PRESETS``)
-MODEL_PRESETS: dict[str, dict[str, ChunkerConfig]] = {DEFAULT_MODEL: PRESETS}
+# windows, or back) they mean something else or nothing, so the preset's values give way to the recipe's defaults
+SCORER_OPTIONS = ("window", "normalizer", "layer", "penalty")
+
+
+def presets(model: str = DEFAULT_MODEL, recipe: str | None = None) -> dict[str, ChunkerConfig]:
+    """A model's named configurations, from its recipe (``rr_fast.PRESETS``: the default model's)."""
+    found = recipe_for(model, recipe)
+    return {name: ChunkerConfig(model=model, recipe=recipe, **options) for name, options in found.presets.items()}
+
+
+PRESETS: dict[str, ChunkerConfig] = presets()
+PRESET_NAMES = tuple(PRESETS)  # what --preset offers; a model's recipe may name fewer
+
+
+def paper_scoring(**changes: Any) -> WindowSettings:
+    """The reset-window settings ``resolve()`` derives for a model without a recipe (the paper's W, s and RR, every
+    other option at its default), with ``changes``: for code that drives a ``WindowScorer`` directly."""
+    return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
 
 
 def chunker_config(preset: str | None = None, config: ChunkerConfig | None = None, **options: Any) -> ChunkerConfig:
     """A preset, a given config or the defaults, with ``options`` overriding its values: what
     ``Chunker(config, preset=..., **options)``, ``rr_fast.chunk`` and ``--preset`` build.
 
-    A preset is a model's named configuration: with ``model`` given, that model's preset of that name. Options given
-    with it win, and where the given ``readout`` is another than the preset's, the preset's ρ (calibrated for its own
-    readout) gives way to the model's, and with another kind of readout so do its other scorer options."""
+    A preset is a model's named configuration, from its recipe: with ``model`` given, that model's preset of that
+    name. Options given with it win, and where the given ``readout`` is another than the preset's, the preset's ρ
+    (calibrated for its own readout) gives way to the recipe's, and with another kind of readout so do its other
+    scorer options."""
     if config is not None and preset is not None:
         raise UsageError("pass a config or a preset, not both (a preset is a ChunkerConfig: rr_fast.PRESETS)")
-    if preset is not None and preset not in PRESETS:
-        raise UsageError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if preset is not None and preset not in PRESET_NAMES:
+        raise UsageError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {preset!r}")
     base = _preset(preset, options) if preset else config if config is not None else ChunkerConfig()
     return base.replace(**options)
 
 
 def _preset(name: str, options: dict[str, Any]) -> ChunkerConfig:
     """The preset ``name`` of the model in ``options`` (the default model's where none is given), with the scorer
-    options that the given readout makes meaningless back at the model's defaults."""
-    model = options.get("model", DEFAULT_MODEL)
-    presets = MODEL_PRESETS.get(model, {})
-    if name not in presets:
-        owners = ", ".join(sorted(m for m, named in MODEL_PRESETS.items() if name in named))
-        has = f"its presets are {', '.join(presets)}" if presets else "it has no presets: give its options directly"
+    options that the given readout makes meaningless back at the recipe's defaults."""
+    model, recipe = options.get("model", DEFAULT_MODEL), options.get("recipe")
+    try:
+        named = presets(model, recipe)
+    except RRFastError as error:
+        raise UsageError(str(error)) from None
+    if name not in named:
+        owners = ", ".join(sorted(m for m, r in bundled_recipes().items() if name in r.presets))
+        has = f"its presets are {', '.join(named)}" if named else "it has no presets: give its options directly"
         raise UsageError(f"preset {name!r} is a configuration of {owners}, not of {model}; {has}")
-    preset = presets[name]
+    preset = named[name]
     readout = options.get("readout")
     if readout is None or readout == preset.readout:
         return preset
@@ -442,7 +312,8 @@ def _check(config: ChunkerConfig, name: str, value: Any) -> None:
     meta = spec.metadata
     if isinstance(spec.default, bool) and not isinstance(value, bool):
         raise UsageError(f"{name} must be a bool, got {value!r}")
-    if isinstance(spec.default, str) and not isinstance(value, (str, os.PathLike)):  # a name, or a model's path
+    text = isinstance(spec.default, str) or name == "recipe"
+    if text and not isinstance(value, (str, os.PathLike)):  # a name, or a path
         raise UsageError(f"{name} must be a str, got {value!r}")
     if meta["choices"] is not None and value not in meta["choices"]:
         raise UsageError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")

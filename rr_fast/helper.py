@@ -1,6 +1,6 @@
 """Helper processes: a function of rr_fast run in another Python process, with a pipe each way.
 
-rr-fast starts two kinds: corpus mode's planner, which tokenizes and plans documents while a GPU runs the model,
+rr-fast starts two kinds: corpus mode's preparer, which tokenizes and prepares documents while a GPU runs the model,
 and the command line's tokenizer, which loads while torch imports. Only another process overlaps such work: the
 tokenizer's load and Python code both hold the GIL, so a thread would wait for it. A helper is a plain subprocess,
 not ``multiprocessing``'s, so that a script that calls rr-fast needs no ``__main__`` guard; it imports this rr_fast

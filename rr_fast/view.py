@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rr_fast.chunks import Chunk, Scores
-from rr_fast.segment import Limits
+from rr_fast.results import Chunk, Scores
+from rr_fast.segmentation.dp import Limits
 
 # One background per chunk, cycling; light enough to read black text on.
 PALETTE = ("#dbeafe", "#fde68a", "#d1fae5", "#fbcfe8", "#e0e7ff", "#fed7aa")

@@ -44,7 +44,7 @@ def _tiny_config(kind: str):
                 "original_max_position_embeddings": 64,
             },
         )
-    if kind in ("smollm", "tinyllama"):  # default RoPE: rr_fast.backends.plain's Llama; tied and untied head
+    if kind in ("smollm", "tinyllama"):  # default RoPE: rr_fast.scoring.backends.plain's Llama; tied and untied head
         return LlamaConfig(
             **common,
             **small,

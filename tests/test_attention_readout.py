@@ -1,4 +1,4 @@
-"""The one-pass readout: crossing masses against transformers' own attention probabilities, the engine's blocks and
+"""The one-pass readout: crossing masses against transformers' own attention probabilities, the scorer's blocks and
 batches against one document at a time, the shipped heads, and the options it refuses."""
 
 from __future__ import annotations
@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from rr_fast.backends import base, plain
-from rr_fast.backends.base import Crossing
-from rr_fast.backends.torch import TorchBackend
 from rr_fast.config import ChunkerConfig, chunker_config, paper_scoring
-from rr_fast.engine import Engine
 from rr_fast.errors import UsageError
-from rr_fast.readouts import ATTENTION, CrossingHead, crossing_heads
+from rr_fast.models.recipes import BUNDLED, RecipeError
+from rr_fast.scoring.backends import base
+from rr_fast.scoring.backends.base import Crossing
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.backends.torch_crossing import CrossingMasses
+from rr_fast.scoring.crossing import ATTENTION, CrossingHead, CrossingScorer, CrossingSettings
+from rr_fast.scoring.windows import WindowScorer
 
 SPANS = (2, 5, 9)
 
@@ -44,7 +46,11 @@ def random_head(backend: TorchBackend, layers: int | None = None, seed: int = 0)
     layers = layers or backend.depth
     size = layers * backend.model.config.num_attention_heads * len(SPANS)
     rng = np.random.default_rng(seed)
-    return CrossingHead("tiny", layers, SPANS, rng.normal(size=size) * 0.01, np.ones(size), rng.normal(size=size))
+    return CrossingHead(layers, SPANS, rng.normal(size=size) * 0.01, np.ones(size), rng.normal(size=size))
+
+
+def scorer(backend: TorchBackend, head: CrossingHead, context: int = 2048) -> CrossingScorer:
+    return CrossingScorer(backend, [1], CrossingSettings(head.layers, head.span, context, None), head)
 
 
 @pytest.mark.parametrize("tile", [256, 7])
@@ -57,9 +63,9 @@ def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, 
     ids = np.random.default_rng(0).integers(3, 512, size=41)
     ids[0] = 1
     edges = np.array([1, 2, 5, 17, 30, 38, 40])
-    got = backend.forward(ids[None], np.arange(41)[None], None, crossing=Crossing(edges[None], np.array([41]), spans))
-    np.testing.assert_allclose(got.crossing[0], reference_masses(eager, ids, edges, spans), atol=2e-5)
-    request = plain.CrossingMasses(torch.from_numpy(edges[None]), torch.tensor([41]), SPANS)
+    got = backend.crossing(ids[None], np.arange(41)[None], backend.depth, Crossing(edges[None], np.array([41]), spans))
+    np.testing.assert_allclose(got[0], reference_masses(eager, ids, edges, spans), atol=2e-5)
+    request = CrossingMasses(torch.from_numpy(edges[None]), torch.tensor([41]), SPANS)
     with torch.inference_mode():
         ids_t, positions = torch.from_numpy(ids[None]), torch.arange(41)[None]
         explicit = backend.decoder(ids_t, positions, crossing=request).last_hidden_state
@@ -76,7 +82,7 @@ def test_a_tile_reads_exactly_the_edge_columns_its_queries_are_near():
         edges = np.full((3, 30), -1)
         for i, row in enumerate(rows):
             edges[i, : len(row)] = row
-        request = plain.CrossingMasses(torch.from_numpy(edges), torch.tensor([300] * 3), (4, 16))
+        request = CrossingMasses(torch.from_numpy(edges), torch.tensor([300] * 3), (4, 16))
         first = int(rng.integers(0, 290))
         last = first + int(rng.integers(1, 40))
         near = [i for row in rows for i, e in enumerate(row) if any(0 <= q - e < 16 for q in range(first, last))]
@@ -101,30 +107,28 @@ def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):
     rows = np.zeros((2, 40), dtype=np.int64)
     rows[0], rows[1, :23] = long, short
     edges = np.array([[4, 10, 33], [6, 20, -1]])
-    both = backend.forward(rows, np.arange(40)[None], None, crossing=Crossing(edges, np.array([40, 23]), SPANS))
-    alone = backend.forward(
-        short[None], np.arange(23)[None], None, crossing=Crossing(edges[1:, :2], np.array([23]), SPANS)
-    )
-    np.testing.assert_allclose(both.crossing[1, :2], alone.crossing[0], atol=1e-5)
+    depth = backend.depth
+    both = backend.crossing(rows, np.arange(40)[None], depth, Crossing(edges, np.array([40, 23]), SPANS))
+    alone = backend.crossing(short[None], np.arange(23)[None], depth, Crossing(edges[1:, :2], np.array([23]), SPANS))
+    np.testing.assert_allclose(both[1, :2], alone[0], atol=1e-5)
 
 
-def test_engine_scores_each_edge_from_its_block_and_batches_do_not_matter(gemma):
+def test_scorer_scores_each_edge_from_its_block_and_batches_do_not_matter(gemma):
     """Short and long documents (several full-pass blocks), alone and batched, against the head on reference masses
     of each edge's own block: the block's input range and the head's longest span after its output end."""
     backend, eager = gemma
     head = random_head(backend)
     context = 20
-    config = paper_scoring(readouts=(ATTENTION,), window=max(SPANS), context=context)
     rng = np.random.default_rng(2)
     documents = []
     for length in (12, 35, 90):
         ids = rng.integers(3, 512, size=length)
         documents.append((ids, np.unique(rng.integers(1, length, size=length // 3))))
-    alone = [Engine(backend, [1], config, crossing_head=head).score(ids, edges) for ids, edges in documents]
-    batched = list(Engine(backend, [1], config, crossing_head=head).score_many(documents))
+    alone = [scorer(backend, head, context).score(ids, edges) for ids, edges in documents]
+    batched = list(scorer(backend, head, context).score_many(documents))
     for a, b in zip(alone, batched):
         np.testing.assert_allclose(a[ATTENTION], b[ATTENTION], atol=1e-4)
-    ids, edges = documents[2]  # blocks of 2 × context, then context at a time (rr_fast.engine.blocks)
+    ids, edges = documents[2]  # blocks of 2 × context, then context at a time (rr_fast.scoring.scorer.blocks)
     for in_start, out_start, out_end in [(0, 0, 40), (20, 40, 60), (40, 60, 80), (60, 80, 90)]:
         end = min(len(ids), out_end + max(SPANS))
         row = np.concatenate([[1], ids[in_start:end]])
@@ -138,40 +142,40 @@ def test_a_head_reads_only_its_layers(gemma):
     ids = np.random.default_rng(3).integers(3, 512, size=30)
     edges = np.array([3, 11, 20])
     head = random_head(backend, layers=2)
-    got = Engine(backend, [1], paper_scoring(readouts=(ATTENTION,), window=9), crossing_head=head).score(ids, edges)
+    got = scorer(backend, head).score(ids, edges)
     masses = reference_masses(eager, np.concatenate([[1], ids]), edges + 1)[:, :2]
     np.testing.assert_allclose(got[ATTENTION], head(masses), atol=1e-3)
 
 
-def test_engine_refuses_a_head_without_the_readout_and_the_readout_without_a_head(gemma):
+def test_each_scorer_refuses_what_is_not_its_own(gemma):
     backend, _ = gemma
-    with pytest.raises(ValueError, match="crossing head"):
-        Engine(backend, [1], paper_scoring(readouts=(ATTENTION,)))
-    with pytest.raises(ValueError, match="crossing head"):
-        Engine(backend, [1], paper_scoring(readouts=("lr",)), crossing_head=random_head(backend))
+    head = random_head(backend, layers=2)
+    with pytest.raises(ValueError, match="the head reads 2 layers"):
+        CrossingScorer(backend, [1], CrossingSettings(3, head.span, 2048, None), head)
+    with pytest.raises(ValueError, match="readouts must be among"):
+        WindowScorer(backend, [1], paper_scoring(readouts=(ATTENTION,)))
 
 
 def test_shipped_heads_fit_gemma():
-    heads = crossing_heads("gemma3-270m")
-    assert sorted(heads) == [9, 18]
-    for layers in heads:
-        head = CrossingHead.load("gemma3-270m", layers)
+    recipe = BUNDLED["gemma3-270m"]
+    assert sorted(recipe.heads) == [9, 18]
+    for layers in recipe.heads:
+        head = CrossingHead.from_dict(recipe.head(layers))
         assert head.weights.shape == head.mean.shape == head.scale.shape == (layers * 4 * len(head.spans),)
         assert np.all(head.scale > 0) and np.all(np.isfinite(head.weights))
-    assert CrossingHead.load("gemma3-270m").layers == 18
-    with pytest.raises(ValueError, match="not 5"):
-        CrossingHead.load("gemma3-270m", 5)
+    assert recipe.head()["layers"] == 18
+    with pytest.raises(RecipeError, match="not 5"):
+        recipe.head(5)
 
 
 @pytest.mark.parametrize(
     "options, words",
     [
-        ({"model": "smollm2-135m", "readout": ATTENTION}, "head distilled"),
-        ({"readout": ATTENTION, "layer": 5}, "head distilled"),
+        ({"model": "someone/their-model", "readout": ATTENTION}, "has none: distill one"),
+        ({"readout": ATTENTION, "layer": 5}, "has heads for --layer 9, 18"),
         ({"readout": ATTENTION, "window": 64}, "runs no reset window"),
-        ({"readout": ATTENTION, "shortlist": 0.25}, "one full pass"),
-        ({"skip": 1}, "takes no --skip or --normalizer"),  # the default readout, given a reset-window option
-        ({"preset": "fast", "normalizer": "full"}, "takes no --skip or --normalizer"),
+        ({"normalizer": "full"}, "takes no --normalizer"),  # the default readout, given a reset-window option
+        ({"preset": "fast", "normalizer": "full"}, "takes no --normalizer"),
     ],
 )
 def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
@@ -179,9 +183,9 @@ def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
         chunker_config(options.pop("preset", None), **options).resolve()
 
 
-def test_the_readout_that_has_them_takes_skip_and_normalizer():
-    config = ChunkerConfig(readout="lr", skip=2, normalizer="full").resolve().config
-    assert (config.skip, config.normalizer) == (2, "full")
+def test_the_readout_that_has_it_takes_a_normalizer():
+    config = ChunkerConfig(readout="lr", normalizer="full").resolve().config
+    assert config.normalizer == "full"
     assert ChunkerConfig().resolve().config.readout == ATTENTION  # the refusal above is about the default
 
 
@@ -190,10 +194,8 @@ def test_progress_moves_with_each_full_pass_block(gemma):
     backend, _ = gemma
     ids = np.random.default_rng(4).integers(3, 512, size=120)
     edges = np.arange(1, 120, 3)
-    config = paper_scoring(readouts=(ATTENTION,), window=9, context=20)
-    engine = Engine(backend, [1], config, crossing_head=random_head(backend))
     seen = []
-    list(engine.score_many([(ids, edges)], progress=seen.append))
+    list(scorer(backend, random_head(backend), 20).score_many([(ids, edges)], progress=seen.append))
     assert seen == sorted(seen) and seen[-1] == 120 and len(set(seen)) >= 4
 
 
@@ -203,6 +205,5 @@ def test_a_block_without_edges_is_passed_over(gemma):
     backend, _ = gemma
     ids = np.random.default_rng(5).integers(3, 512, size=100)
     edges = np.array([3, 5, 90, 95])  # nothing in the blocks whose outputs are tokens 40-60 and 60-80
-    config = paper_scoring(readouts=(ATTENTION,), window=9, context=20)
-    got = Engine(backend, [1], config, crossing_head=random_head(backend)).score(ids, edges)
+    got = scorer(backend, random_head(backend), 20).score(ids, edges)
     assert np.isfinite(got[ATTENTION]).all() and len(got[ATTENTION]) == 4

@@ -67,7 +67,6 @@ TINY_CASES = {
     "tiny-rr": ("sample", {"readout": "rr"}),
     "tiny-lr-focused": ("sample", {"readout": "lr", "normalizer": "focused", "window": 32, "step": 8}),
     "tiny-rr+lr": ("stream-fiqa", {"readout": "rr+lr", "window": 24}),
-    "tiny-shortlist": ("stream-scifact", {"readout": "lr", "shortlist": 0.5, "window": 32}),
     "tiny-markdown": ("passage-markdown", {"readout": "lr", "window": 32}),
     "tiny-plain-chars": (
         "passage-plain",

@@ -12,7 +12,8 @@ import numpy as np
 from bench.quality.baselines import keep_last_word_pieces, sentence_windows, token_windows
 from bench.quality.embedding_sweep import noise_floor
 from bench.quality.true_cuts import oracle_recovery
-from rr_fast.text import Edges, Tokens
+from rr_fast.text.edges import Edges
+from rr_fast.text.tokens import Tokens
 
 
 def _words(text: str) -> Tokens:

@@ -1,5 +1,5 @@
-"""bench.engine.ResearchEngine: the benchmarks' instruments read from the product engine's windows equal the
-product's engine wherever they overlap (torch backend, fp32)."""
+"""bench.engine: the benchmarks' instruments read from the product scorer's windows equal the product's scorer
+wherever they overlap (torch backend, fp32); the two-stage shortlist and the research options through a Chunker."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import numpy as np
 import pytest
 from test_engine import random_text
 
-from bench.engine import ResearchEngine, rr_layer_name
-from rr_fast.backends.torch import TorchBackend
+from bench.engine import ResearchEngine, ShortlistScorer, research_chunker, rr_layer_name
 from rr_fast.config import paper_scoring
-from rr_fast.engine import Engine
 from rr_fast.errors import UsageError
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.windows import WindowScorer
 
 
-def test_without_instruments_it_is_the_product_engine(tiny_model_factory):
-    """No layers, windows, skips or local prefix: exactly the product's scores, names and rows."""
+def test_without_instruments_it_is_the_product_scorer(tiny_model_factory):
+    """No layers, windows, skips or prefixes: exactly the product's scores, names and rows."""
     backend = TorchBackend.load(tiny_model_factory("qwen3"), device="cpu")
     texts = [random_text(70, seed=1), random_text(33, seed=2)]
-    config = paper_scoring(window=12, readouts=("rr", "lr"), reset_prefix=(5,), batch_tokens=64)
-    research, product = ResearchEngine(backend, [1], config), Engine(backend, [1], config)
+    config = paper_scoring(window=12, readouts=("rr", "lr"), batch_tokens=64)
+    research, product = ResearchEngine(backend, [1], config), WindowScorer(backend, [1], config)
     assert research.names == product.names and research.window_prefix == product.window_prefix
     for got, want in zip(research.score_many(texts), product.score_many(texts)):
         for name in ("rr", "lr"):
@@ -35,11 +35,11 @@ def test_layer_sweep_equals_one_engine_per_layer(tiny_model_factory, kind):
     every = tuple(range(1, backend.depth + 1))
     sweep = ResearchEngine(backend, [1], paper_scoring(readouts=("rr", "lr")), layers=every).score(ids, edges)
     assert set(sweep) == {"rr", "lr", *(rr_layer_name(layer) for layer in every)}
-    plain = Engine(backend, [1], paper_scoring(readouts=("rr", "lr"))).score(ids, edges)
+    plain = WindowScorer(backend, [1], paper_scoring(readouts=("rr", "lr"))).score(ids, edges)
     for name in ("rr", "lr"):
         np.testing.assert_allclose(sweep[name], plain[name], atol=1e-5, equal_nan=True)
     for layer in every:
-        single = Engine(backend, [1], paper_scoring(layer=layer)).score(ids, edges)["rr"]
+        single = WindowScorer(backend, [1], paper_scoring(layer=layer)).score(ids, edges)["rr"]
         np.testing.assert_allclose(sweep[rr_layer_name(layer)], single, atol=1e-5, equal_nan=True)
 
 
@@ -54,7 +54,7 @@ def test_other_windows_and_skips_equal_an_engine_at_each(tiny_model_factory, lay
     for window in (16, 4, 9):
         for skip in (1, 0, 2):
             suffix = "" if (window, skip) == (16, 1) else f"@w{window}" + ("" if skip == 1 else f"s{skip}")
-            want = Engine(backend, [1], paper_scoring(window=window, skip=skip, readouts=("rr", "lr"))).score(
+            want = WindowScorer(backend, [1], paper_scoring(window=window, skip=skip, readouts=("rr", "lr"))).score(
                 ids, edges
             )
             for name in ("rr", "lr"):
@@ -66,9 +66,9 @@ def test_local_prefix_rows_and_observer(tiny_model_factory):
     every edge once, with the final states of its window's positions."""
     backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
     ids, edges = random_text(50, seed=3)
-    config = paper_scoring(window=8, readouts=("rr", "lr"), reset_prefix=(5,), batch_tokens=40)
+    config = paper_scoring(window=8, readouts=("rr", "lr"), batch_tokens=40)
     seen = []
-    engine = ResearchEngine(backend, [1], config, local_prefix=2)
+    engine = ResearchEngine(backend, [1], config, reset_prefix=(5,), local_prefix=2)
     got = engine.score(ids, edges, on_windows=lambda batch, final: seen.append((batch, np.asarray(final))))
     assert engine.window_prefix == 4
     assert sorted(i for batch, _ in seen for i in batch.edge_index) == list(range(len(edges)))
@@ -86,11 +86,13 @@ def test_local_prefix_rows_and_observer(tiny_model_factory):
 
 
 def test_instruments_are_checked(tiny_model_factory):
-    """The local prefix needs re-indexed windows (RoPE); layer sweeps need the torch backend; windows, skips and
-    layers must fit the run and the model; there is no shortlist."""
+    """Reset prefixes need re-indexed windows (RoPE); layer sweeps need the torch backend; windows, skips and
+    layers must fit the run and the model."""
     gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
     with pytest.raises(ValueError, match="RoPE"):
         ResearchEngine(gpt2, [1], paper_scoring(), local_prefix=2)
+    with pytest.raises(ValueError, match="RoPE"):
+        ResearchEngine(gpt2, [1], paper_scoring(), reset_prefix=(5,))
     with pytest.raises(ValueError, match="local_prefix"):
         ResearchEngine(gpt2, [1], paper_scoring(), local_prefix=-1)
     with pytest.raises(ValueError, match="layers"):
@@ -98,8 +100,6 @@ def test_instruments_are_checked(tiny_model_factory):
     for bad in (dict(windows=(24,)), dict(windows=(2,)), dict(skips=(23,))):
         with pytest.raises(ValueError):
             ResearchEngine(gpt2, [1], paper_scoring(), **bad)
-    with pytest.raises(ValueError, match="shortlist"):
-        ResearchEngine(gpt2, [1], paper_scoring(shortlist=0.5))
 
     class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
         name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
@@ -108,3 +108,58 @@ def test_instruments_are_checked(tiny_model_factory):
     ids, edges = random_text(40)
     with pytest.raises(UsageError, match="layer sweeps"):
         ResearchEngine(ForwardOnly(), [1], paper_scoring(), layers=(1,)).score(ids, edges)
+
+
+@pytest.mark.parametrize("readouts", [("lr",), ("rr", "lr")])
+def test_two_stage_scores_the_shortlist_exactly_and_ranks_the_rest_below(tiny_model_factory, readouts):
+    """Shortlisted edges get the scores a full run gives them; the others rank below all of them, by cheap RR."""
+    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    texts = [random_text(90, seed=5), random_text(41, seed=6), random_text(3, seed=7)]
+    config = paper_scoring(window=16, readouts=readouts, batch_tokens=64)
+    full = list(WindowScorer(backend, [1], config).score_many(texts))
+    cheap = list(WindowScorer(backend, [1], paper_scoring(window=6, readouts=("rr",))).score_many(texts))
+    two_stage = ShortlistScorer(backend, [1], config, 0.3, 6)
+    for (_ids, edges), got, want, first in zip(texts, two_stage.score_many(texts), full, cheap):
+        count = int(np.ceil(0.3 * len(edges)))
+        chosen = np.sort(np.argsort(-np.nan_to_num(first["rr"], nan=-np.inf), kind="stable")[:count])
+        for name in readouts:
+            np.testing.assert_allclose(got[name][chosen], want[name][chosen], rtol=0, atol=1e-6)
+            rest = np.setdiff1d(np.arange(len(edges)), chosen)
+            if rest.size and np.isfinite(got[name][chosen]).any():
+                assert np.all(got[name][rest] < np.nanmin(got[name][chosen]))
+                # the rest keep the cheap score's order
+                order = np.argsort(got[name][rest], kind="stable")
+                assert np.all(np.diff(np.nan_to_num(first["rr"][rest][order], nan=-np.inf)) >= 0)
+    assert set(two_stage.timings) >= {"full pass", "reset windows"}
+
+
+def test_shortlist_of_every_edge_is_the_full_run(tiny_model_factory):
+    backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
+    ids, edges = random_text(60, seed=8)
+    full = WindowScorer(backend, [], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    everything = ShortlistScorer(backend, [], paper_scoring(window=12, readouts=("lr",)), 1.0, 24).score(ids, edges)[
+        "lr"
+    ]
+    np.testing.assert_allclose(everything, full, rtol=0, atol=1e-6)
+
+
+def test_research_options_reach_the_chunkers_scorer(tiny):
+    """reset_prefix maps to token ids in front of every reset window and changes the scores; shortlist makes a
+    two-stage scorer; a Chunker without research options is the product's."""
+    from rr_fast.text.tokens import tokenize
+
+    text = "The first record ends here. A second one starts now and runs on for a while. " * 4
+    plain = research_chunker(model=tiny, readout="rr", window=12, device="cpu")
+    sep = research_chunker(model=tiny, readout="rr", window=12, reset_prefix="sep", device="cpu")
+    assert type(plain.scorer) is WindowScorer and isinstance(sep.scorer, ResearchEngine)
+    assert sep.scorer.reset_prefix.tolist() == tokenize(sep.tokenizer, "\n\n").ids.tolist() != []
+    assert not np.allclose(plain.score(text).readouts["rr"], sep.score(text).readouts["rr"], equal_nan=True)
+    if plain.scorer.prefix.size:  # the model's convention already starts windows with its BOS
+        with pytest.raises(UsageError, match="already starts every window"):
+            research_chunker(model=tiny, reset_prefix="bos", readout="rr", device="cpu")
+    two_stage = research_chunker(model=tiny, readout="lr", window=12, shortlist=0.5, shortlist_window=6)
+    assert isinstance(two_stage.scorer, ShortlistScorer)
+    result = two_stage.chunk(text)
+    assert "".join(c.text for c in result) == text
+    with pytest.raises(UsageError, match="not with the attention readout"):
+        research_chunker(model="gemma3-270m", shortlist=0.5)

@@ -8,6 +8,7 @@ import json
 import pytest
 from toy_streams import toy_stream
 
+from bench.engine import RESEARCH_OPTIONS
 from bench.quality import pareto, pareto_report
 from rr_fast.config import PRESETS, ChunkerConfig
 
@@ -48,8 +49,13 @@ def test_calibration_noise_is_the_bootstrap_half_width():
 )
 def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
     """``--preset`` runs exactly the option whose row the Presets table shows; the default is ``balanced``."""
-    fields = ("model", "readout", "window", "skip", "step", "layer", "reset_prefix", "dtype", "normalizer", "penalty")
-    scored = ChunkerConfig(**pareto.option_config(option)).resolve().config  # ρ: the option's, from the bundled table
+    fields = ("model", "readout", "window", "step", "layer", "dtype", "normalizer", "penalty")
+    options = pareto.option_config(option)
+    research = {name: options.pop(name) for name in RESEARCH_OPTIONS if name in options}
+    scored = ChunkerConfig(**options).resolve()  # ρ: the option's, from the recipe's table
+    if "skip" in research:  # a reset-window option's skip, which the product takes from its recipe
+        assert research["skip"] == PRESETS[preset].resolve().scoring.skip
+    scored = scored.config
     # the presets' dtype is auto: bfloat16 on a CPU with native bf16, as the benchmark ran them; float32 elsewhere
     scored = scored.replace(dtype=ChunkerConfig(dtype=PRESETS[preset].dtype, device="cpu").resolve().config.dtype)
     chosen = PRESETS[preset].replace(device="cpu").resolve().config

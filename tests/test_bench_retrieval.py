@@ -53,14 +53,14 @@ def test_sweep_replays_cached_scores_and_matches_a_chunker_built_with_those_limi
     text = " ".join(f"The {t} was quiet at dawn. Nobody spoke of the {t} until noon." for t in TOPICS * 3)
     chunker = cached_chunker(rr_config(f"{tiny}+backend=torch"), tmp_path)
     calls = []
-    real_score = chunker.engine.engine.score
-    chunker.engine.engine.score = lambda *a, **k: calls.append(1) or real_score(*a, **k)
+    real_score = chunker.scorer.scorer.score
+    chunker.scorer.scorer.score = lambda *a, **k: calls.append(1) or real_score(*a, **k)
     for limits in (Limits(4, 32, 16, 0.02), Limits(8, 64, 32, 0.02)):
         replayed = [(c.start, c.end) for c in with_limits(chunker, limits).chunk(text)]
         fresh = [(c.start, c.end) for c in Chunker(model=tiny, backend="torch", limits=limits).chunk(text)]
         assert replayed == fresh
     assert len(calls) == 1  # the structure-free text's candidates do not depend on the limits
-    assert chunker.engine.seconds(chunker.tokenize(text).ids) > 0
+    assert chunker.scorer.seconds(chunker.tokenize(text).ids) > 0
 
 
 def test_limits_in_the_embedders_tokens_share_the_model_scores(tiny, tmp_path):
@@ -77,7 +77,7 @@ def test_limits_in_the_embedders_tokens_share_the_model_scores(tiny, tmp_path):
     model = cached_chunker(rr_config(f"{tiny}+backend=torch"), tmp_path)
     model.chunk(text)
     shared = cached_chunker(embedder, tmp_path)
-    shared.engine.engine.score = None  # every score must come from the model-token run's cache
+    shared.scorer.scorer.score = None  # every score must come from the model-token run's cache
     chunks = shared.chunk(text)
     assert "".join(c.text for c in chunks) == text
     assert all(shared.unit.count(c.text) <= shared.limits.max_tokens for c in chunks)

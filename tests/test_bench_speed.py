@@ -98,12 +98,13 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
 
     from bench.speed.flops import ModelShape, engine_work
     from rr_fast import Chunker
-    from rr_fast.text import candidate_edges, tokenize
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     chunker = Chunker(model=str(tiny_model), device="cpu", readout="rr")
     tokens = tokenize(chunker.tokenizer, text)
     edges = candidate_edges(text, tokens, chunker.config.step).tokens
-    engine = chunker.engine
+    engine = chunker.scorer
     with FlopCounterMode(display=False) as counter:
         engine.score(tokens.ids, edges)
     counted = counter.get_flop_counts()["Global"]
@@ -141,8 +142,9 @@ def test_engine_speed(benchmark, tiny_model, text):
 def test_per_edge_loop_speed(benchmark, tiny_model, text):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rr_fast.reference import reference_scores
-    from rr_fast.text import candidate_edges, tokenize
+    from bench.reference import reference_scores
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
@@ -317,9 +319,9 @@ def test_bucketed_forward_gives_the_masses_of_the_plain_forward(tiny_model_facto
     the masses of the forward as shipped, on nine rows of different lengths past the tiny Gemma's 16-token window,
     in tiles of 7 queries."""
     from bench.speed.cuda_graphs import BucketedForward
-    from rr_fast.backends import base
-    from rr_fast.backends.base import Crossing
-    from rr_fast.backends.torch import TorchBackend
+    from rr_fast.scoring.backends import base
+    from rr_fast.scoring.backends.base import Crossing
+    from rr_fast.scoring.backends.torch import TorchBackend
 
     monkeypatch.setattr(base, "ATTENTION_TILE", 7)
     backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
@@ -334,13 +336,14 @@ def test_bucketed_forward_gives_the_masses_of_the_plain_forward(tiny_model_facto
         edges[i, : len(chosen)] = chosen
     request = Crossing(edges, lengths, (2, 5, 20))
     positions = np.arange(ids.shape[1])[None]
-    expected = backend.forward(ids, positions, None, crossing=request).crossing
-    bucketed = BucketedForward(backend.decoder.forward, graphs=False)
-    backend.decoder.forward = bucketed
+    expected = backend.crossing(ids, positions, backend.depth, request)
+    decoder = backend.view(backend.depth)  # the module the crossing pass runs (cuda_graphs.decoder_of)
+    bucketed = BucketedForward(decoder.forward, graphs=False)
+    decoder.forward = bucketed
     try:
-        got = backend.forward(ids, positions, None, crossing=request).crossing
+        got = backend.crossing(ids, positions, backend.depth, request)
     finally:
-        del backend.decoder.forward
+        del decoder.forward
     assert bucketed.padded_tokens > bucketed.tokens  # 9 rows ran as 10, 37 tokens as 40, 9 edges as 10
     np.testing.assert_allclose(got, expected, atol=1e-5)
 

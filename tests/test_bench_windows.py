@@ -9,7 +9,7 @@ from toy_streams import toy_stream
 
 from bench.quality import windows
 from bench.quality.streams import Stream
-from rr_fast.segment import rank_sum
+from rr_fast.segmentation.calibration import rank_sum
 
 
 def _write_scores(out, stream: Stream, good: str | tuple[str, ...], seed: int) -> None:

@@ -12,10 +12,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from bench.reference import reference_scores
 from rr_fast import Chunker
-from rr_fast.models import BUNDLED, DEFAULT_MODEL, resolve
-from rr_fast.reference import reference_scores
-from rr_fast.text import candidate_edges
+from rr_fast.models.cache import resolve
+from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
+from rr_fast.text.edges import candidate_edges
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8")
@@ -24,29 +25,30 @@ pytestmark = pytest.mark.bundled
 
 
 @pytest.mark.parametrize("name", list(BUNDLED))
-def test_engine_equals_reference_on_bundled_model(name):
-    # the reference is the paper's exact float32 computation: the engine in float32 with the full normalizer
+def test_scorer_equals_reference_on_bundled_model(name):
+    # the reference is the paper's exact float32 computation: the scorer in float32 with the full normalizer
     chunker = Chunker(model=name, backend="torch", readout="rr+lr", dtype="float32", normalizer="full")
-    # the benchmark's window and skip, not the paper's 24 and 1
-    assert (chunker.config.window, chunker.config.skip) == (BUNDLED[name].window, BUNDLED[name].skip)
+    # the recipe's window and skip, not the paper's 24 and 1
+    settings = chunker.scorer.settings
+    assert (settings.window, settings.skip) == (BUNDLED[name].window, BUNDLED[name].skip(BUNDLED[name].window))
     text = SAMPLE[:700]
     tokens = chunker.tokenize(text)
     edges = candidate_edges(text, tokens).tokens
-    got = chunker.engine.score(tokens.ids, edges)
+    got = chunker.scorer.score(tokens.ids, edges)
     model = AutoModelForCausalLM.from_pretrained(resolve(name), dtype=torch.float32, attn_implementation="sdpa")
     expected = reference_scores(
         model,
         tokens.ids,
         edges,
-        list(chunker.engine.prefix),
-        chunker.engine.layer,
-        chunker.config.window,
-        chunker.config.skip,
+        list(chunker.scorer.prefix),
+        chunker.scorer.layer,
+        settings.window,
+        settings.skip,
     )
     for readout in ("rr", "lr"):
         assert np.nanmax(np.abs(got[readout] - expected[readout])) < 1e-4
     if name == "gemma3-270m":
-        assert chunker.engine.prefix.tolist() == [chunker.tokenizer.bos_token_id]  # Gemma needs <bos> first
+        assert chunker.scorer.prefix.tolist() == [chunker.tokenizer.bos_token_id]  # Gemma needs <bos> first
 
 
 def test_cli_default_model_on_the_sample(tmp_path):

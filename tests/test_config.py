@@ -10,49 +10,46 @@ import pytest
 import rr_fast
 from rr_fast import BUNDLED, DEFAULT_MODEL, Chunker, ChunkerConfig, Limits, RRFastError
 from rr_fast.cli import build_parser, config_from_args
-from rr_fast.config import PAPER_PENALTY, PAPER_READOUT, PAPER_SKIP, PAPER_WINDOW, PRESETS
-from rr_fast.engine import ScoreConfig
-from rr_fast.segment import percentiles, rank_sum, utility
+from rr_fast.config import PRESETS
+from rr_fast.models.recipes import PAPER_PENALTY, PAPER_READOUT, PAPER_SKIP, PAPER_WINDOW
+from rr_fast.scoring.crossing import CrossingSettings
+from rr_fast.scoring.windows import WindowSettings
+from rr_fast.segmentation.calibration import percentiles, rank_sum, utility
 
 
-def test_limits_and_score_config_are_derived_from_the_resolved_config():
-    config = ChunkerConfig(model="some/hub-model", max_tokens=300, context=512, shortlist=0.5)
+def test_limits_and_scoring_settings_are_derived_from_the_resolved_config():
+    config = ChunkerConfig(model="some/hub-model", max_tokens=300, context=512)
     resolved = config.resolve()
     assert resolved.limits == Limits(48, 300, 192, 0.02)
-    assert resolved.scoring == ScoreConfig(
+    assert resolved.scoring == WindowSettings(
         window=PAPER_WINDOW,
         skip=PAPER_SKIP,
         layer=None,
         readouts=("rr",),
         context=512,
         batch_tokens=None,
-        reindex=None,
         normalizer="full",
-        shortlist=0.5,
-        shortlist_window=24,
-        reset_prefix=(),
     )
     with pytest.raises(TypeError):  # neither declares defaults of its own: the config owns them
         Limits()
     with pytest.raises(TypeError):
-        ScoreConfig()
-    # a bundled model's skip is its own benchmarked choice at its window (SmolLM2's is 4); other windows and models
+        WindowSettings()
+    default = ChunkerConfig().resolve()
+    assert default.scoring == CrossingSettings(layers=18, span=128, context=2048, batch_tokens=None)
+    # a recipe's skip is its own benchmarked choice at its window (SmolLM2's is 4 at W 192); other windows and models
     # get the paper's
-    assert config.resolve().config.skip == BUNDLED[DEFAULT_MODEL].skip
     smollm2 = ChunkerConfig(model="smollm2-135m")
-    assert smollm2.resolve().config.skip == BUNDLED["smollm2-135m"].skip != PAPER_SKIP
-    assert smollm2.replace(window=24).resolve().config.skip == PAPER_SKIP
-    assert smollm2.replace(window=24, skip=3).resolve().config.skip == 3
-    assert ChunkerConfig(model="some/hub-model").resolve().config.skip == PAPER_SKIP
+    assert smollm2.resolve().scoring.skip == BUNDLED["smollm2-135m"].skip(192) == 4 != PAPER_SKIP
+    assert smollm2.replace(window=24).resolve().scoring.skip == PAPER_SKIP
+    assert ChunkerConfig(model="some/hub-model").resolve().scoring.skip == PAPER_SKIP
 
 
 def test_cli_flags_are_the_config_fields_with_their_defaults():
     args = build_parser().parse_args(["in.txt"])
     assert config_from_args(args).config == ChunkerConfig().resolve().config
-    args = build_parser().parse_args(["in.txt", "--max-tokens", "500", "--positions", "original", "--penalty", "0.5"])
+    args = build_parser().parse_args(["in.txt", "--max-tokens", "500", "--structure", "none", "--penalty", "0.5"])
     assert (
-        config_from_args(args).config
-        == ChunkerConfig(max_tokens=500, positions="original", penalty=0.5).resolve().config
+        config_from_args(args).config == ChunkerConfig(max_tokens=500, structure="none", penalty=0.5).resolve().config
     )
     # a preset under explicit options: a flag given with the default's value still overrides the preset
     args = build_parser().parse_args(["in.txt", "--preset", "fast", "--step", "8", "--min-tokens", "40"])
@@ -62,12 +59,13 @@ def test_cli_flags_are_the_config_fields_with_their_defaults():
 
 
 @pytest.mark.parametrize("name", list(BUNDLED))
-def test_resolved_fills_the_bundled_choices(name):
+def test_resolved_fills_the_recipes_choices(name):
     config = ChunkerConfig(model=name).resolve().config
     spec = BUNDLED[name]
-    assert (config.readout, config.window, config.layer) == (spec.readout, spec.window, spec.layer)
+    assert (config.readout, config.window, config.step) == (spec.readout, spec.window, spec.step)
     assert config.penalty == spec.penalties[spec.readout, spec.window, config.step]
-    assert (config.step, config.normalizer) == (spec.step, spec.normalizer)
+    if spec.readout != "attention":
+        assert (config.layer, config.normalizer) == (spec.layer, spec.normalizer)
     rr = ChunkerConfig(model=name, readout="rr", step=8)  # rr's ρ is calibrated on the 8-token grid
     assert rr.resolve().config.penalty == spec.penalties["rr", spec.window, 8] and rr.resolve().notes == ()
     assert ChunkerConfig(model=name, readout="lr", window=12, penalty=0.3).resolve().config.window == 12
@@ -95,10 +93,10 @@ def test_resolved_uses_the_paper_configuration_for_other_models():
     "changes, message",
     [
         ({"window": 0}, "window must be a positive integer"),
-        ({"skip": -1}, "skip must be an integer >= 0"),
+        ({"overlap": -1}, "overlap must be an integer >= 0"),
         ({"length_weight": float("nan")}, "length_weight must be a finite number"),
         ({"readout": "kl"}, r"readout must be one of rr, lr, rr\+lr"),
-        ({"positions": "sideways"}, "positions must be one of"),
+        ({"structure": "sideways"}, "structure must be one of"),
         ({"step": True}, "step must be a positive integer"),
     ],
 )
@@ -112,13 +110,12 @@ def test_resolved_rejects_bad_values_in_one_line(changes, message):
     "changes, message",
     [
         ({"min_tokens": 50, "max_tokens": 40}, r"max_tokens \(40\) must be >= min_tokens \(50\)"),
-        ({"window": 3, "skip": 2}, "window must be at least skip \\+ 2 = 4"),
+        ({"window": 2}, "window must be at least skip \\+ 2 = 3"),
         ({"window": 64, "context": 32}, r"context must be at least the window \(64\)"),
-        ({"shortlist": 0.5, "shortlist_window": 2, "skip": 1}, "shortlist_window must be at least skip"),
         ({"length_weight": -1.0}, "length_weight must be a finite number >= 0"),
     ],
 )
-def test_combinations_are_checked_once_by_the_rules_table(changes, message):
+def test_combinations_are_checked_by_the_rules_and_the_scorer(changes, message):
     with pytest.raises(RRFastError, match=message):
         ChunkerConfig(model="some/hub-model", **changes).resolve()
 
@@ -126,7 +123,7 @@ def test_combinations_are_checked_once_by_the_rules_table(changes, message):
 def test_a_resolved_config_is_used_as_is(tiny):
     resolved = ChunkerConfig(model=tiny, backend="torch", window=16, penalty=0.5).resolve()
     chunker = Chunker(resolved)
-    assert chunker.resolved is resolved and chunker.engine.config.window == 16
+    assert chunker.resolved is resolved and chunker.scorer.settings.window == 16
     with pytest.raises(RRFastError, match="takes no preset or options"):
         Chunker(resolved, window=8)
 
@@ -181,22 +178,3 @@ def test_presets_are_named_configs_that_explicit_options_override():
         chunker_config("fast", ChunkerConfig())
     with pytest.raises(RRFastError, match="preset 'fast' is a configuration of gemma3-270m, not of smollm2-135m"):
         chunker_config("fast", model="smollm2-135m")  # a preset is a model's: another model's options are its own
-
-
-def test_reset_prefix_reaches_the_engine_and_changes_the_scores(tiny):
-    """--reset-prefix maps to token ids in front of every reset window; bos needs a model without its own BOS."""
-    from rr_fast import Chunker
-    from rr_fast.text import tokenize
-
-    text = "The first record ends here. A second one starts now and runs on for a while. " * 4
-    plain = Chunker(model=tiny, readout="rr", window=12, device="cpu")
-    sep = Chunker(model=tiny, readout="rr", window=12, reset_prefix="sep", device="cpu")
-    assert plain.engine.config.reset_prefix == ()
-    assert sep.engine.config.reset_prefix == tuple(int(i) for i in tokenize(sep.tokenizer, "\n\n").ids) != ()
-    assert not np.allclose(plain.score(text).readouts["rr"], sep.score(text).readouts["rr"], equal_nan=True)
-    if plain.engine.prefix.size:  # the model's convention already starts windows with its BOS
-        with pytest.raises(RRFastError, match="already starts every window"):
-            Chunker(model=tiny, reset_prefix="bos", device="cpu")
-    else:
-        bos = Chunker(model=tiny, readout="rr", window=12, reset_prefix="bos", device="cpu")
-        assert bos.engine.config.reset_prefix == (bos.tokenizer.bos_token_id,)

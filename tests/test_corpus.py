@@ -17,8 +17,11 @@ pa = pytest.importorskip("pyarrow")  # the [test] extra installs it; importorski
 import pyarrow.parquet as pq  # noqa: E402
 
 from rr_fast import Chunker, Limits  # noqa: E402
-from rr_fast.corpus import COLUMNS, EXIT_DOCUMENT_ERRORS, main  # noqa: E402
-from rr_fast.corpus_files import OutputLock  # noqa: E402
+from rr_fast.corpus.command import EXIT_DOCUMENT_ERRORS, main
+from rr_fast.corpus.files import (
+    COLUMNS,  # noqa: E402
+    OutputLock,  # noqa: E402
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "whale ship captain harvest valley river rain farmer boat deck storm island".split()
@@ -154,13 +157,13 @@ def test_resume_after_kill_9_equals_an_uninterrupted_run(tiny, tmp_path, kill_af
 
 
 def test_two_worker_processes_write_the_same_output(tiny, tmp_path):
-    """Two workers, and two workers each with a planning helper (a process a worker starts), write one run's output."""
+    """Two workers, and two workers each with a prepare helper (a process a worker starts), write one run's output."""
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))])
     one, two, helpers = tmp_path / "one", tmp_path / "two", tmp_path / "helpers"
     assert main([str(data), "-o", str(one), "--shard-docs", "2", "-q", *options(tiny)]) == 0
     assert main([str(data), "-o", str(two), "--shard-docs", "2", "-q", "--workers", "2", *options(tiny)]) == 0
     assert output_files(one) == output_files(two)
-    command = [str(data), "-o", str(helpers), "--shard-docs", "2", "-q", "--workers", "2", "--planning", "helper"]
+    command = [str(data), "-o", str(helpers), "--shard-docs", "2", "-q", "--workers", "2", "--prepare", "helper"]
     assert main([*command, *options(tiny)]) == 0
     assert output_files(helpers) == output_files(one)
 
@@ -334,12 +337,12 @@ def test_lone_surrogates_in_ids_texts_and_file_names_are_errors_not_a_failed_run
 
 
 def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, monkeypatch):
-    """On a CUDA GPU a helper process reads, tokenizes and plans the documents after the first ones; forced here on
+    """On a CUDA GPU a helper process reads, tokenizes and prepares the documents after the first ones; forced here on
     the CPU, with unreadable, empty and repeated documents among them, the shards are byte for byte the in-process
     run's (the worker's own tokenizer calls answered by a TokenizerProcess), and an input smaller than the first
     stretch starts no helper."""
-    import rr_fast.corpus
-    import rr_fast.tokenizer
+    import rr_fast.corpus.run
+    import rr_fast.text.tokenizer
 
     records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))]
     records[3:3] = [{"id": "empty", "text": "  "}, {"id": "no-text"}, {"id": "d1", "text": "again"}]
@@ -347,60 +350,61 @@ def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, mon
     here, helper = tmp_path / "here", tmp_path / "helper"
     assert main([str(data), "-o", str(here), "--shard-docs", "2", "-q", *options(tiny)]) == EXIT_DOCUMENT_ERRORS
     started = []
-    monkeypatch.setattr(rr_fast.corpus, "HELPER_DOCUMENTS", 2)  # several messages, split inside shards
-    original = rr_fast.corpus._PlanningHelper.__init__
+    monkeypatch.setattr(rr_fast.corpus.run, "HELPER_DOCUMENTS", 2)  # several messages, split inside shards
+    original = rr_fast.corpus.run._PreparingHelper.__init__
     monkeypatch.setattr(
-        rr_fast.corpus._PlanningHelper, "__init__", lambda self, *a: (started.append(1), original(self, *a))[1]
+        rr_fast.corpus.run._PreparingHelper, "__init__", lambda self, *a: (started.append(1), original(self, *a))[1]
     )
     tokenizers = []
-    original_tokenizer = rr_fast.tokenizer.TokenizerProcess.__init__
+    original_tokenizer = rr_fast.text.tokenizer.TokenizerProcess.__init__
     monkeypatch.setattr(
-        rr_fast.tokenizer.TokenizerProcess,
+        rr_fast.text.tokenizer.TokenizerProcess,
         "__init__",
         lambda self, *a: (tokenizers.append(1), original_tokenizer(self, *a))[1],
     )
     command = ["--shard-docs", "2", "-q", *options(tiny)]
-    assert main([str(data), "-o", str(helper), *command, "--planning", "helper"]) == EXIT_DOCUMENT_ERRORS
+    assert main([str(data), "-o", str(helper), *command, "--prepare", "helper"]) == EXIT_DOCUMENT_ERRORS
     assert len(started) == 1 and len(tokenizers) == 1 and output_files(helper) == output_files(here)
-    # auto on a GPU: the first documents planned here (up to HELPER_AFTER_CHARS, inside shard 0), then a helper
-    monkeypatch.setattr(rr_fast.corpus, "plans_in_helper", lambda planning, device: True)
-    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 150)
+    # auto on a GPU: the first documents prepared here (up to HELPER_AFTER_CHARS, inside shard 0), then a helper
+    monkeypatch.setattr(rr_fast.corpus.run, "prepares_in_helper", lambda prepare, device: True)
+    monkeypatch.setattr(rr_fast.corpus.run, "HELPER_AFTER_CHARS", 150)
     assert main([str(data), "-o", str(tmp_path / "head"), *command]) == EXIT_DOCUMENT_ERRORS
     assert len(started) == 2 and len(tokenizers) == 2 and output_files(tmp_path / "head") == output_files(here)
-    monkeypatch.setattr(rr_fast.corpus, "HELPER_AFTER_CHARS", 10**6)  # a smaller input: no helper
+    monkeypatch.setattr(rr_fast.corpus.run, "HELPER_AFTER_CHARS", 10**6)  # a smaller input: no helper
     assert main([str(data), "-o", str(tmp_path / "small"), *command]) == EXIT_DOCUMENT_ERRORS
     assert len(started) == 2 and len(tokenizers) == 2 and output_files(tmp_path / "small") == output_files(here)
 
 
 def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
-    from rr_fast.corpus import RunConfig, _PlanningHelper
+    from rr_fast.corpus.files import RunConfig
+    from rr_fast.corpus.run import _PreparingHelper
     from rr_fast.errors import RRFastError
 
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))])
     config = RunConfig((str(data),), str(tmp_path / "out"), "id", "text", 2, {"model": tiny, "backend": "torch"})
-    with _PlanningHelper(config, 0, 1, set(), frozenset(), str(tmp_path / "no-model")) as helper:
+    with _PreparingHelper(config, 0, 1, set(), frozenset(), str(tmp_path / "no-model")) as helper:
         with pytest.raises(RRFastError, match="no-model"):
             list(helper)
-    with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
+    with _PreparingHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
         helper.helper.process.kill()
         helper.helper.process.wait()
         with pytest.raises(RRFastError, match="ended unexpectedly"):
             list(helper)
-    with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
+    with _PreparingHelper(config, 0, 1, set(), frozenset(), tiny) as helper:
         assert [(shard, document.doc_id) for shard, document, _ in helper] == [(0, "d0"), (0, "d1"), (1, "d2")]
-    with _PlanningHelper(config, 0, 1, set(), frozenset(), tiny, start=1) as helper:
+    with _PreparingHelper(config, 0, 1, set(), frozenset(), tiny, start=1) as helper:
         assert [(shard, document.doc_id) for shard, document, _ in helper] == [(0, "d1"), (1, "d2")]
 
 
 def test_an_input_that_fails_halfway_keeps_the_shards_before_it(tiny, tmp_path, monkeypatch, capsys):
     """The documents read before the failure are chunked and their complete shards written; the run then stops with
     one line, and --resume finishes it as an uninterrupted run would."""
-    import rr_fast.corpus
+    import rr_fast.corpus.run
 
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(9))])
     whole, out = tmp_path / "whole", tmp_path / "out"
     assert main([str(data), "-o", str(whole), "--shard-docs", "2", "-q", *options(tiny)]) == 0
-    reader, calls = rr_fast.corpus.read_documents, []
+    reader, calls = rr_fast.corpus.run.read_records, []
 
     def failing_on_the_workers_read(*args):
         calls.append(1)
@@ -409,10 +413,10 @@ def test_an_input_that_fails_halfway_keeps_the_shards_before_it(tiny, tmp_path, 
                 raise OSError("the disk went away")
             yield document
 
-    monkeypatch.setattr(rr_fast.corpus, "read_documents", failing_on_the_workers_read)
+    monkeypatch.setattr(rr_fast.corpus.run, "read_records", failing_on_the_workers_read)
     assert main([str(data), "-o", str(out), "--shard-docs", "2", "-q", *options(tiny)]) == 1
     assert "the disk went away" in capsys.readouterr().err
     assert sorted(p.name for p in out.glob("part-*.parquet")) == ["part-00000.parquet", "part-00001.parquet"]
-    monkeypatch.setattr(rr_fast.corpus, "read_documents", reader)
+    monkeypatch.setattr(rr_fast.corpus.run, "read_records", reader)
     assert main([str(data), "-o", str(out), "--shard-docs", "2", "-q", "--resume", *options(tiny)]) == 0
     assert output_files(out) == output_files(whole)

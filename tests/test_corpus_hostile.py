@@ -19,8 +19,8 @@ pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 from test_corpus import make_texts, options, read_output, write_jsonl  # noqa: E402
 
-from rr_fast.corpus import EXIT_DOCUMENT_ERRORS, main  # noqa: E402
-from rr_fast.corpus_files import done_shards, folder_entries, shard_files  # noqa: E402
+from rr_fast.corpus.command import EXIT_DOCUMENT_ERRORS, main  # noqa: E402
+from rr_fast.corpus.files import done_shards, folder_entries, shard_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "SECRET-TOKEN-8d1f"
@@ -77,7 +77,7 @@ def test_follow_symlinks_reads_links_out_of_the_folder_but_never_special_files(t
 
 
 def test_a_file_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
-    from rr_fast.corpus_files import entry_document
+    from rr_fast.corpus.files import entry_record
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -86,7 +86,7 @@ def test_a_file_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
     (entry,) = folder_entries(docs)
     (docs / "a.txt").unlink()
     (docs / "a.txt").symlink_to(tmp_path / "secret.txt")
-    document = entry_document(entry)
+    document = entry_record(entry)
     assert document.text is None and "cannot read" in document.error
 
 

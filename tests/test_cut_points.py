@@ -9,7 +9,8 @@ import pytest
 
 from rr_fast import Chunker, Limits
 from rr_fast.cli import main
-from rr_fast.text import candidate_edges, clean_edges, grapheme_boundaries, tokenize
+from rr_fast.text.edges import candidate_edges, clean_edges, grapheme_boundaries
+from rr_fast.text.tokens import tokenize
 
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # man ZWJ woman ZWJ girl: one cluster, five code points
 FLAGS = "\U0001f1eb\U0001f1f7\U0001f1e9\U0001f1ea"  # two flags, four regional indicators

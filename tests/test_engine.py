@@ -1,15 +1,16 @@
-"""The batched engine against the paper-faithful per-edge loop (rr_fast.reference), torch backend, fp32."""
+"""The reset-window scorer against the paper-faithful per-edge loop (bench.reference), torch backend, fp32."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from rr_fast.backends.torch import TorchBackend
+from bench.reference import reference_scores
 from rr_fast.config import paper_scoring
-from rr_fast.engine import Engine, blocks, default_layer
 from rr_fast.errors import RRFastError
-from rr_fast.reference import reference_scores
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.scorer import blocks
+from rr_fast.scoring.windows import WindowScorer, default_layer
 
 TOL = 1e-4
 
@@ -28,15 +29,13 @@ def backend(tiny_model_dir) -> TorchBackend:
 
 @pytest.mark.parametrize("bos", [(), (1,)], ids=["no-bos", "bos"])
 @pytest.mark.parametrize("window, skip, batch_tokens", [(24, 1, 4096), (9, 0, 40), (12, 3, 7)])
-def test_engine_equals_reference(backend, stock_model, tiny_model_dir, bos, window, skip, batch_tokens):
+def test_scorer_equals_reference(backend, stock_model, tiny_model_dir, bos, window, skip, batch_tokens):
     ids, edges = random_text(70)
     layer = max(1, backend.depth - 1)
     expected = reference_scores(stock_model(tiny_model_dir), ids, edges, list(bos), layer, window, skip)
     for reindex in {False, backend.uses_rope}:
-        config = paper_scoring(
-            window=window, skip=skip, layer=layer, readouts=("rr", "lr"), batch_tokens=batch_tokens, reindex=reindex
-        )
-        got = Engine(backend, list(bos), config).score(ids, edges)
+        config = paper_scoring(window=window, skip=skip, layer=layer, readouts=("rr", "lr"), batch_tokens=batch_tokens)
+        got = WindowScorer(backend, list(bos), config, reindex=reindex).score(ids, edges)
         for name in ("rr", "lr"):
             assert np.array_equal(np.isnan(got[name]), np.isnan(expected[name])), name
             assert np.nanmax(np.abs(got[name] - expected[name])) < TOL, (name, reindex)
@@ -46,7 +45,7 @@ def test_full_depth_layer_matches_reference_hidden_states(backend, stock_model, 
     """At layer == depth the state is after the final norm, like transformers' hidden_states[depth]."""
     ids, edges = random_text(40, seed=1)
     expected = reference_scores(stock_model(tiny_model_dir), ids, edges, [], backend.depth, readouts=("rr",))
-    got = Engine(backend, [], paper_scoring(layer=backend.depth)).score(ids, edges)
+    got = WindowScorer(backend, [], paper_scoring(layer=backend.depth)).score(ids, edges)
     assert np.nanmax(np.abs(got["rr"] - expected["rr"])) < TOL
 
 
@@ -56,14 +55,14 @@ def test_rope_reindexing_is_exact_and_absolute_positions_are_kept(tiny_model_dir
     if not backend.uses_rope:
         assert tiny_model_dir.name == "gpt2"
         with pytest.raises(ValueError, match="absolute position"):
-            Engine(backend, [], paper_scoring(reindex=True))
+            WindowScorer(backend, [], paper_scoring(), reindex=True)
         # and it would matter: shifting positions changes a learned-position model's states
         original = backend.forward(ids[None, :20], np.arange(30, 50)[None], backend.depth - 1).hidden
         shifted = backend.forward(ids[None, :20], np.arange(20)[None], backend.depth - 1).hidden
         assert np.abs(original - shifted).max() > 1e-3
         return
-    original = Engine(backend, [], paper_scoring(reindex=False)).score(ids, edges)["rr"]
-    reindexed = Engine(backend, [], paper_scoring(reindex=True)).score(ids, edges)["rr"]
+    original = WindowScorer(backend, [], paper_scoring(), reindex=False).score(ids, edges)["rr"]
+    reindexed = WindowScorer(backend, [], paper_scoring(), reindex=True).score(ids, edges)["rr"]
     assert np.nanmax(np.abs(original - reindexed)) < 1e-5
 
 
@@ -73,7 +72,7 @@ def test_long_input_uses_bounded_blocks(tiny_model_factory, stock_model, kind):
     backend = TorchBackend.load(tiny_model_factory(kind), device="cpu")
     context, n = 32, 200
     ids, edges = random_text(n, seed=3)
-    got = Engine(backend, [1], paper_scoring(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
+    got = WindowScorer(backend, [1], paper_scoring(window=8, context=context, readouts=("rr", "lr"))).score(ids, edges)
     checked = 0
     for in_start, out_start, out_end in blocks(n, context):
         assert out_end - in_start <= 2 * context and (in_start == 0 or out_start - in_start >= context)
@@ -94,7 +93,7 @@ def test_long_input_with_no_edge_near_a_block_end(tiny_model_factory):
     backend = TorchBackend.load(tiny_model_factory("qwen3"), device="cpu")
     ids, _ = random_text(300, seed=4)
     edges = np.array([5, 30, 150, 290])  # nothing between 30 and 150: blocks end in the gap
-    got = Engine(backend, [], paper_scoring(window=8, context=32)).score(ids, edges)
+    got = WindowScorer(backend, [], paper_scoring(window=8, context=32)).score(ids, edges)
     assert np.isfinite(got["rr"]).all()
 
 
@@ -103,37 +102,6 @@ def test_blocks_cover_every_token_once():
         spans = list(blocks(n, 32))
         assert spans[0][1] == 0 and spans[-1][2] == n
         assert all(a[2] == b[1] for a, b in zip(spans, spans[1:]))
-
-
-@pytest.mark.parametrize("readouts", [("lr",), ("rr", "lr")])
-def test_two_stage_scores_the_shortlist_exactly_and_ranks_the_rest_below(backend, readouts):
-    """Shortlisted edges get the scores a full run gives them; the others rank below all of them, by cheap RR."""
-    texts = [random_text(90, seed=5), random_text(41, seed=6), random_text(3, seed=7)]
-    config = paper_scoring(window=16, readouts=readouts, batch_tokens=64)
-    full = list(Engine(backend, [1], config).score_many(texts))
-    cheap = list(Engine(backend, [1], paper_scoring(window=6, readouts=("rr",))).score_many(texts))
-    two_stage = Engine(
-        backend, [1], paper_scoring(window=16, readouts=readouts, batch_tokens=64, shortlist=0.3, shortlist_window=6)
-    )
-    for (_ids, edges), got, want, first in zip(texts, two_stage.score_many(texts), full, cheap):
-        count = int(np.ceil(0.3 * len(edges)))
-        chosen = np.sort(np.argsort(-np.nan_to_num(first["rr"], nan=-np.inf), kind="stable")[:count])
-        for name in readouts:
-            np.testing.assert_allclose(got[name][chosen], want[name][chosen], rtol=0, atol=1e-6)
-            rest = np.setdiff1d(np.arange(len(edges)), chosen)
-            if rest.size and np.isfinite(got[name][chosen]).any():
-                assert np.all(got[name][rest] < np.nanmin(got[name][chosen]))
-                # the rest keep the cheap score's order
-                order = np.argsort(got[name][rest], kind="stable")
-                assert np.all(np.diff(np.nan_to_num(first["rr"][rest][order], nan=-np.inf)) >= 0)
-    assert set(two_stage.timings) >= {"full pass", "reset windows"}
-
-
-def test_shortlist_of_every_edge_is_the_full_run(backend):
-    ids, edges = random_text(60, seed=8)
-    full = Engine(backend, [], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
-    everything = Engine(backend, [], paper_scoring(window=12, readouts=("lr",), shortlist=1.0)).score(ids, edges)["lr"]
-    np.testing.assert_allclose(everything, full, rtol=0, atol=1e-6)
 
 
 def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
@@ -154,7 +122,7 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
     assert decoder_linears and all(isinstance(m, DynamicLinear) for m in decoder_linears)
     ids, edges = random_text(80, seed=9)
     config = paper_scoring(window=12, readouts=("rr", "lr"))
-    want, got = Engine(fp32, [], config).score(ids, edges), Engine(int8, [], config).score(ids, edges)
+    want, got = WindowScorer(fp32, [], config).score(ids, edges), WindowScorer(int8, [], config).score(ids, edges)
     for name in ("rr", "lr"):
         finite = np.isfinite(want[name])
         assert np.array_equal(finite, np.isfinite(got[name]))
@@ -162,43 +130,44 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
         assert spearmanr(want[name][finite], got[name][finite])[0] > 0.8
 
 
-def test_reset_prefix_needs_rope_and_the_base_interface_suffices(tiny_model_factory):
-    """The reset prefix needs re-indexed windows (RoPE); the engine needs only ``Backend.forward``."""
+def test_the_base_interface_suffices(tiny_model_factory):
+    """The scorer needs only ``Backend.forward``."""
     gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
-    with pytest.raises(ValueError, match="RoPE"):
-        Engine(gpt2, [1], paper_scoring(reset_prefix=(5,)))
 
-    class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
+    class ForwardOnly:  # a backend with the base interface alone
         name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
         max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
 
     ids, edges = random_text(40)
     config = paper_scoring(readouts=("rr", "lr"))
-    np.testing.assert_array_equal(
-        Engine(ForwardOnly(), [1], config).score(ids, edges)["rr"], Engine(gpt2, [1], config).score(ids, edges)["rr"]
-    )
+    alone, loaded = WindowScorer(ForwardOnly(), [1], config), WindowScorer(gpt2, [1], config)
+    np.testing.assert_array_equal(alone.score(ids, edges)["rr"], loaded.score(ids, edges)["rr"])
 
 
 def test_focused_normalizer_covering_the_vocabulary_is_the_full_one(backend, monkeypatch):
     """With as many focus tokens as the vocabulary has, every window's vocabulary is all of it: exact lr."""
-    import rr_fast.engine
+    import rr_fast.scoring.windows
 
-    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", backend.vocab_size)
+    monkeypatch.setattr(rr_fast.scoring.windows, "FOCUS_TOKENS", backend.vocab_size)
     ids, edges = random_text(80, seed=11)
-    full = Engine(backend, [1], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
-    focused = Engine(backend, [1], paper_scoring(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
+    full = WindowScorer(backend, [1], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    focused = WindowScorer(backend, [1], paper_scoring(window=12, readouts=("lr",), normalizer="focused")).score(
+        ids, edges
+    )
     np.testing.assert_allclose(focused["lr"], full, rtol=0, atol=1e-5)
 
 
 def test_focused_normalizer_sums_over_fewer_tokens(backend, monkeypatch):
     """A normalizer over part of the vocabulary is smaller, so every reset log-probability and lr utility is at
     least the full one's; with few focus tokens some are clearly larger."""
-    import rr_fast.engine
+    import rr_fast.scoring.windows
 
-    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 4)
+    monkeypatch.setattr(rr_fast.scoring.windows, "FOCUS_TOKENS", 4)
     ids, edges = random_text(80, seed=12)
-    full = Engine(backend, [], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
-    focused = Engine(backend, [], paper_scoring(window=12, readouts=("lr",), normalizer="focused")).score(ids, edges)
+    full = WindowScorer(backend, [], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    focused = WindowScorer(backend, [], paper_scoring(window=12, readouts=("lr",), normalizer="focused")).score(
+        ids, edges
+    )
     assert np.array_equal(np.isnan(focused["lr"]), np.isnan(full))
     assert np.nanmin(focused["lr"] - full) > -1e-5
     assert np.nanmax(focused["lr"] - full) > 1e-2
@@ -206,14 +175,14 @@ def test_focused_normalizer_sums_over_fewer_tokens(backend, monkeypatch):
 
 def test_focused_scores_do_not_depend_on_the_batch(backend, monkeypatch):
     """Each window's vocabulary is its own: a text's scores are the same alone and batched with another."""
-    import rr_fast.engine
+    import rr_fast.scoring.windows
 
-    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 4)
+    monkeypatch.setattr(rr_fast.scoring.windows, "FOCUS_TOKENS", 4)
     texts = [random_text(70, seed=13), random_text(50, seed=14)]
     config = paper_scoring(window=12, readouts=("lr",), normalizer="focused", batch_tokens=48)
-    together = list(Engine(backend, [1], config).score_many(texts))
+    together = list(WindowScorer(backend, [1], config).score_many(texts))
     for (ids, edges), got in zip(texts, together):
-        alone = Engine(backend, [1], config).score(ids, edges)
+        alone = WindowScorer(backend, [1], config).score(ids, edges)
         np.testing.assert_allclose(got["lr"], alone["lr"], rtol=0, atol=1e-6)
 
 
@@ -221,7 +190,7 @@ def test_head_readout_top_tokens_are_the_largest_logits(backend, monkeypatch):
     """The CPU head's running top tokens over vocabulary tiles equal a top-k of the whole logit row."""
     import torch
 
-    import rr_fast.backends.torch as torch_backend
+    import rr_fast.scoring.backends.torch as torch_backend
 
     monkeypatch.setattr(torch_backend, "CPU_VOCAB", 96)  # several tiles over the 512-token vocabulary
     final = torch.randn(2, 7, backend.hidden_size)
@@ -242,7 +211,7 @@ def test_running_top_tokens_hold_the_k_largest_values_with_ties():
     top-k holds exactly the k largest values, each token once."""
     import torch
 
-    from rr_fast.backends.torch import TopTokens
+    from rr_fast.scoring.backends.torch import TopTokens
 
     generator = torch.Generator().manual_seed(5)
     logits = (torch.randn(9, 1000, generator=generator) * 4).round() + torch.linspace(0, 3, 1000)[None].round()
@@ -263,7 +232,7 @@ def test_full_pass_rows_are_packed_by_length():
     lengths = [300, 40, 290, 35, 280, 45]
     docs = [(np.arange(n) % 50 + 3, np.arange(8, n - 1, 8)) for n in lengths]
     config = paper_scoring(window=16, readouts=("lr",), normalizer="focused")
-    for _ in Engine(backend, [], config).score_many(docs):
+    for _ in WindowScorer(backend, [], config).score_many(docs):
         pass
     calls, rows, real = backend.counts["full pass"]
     assert calls == 2 and rows <= 1.1 * real

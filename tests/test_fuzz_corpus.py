@@ -22,7 +22,7 @@ pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 from test_corpus import make_texts, options, read_output  # noqa: E402
 
-from rr_fast.corpus import main  # noqa: E402
+from rr_fast.corpus.command import main  # noqa: E402
 
 PROSE = make_texts(6)
 SHARED = ["dup", "a.txt", "3"]  # ids that collide within and across inputs (a folder's a.txt, the integer 3)
@@ -86,11 +86,11 @@ def write_inputs(folder: Path, drawn: list) -> tuple[list[str], list[tuple[str, 
             lines = [item if isinstance(item, bytes) else json.dumps(item).encode() for item in content]
             path.write_bytes(b"".join(line + b"\n" for line in lines))
             for line, item in enumerate(content, start=1):
-                documents.append(record_document(item, f"{path.name}:{line}"))
+                documents.append(parse_record(item, f"{path.name}:{line}"))
         elif kind == "parquet":
             path = folder / f"in{number}.parquet"
             pq.write_table(pa.Table.from_pylist(content), path)
-            documents += [record_document(item, f"{path.name}:{row}") for row, item in enumerate(content, start=1)]
+            documents += [parse_record(item, f"{path.name}:{row}") for row, item in enumerate(content, start=1)]
         else:
             path = folder / f"docs{number}"
             path.mkdir()
@@ -119,7 +119,7 @@ def write_inputs(folder: Path, drawn: list) -> tuple[list[str], list[tuple[str, 
     return paths, documents
 
 
-def record_document(item, where: str) -> tuple[str, str | None]:
+def parse_record(item, where: str) -> tuple[str, str | None]:
     if isinstance(item, bytes) or not isinstance(item, dict):
         return where, None
     if item["id"] is None:

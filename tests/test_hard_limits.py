@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rr_fast import Chunker
-from rr_fast.text import clean_edges, tokenize
+from rr_fast.text.edges import clean_edges
+from rr_fast.text.tokens import tokenize
 
 WORDS = (
     "the reef fish recover slowly after heat stress while corals expel algae and bleach. "

@@ -22,11 +22,11 @@ from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
 import rr_fast.chunker
 import rr_fast.cli
-import rr_fast.document
-import rr_fast.engine
 import rr_fast.io
-from rr_fast.backends.torch import TorchBackend
-from rr_fast.models import BUNDLED, DEFAULT_MODEL
+import rr_fast.scoring.windows
+import rr_fast.text.documents
+from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
+from rr_fast.scoring.backends.torch import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,9 +98,9 @@ def _raise_interrupt(*args, **kwargs):
     "stage, target",
     [
         ("reading", "rr_fast.io._decode_stream"),
-        ("tokenizing", "rr_fast.document.tokenize_many"),
-        ("model", "rr_fast.engine.Engine.score_many"),
-        ("dp", "rr_fast.cuts.segment"),
+        ("tokenizing", "rr_fast.text.documents.tokenize_many"),
+        ("model", "rr_fast.scoring.scorer.FullPassScorer.score_many"),
+        ("dp", "rr_fast.segmentation.segment"),
         ("writing", "rr_fast.cli.format_chunks"),
     ],
 )
@@ -178,7 +178,7 @@ def test_num_chunks_beyond_the_candidate_edges_stops_before_the_model_pass(tiny,
 
 
 def test_num_chunks_dp_table_budget(tiny, sample, monkeypatch, capsys):
-    monkeypatch.setattr(rr_fast.document, "FIXED_COUNT_TABLE_BYTES", 1000)
+    monkeypatch.setattr(rr_fast.text.documents, "FIXED_COUNT_TABLE_BYTES", 1000)
     code, _, err = run_cli([sample, *tiny_options(tiny), "--num-chunks", "10"], capsys)
     assert code == 2 and one_line(err) and "GiB table" in err
 
@@ -190,7 +190,7 @@ def test_num_chunks_dp_table_budget(tiny, sample, monkeypatch, capsys):
         (["--device", "foo"], "not a torch device"),
         (["--device", "mps"], "MPS"),
         (["--min-tokens", "50", "--max-tokens", "40"], "max-tokens"),
-        (["--window", "2"], "at least skip + 2 = 3"),
+        (["--readout", "lr", "--window", "2"], "at least skip + 2 = 3"),
         (["--emit", "scores", "--format", "text"], "jsonl or json"),
     ],
 )
@@ -210,12 +210,11 @@ def test_backend_mlx_without_mlx(sample, monkeypatch, capsys):
     assert code == 2 and one_line(err) and "--backend mlx needs mlx_lm" in err
 
 
-def test_window_2_with_skip_0_works(tiny, sample, capsys):
-    """The documented minimum: W >= s + 2, so W = 2 with s = 0 (and W = 3 with the default s = 1)."""
-    for extra in (["--window", "2", "--skip", "0"], ["--window", "3"]):
-        code, out, err = run_cli([sample, *tiny_options(tiny), *extra], capsys)
-        assert code == 0, err
-        assert "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
+def test_the_shortest_window_works(tiny, sample, capsys):
+    """The documented minimum: W >= s + 2, so W = 3 with the paper's s = 1."""
+    code, out, err = run_cli([sample, *tiny_options(tiny), "--window", "3"], capsys)
+    assert code == 0, err
+    assert "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
 
 
 # --- output file semantics ------------------------------------------------------------------------------------
@@ -358,7 +357,7 @@ def test_hub_id_fails_fast_offline(sample, monkeypatch, capsys, tmp_path):
     code, _, err = run_cli([sample, "--model", "nobody/not-a-model"], capsys)
     assert code == 1 and one_line(err) and "HF_HUB_OFFLINE" in err and "smollm2-135m" in err
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(rr_fast.models, "_reachable", lambda host, port, timeout=3.0: False)
+    monkeypatch.setattr(rr_fast.models.cache, "_reachable", lambda host, port, timeout=3.0: False)
     code, _, err = run_cli([sample, "--model", "nobody/not-a-model"], capsys)
     assert code == 1 and one_line(err) and "cannot reach huggingface.co" in err
 
@@ -395,7 +394,7 @@ def test_non_finite_values_only_matter_in_the_readouts_the_chunks_use(tiny, monk
 
     chunker = Chunker(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
     want = chunker.chunk(SAMPLE_TEXT)
-    score_many = chunker.engine.score_many
+    score_many = chunker.scorer.score_many
 
     def with_extra(documents, progress=None, poison="extra"):
         for values in score_many(documents, progress):
@@ -403,15 +402,15 @@ def test_non_finite_values_only_matter_in_the_readouts_the_chunks_use(tiny, monk
             values[poison] = np.where(np.arange(len(values["lr"])) == 0, np.nan, values[poison])
             yield values
 
-    monkeypatch.setattr(chunker.engine, "score_many", with_extra)
+    monkeypatch.setattr(chunker.scorer, "score_many", with_extra)
     assert [(c.start, c.end) for c in chunker.chunk(SAMPLE_TEXT)] == [(c.start, c.end) for c in want]
-    monkeypatch.setattr(chunker.engine, "score_many", lambda d, p=None: with_extra(d, p, poison="lr"))
+    monkeypatch.setattr(chunker.scorer, "score_many", lambda d, p=None: with_extra(d, p, poison="lr"))
     with pytest.raises(RRFastError, match="non-finite lr scores"):
         chunker.chunk(SAMPLE_TEXT)
 
 
 def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monkeypatch):
-    import rr_fast.backends.torch as torch_backend
+    import rr_fast.scoring.backends.torch as torch_backend
     from rr_fast import Chunker, Limits
 
     for native, noted in ((False, True), (True, False), (None, False)):
@@ -422,7 +421,7 @@ def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monke
 
 
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
-    from rr_fast.backends.torch import native_cpu_bf16
+    from rr_fast.scoring.backends.torch import native_cpu_bf16
 
     cpuinfo = tmp_path / "cpuinfo"
     flags = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f {}\nbogomips\t: 4000\n"

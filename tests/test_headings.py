@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rr_fast import Chunker, Limits
-from rr_fast.structure import analyse, heading, heading_paths
+from rr_fast.text.structure import analyse, heading, heading_paths
 
 BODY = "The tide came in over the flats. Gulls argued over a crab. A boat rounded the point. "
 MARKDOWN = (

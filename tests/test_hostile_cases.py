@@ -35,7 +35,7 @@ def test_max_input_that_is_not_a_finite_size_is_a_usage_error(size, sample, caps
     assert one_line(err) and "--max-input" in err and "finite" in err
 
 
-@pytest.mark.parametrize("flag, value", [("--window", "0x10"), ("--skip", "1.5"), ("--penalty", "lots")])
+@pytest.mark.parametrize("flag, value", [("--window", "0x10"), ("--step", "1.5"), ("--penalty", "lots")])
 def test_a_malformed_number_names_the_option_not_an_internal_function(flag, value, sample, capsys):
     assert main([str(sample), flag, value]) == 2
     err = capsys.readouterr().err
@@ -145,7 +145,7 @@ def test_what_a_library_prints_while_the_model_runs_goes_to_stderr(tiny, sample,
 def test_transformers_itself_is_told_never_to_run_a_folders_code(tiny, tmp_path):
     """The second guard, behind the auto_map check: the loader refuses too, with no prompt, whatever stdin says."""
     folder, marker = custom_code_folder(tiny, tmp_path, "tokenizer_config.json")
-    load = f"from rr_fast.tokenizer import load_tokenizer; load_tokenizer({str(folder)!r})"
+    load = f"from rr_fast.text.tokenizer import load_tokenizer; load_tokenizer({str(folder)!r})"
     done = subprocess.run([sys.executable, "-c", load], input=b"y\n" * 20, capture_output=True, cwd=ROOT, timeout=300)
     assert done.returncode != 0 and b"trust_remote_code" in done.stderr
     assert done.stdout == b"" and not marker.exists()

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from rr_fast.models import DEFAULT_MODEL
+from rr_fast.models.recipes import DEFAULT_MODEL
 
 SENTENCES = (
     "The tide came in slowly over the flats. ",

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rr_fast import Chunker, Limits, RRFastError
-from rr_fast.text import clean_edges, tokenize
+from rr_fast.text.edges import clean_edges
+from rr_fast.text.tokens import tokenize
 
 PROSE = (
     "The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: lower the boats. "

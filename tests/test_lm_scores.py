@@ -18,11 +18,11 @@ from transformers import AutoTokenizer
 from bench.engine import ResearchEngine
 from bench.quality import lm_scores
 from bench.quality.lm_scores import LMScorer, score_streams
-from rr_fast.backends.torch import TorchBackend
+from bench.reference import reference_scores
 from rr_fast.chunker import Chunker
 from rr_fast.config import paper_scoring
-from rr_fast.reference import reference_scores
-from rr_fast.text import tokenize
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.text.tokens import tokenize
 
 TEXT = (
     'The whale surfaced near the ship. Everyone on deck fell silent! Then the captain spoke: "Lower the boats." '
@@ -65,7 +65,7 @@ def test_rr_and_lr_match_reference(backend, tokenizer, bos):
 @pytest.mark.parametrize("window, reset_prefix, local_prefix", [(8, (), 0), (24, (), 0), (24, (5, 6), 3)])
 def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, reset_prefix, local_prefix):
     """One scoring core: the benchmark's rr, lr and rr_L{l} (with or without reset-prefix controls) are the
-    research engine's for the same ScoreConfig, exactly; and each layer's RR and the LR equal a one-layer
+    research engine's for the same settings, exactly; and each layer's RR and the LR equal a one-layer
     engine's up to float32 summation order (the layer sweep stacks states, 1e-5)."""
     bos = [1]
     scorer = LMScorer(
@@ -74,15 +74,16 @@ def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, rese
     out = scorer.score_text(TEXT)
     ids = np.asarray(tokenizer(TEXT, add_special_tokens=False)["input_ids"])
     edges = out["edge_tokens"]
-    controls = {"window": window, "batch_tokens": 200, "reset_prefix": reset_prefix, "readouts": ("rr", "lr")}
-    engine = ResearchEngine(backend, bos, paper_scoring(**controls), layers=(1, 2), local_prefix=local_prefix)
+    controls = {"window": window, "batch_tokens": 200, "readouts": ("rr", "lr")}
+    prefixes = {"reset_prefix": reset_prefix, "local_prefix": local_prefix}
+    engine = ResearchEngine(backend, bos, paper_scoring(**controls), layers=(1, 2), **prefixes)
     direct = engine.score(ids, edges)
     assert set(direct) == {"rr", "lr", "rr_L1", "rr_L2"}
     for name in direct:
         np.testing.assert_array_equal(out[name], direct[name])
     for layer in (1, 2):
         config = paper_scoring(layer=layer, **controls)
-        single = ResearchEngine(backend, bos, config, local_prefix=local_prefix).score(ids, edges)
+        single = ResearchEngine(backend, bos, config, **prefixes).score(ids, edges)
         np.testing.assert_allclose(out[f"rr_L{layer}"], single["rr"], atol=1e-5, equal_nan=True)
         np.testing.assert_allclose(out["lr"], single["lr"], atol=1e-5, equal_nan=True)
     assert np.isfinite(out["rr"][:-1]).all() and np.isfinite(out["lr"][:-2]).all()

@@ -12,9 +12,9 @@ import pytest
 from tiny_models import tiny_llama_folder
 
 from rr_fast import Chunker, Limits, RRFastError
-from rr_fast.backends.torch import TorchBackend
 from rr_fast.config import paper_scoring
-from rr_fast.engine import Engine
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.windows import WindowScorer
 
 SCORE_TOL = 1e-5
 
@@ -53,7 +53,7 @@ def test_score_many_equals_one_call_per_document(tiny_model_dir, batch_tokens, c
     config = paper_scoring(window=12, layer=2, readouts=("rr", "lr"), batch_tokens=batch_tokens, context=context)
     docs = random_documents(8)
     for bos in ([], [1]):
-        engine = Engine(backend, bos, config)
+        engine = WindowScorer(backend, bos, config)
         expected = [engine.score(ids, edges) for ids, edges in docs]
         got = list(engine.score_many(iter(docs)))
         assert len(got) == len(docs)
@@ -64,7 +64,7 @@ def test_score_many_equals_one_call_per_document(tiny_model_dir, batch_tokens, c
 def test_score_many_streams_in_bounded_memory(tiny_model_factory):
     """An endless generator is consumed lazily: results come out before the input ends."""
     backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
-    engine = Engine(backend, [], paper_scoring(window=8, batch_tokens=64))
+    engine = WindowScorer(backend, [], paper_scoring(window=8, batch_tokens=64))
     pulled = []
 
     def endless():
@@ -81,7 +81,7 @@ def test_score_many_streams_in_bounded_memory(tiny_model_factory):
 
 def test_progress_counts_every_token(tiny_model_factory):
     backend = TorchBackend.load(tiny_model_factory("llama"), device="cpu")
-    engine = Engine(backend, [], paper_scoring(window=8, batch_tokens=64))
+    engine = WindowScorer(backend, [], paper_scoring(window=8, batch_tokens=64))
     docs = random_documents(6, seed=2)
     seen = []
     list(engine.score_many(docs, progress=seen.append))
@@ -92,16 +92,16 @@ def test_progress_counts_every_token(tiny_model_factory):
 def test_device_readouts_equal_host_readouts(tiny_model_dir, normalizer, monkeypatch):
     """The torch readouts (the GPU path: states, log-probabilities and the focused normalizer's top tokens kept
     on the device) run on the CPU here: same scores as the numpy readouts."""
-    import rr_fast.engine
+    import rr_fast.scoring.windows
 
-    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 5)
+    monkeypatch.setattr(rr_fast.scoring.windows, "FOCUS_TOKENS", 5)
     backend = TorchBackend.load(tiny_model_dir, device="cpu")
     config = paper_scoring(
         window=10, layer=2, readouts=("rr", "lr"), batch_tokens=120, context=50, normalizer=normalizer
     )
     docs = random_documents(8, seed=3)
-    host = list(Engine(backend, [1], config).score_many(docs))
-    device = list(Engine(backend, [1], config, device_readouts=True).score_many(docs))
+    host = list(WindowScorer(backend, [1], config).score_many(docs))
+    device = list(WindowScorer(backend, [1], config, device_readouts=True).score_many(docs))
     for h, d in zip(host, device):
         assert_same_scores(d, h)
 
@@ -157,11 +157,11 @@ def test_a_failing_iterable_keeps_the_texts_read_before_it(chunker, errors):
 
 def test_texts_read_in_small_groups_give_the_same_results(chunker, monkeypatch):
     """Texts are tokenized in groups; group edges fall between every pair here, errors and a failing source too."""
-    import rr_fast.document
+    import rr_fast.text.documents
 
     texts = [TEXTS[0], "   ", 42, "lone surrogate \ud800 here", *TEXTS[1:]]
     expected = list(chunker.chunk_many(texts, errors="return"))
-    monkeypatch.setattr(rr_fast.document, "PREPARE_GROUP", 2)
+    monkeypatch.setattr(rr_fast.text.documents, "PREPARE_GROUP", 2)
     got = list(chunker.chunk_many(texts, errors="return"))
     assert [str(r) if isinstance(r, RRFastError) else r for r in got] == [
         str(r) if isinstance(r, RRFastError) else r for r in expected

@@ -13,13 +13,13 @@ pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'mlx[c
 import mlx.core as mx
 from mlx.utils import tree_map
 
-import rr_fast.backends.mlx as mlx_backend
-from rr_fast.backends.mlx import MLXBackend
-from rr_fast.backends.torch import TorchBackend
+import rr_fast.scoring.backends.mlx as mlx_backend
+from bench.reference import reference_scores
 from rr_fast.config import paper_scoring
-from rr_fast.engine import Engine
-from rr_fast.hf import write_mlx_compatible_config
-from rr_fast.reference import reference_scores
+from rr_fast.models.hf import write_mlx_compatible_config
+from rr_fast.scoring.backends.mlx import MLXBackend
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.windows import WindowScorer
 
 TOL = 1e-4
 ROWS, LENGTH = 3, 40  # longer than Gemma's sliding window of 16
@@ -48,7 +48,7 @@ def _text() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _layer(config) -> int:
-    from rr_fast.engine import default_layer
+    from rr_fast.scoring.windows import default_layer
 
     return default_layer(config.num_hidden_layers)
 
@@ -95,11 +95,11 @@ def test_forward_matches_torch(pair):
 
 @pytest.mark.parametrize("bos", [(), (1,)])
 @pytest.mark.parametrize("reindex", [None, False])
-def test_engine_matches_reference(pair, reference, bos, reindex):
+def test_scorer_matches_reference(pair, reference, bos, reindex):
     mlx_side = pair[0]
-    config = paper_scoring(readouts=("rr", "lr"), reindex=reindex, batch_tokens=200)
+    config = paper_scoring(readouts=("rr", "lr"), batch_tokens=200)
     ids, edges = _text()
-    scores = Engine(mlx_side, list(bos), config).score(ids, edges)
+    scores = WindowScorer(mlx_side, list(bos), config, reindex=reindex).score(ids, edges)
     for name in ("rr", "lr"):
         assert _max_diff(scores[name], reference[bos][name]) < TOL, name
 
@@ -209,47 +209,67 @@ def test_irregular_layer_types_are_refused(tiny_model_factory, tmp_path):
 
 def test_focused_normalizer_matches_torch(pair, monkeypatch):
     """The focused normalizer (top tokens of the full pass, per-window vocabularies) gives torch's lr on MLX."""
-    import rr_fast.engine
+    import rr_fast.scoring.windows
 
-    monkeypatch.setattr(rr_fast.engine, "FOCUS_TOKENS", 8)
+    monkeypatch.setattr(rr_fast.scoring.windows, "FOCUS_TOKENS", 8)
     monkeypatch.setattr(mlx_backend, "LOGIT_BUDGET", 7 * 64)  # several row chunks
     config = paper_scoring(window=12, readouts=("lr",), normalizer="focused", batch_tokens=60)
     ids, edges = _text()
-    ours, theirs = (Engine(side, [1], config).score(ids, edges)["lr"] for side in pair)
+    ours, theirs = (WindowScorer(side, [1], config).score(ids, edges)["lr"] for side in pair)
     assert _max_diff(ours, theirs) < TOL
-    full = Engine(pair[1], [1], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
+    full = WindowScorer(pair[1], [1], paper_scoring(window=12, readouts=("lr",))).score(ids, edges)["lr"]
     assert _max_diff(ours, full) > 1e-3  # the focused normalizer was really used
 
 
 @pytest.mark.parametrize("tile", [256, 7])
 @pytest.mark.parametrize("spans", [(2, 5, 9), (2, 5, 20)], ids=["spans-in-window", "span-past-window"])
-def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory, monkeypatch, tile, spans):
-    """The attention readout on MLX: its explicitly formed probabilities give torch's crossing masses (padding rows
-    included) and, through the engine, the same edge scores over several full-pass blocks; in one tile of queries,
-    and in tiles of 7 that form only the keys Gemma's 16-token sliding window reaches."""
-    from rr_fast.backends import base
-    from rr_fast.backends.base import Crossing
-    from rr_fast.readouts import ATTENTION, CrossingHead
+@pytest.mark.parametrize("kind", ["gemma3", "llama", "qwen3"])
+def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory, monkeypatch, tile, spans, kind):
+    """The attention readout on MLX, a Gemma-shaped model (sliding and global layers, grouped queries, q/k norms), a
+    Llama-shaped one (llama3 RoPE) and a Qwen3 one: its explicitly formed probabilities give torch's crossing masses
+    (padding rows included) and, through the crossing scorer, the same edge scores over several full-pass blocks; in
+    one tile of queries, and in tiles of 7 that form only the keys Gemma's 16-token sliding window reaches."""
+    from rr_fast.scoring.backends import base
+    from rr_fast.scoring.backends.base import Crossing
+    from rr_fast.scoring.crossing import ATTENTION, CrossingHead, CrossingScorer, CrossingSettings
 
     monkeypatch.setattr(base, "ATTENTION_TILE", tile)
-    folder = tiny_model_factory("gemma3")
+    folder = tiny_model_factory(kind)
     ours, theirs = MLXBackend.load(folder), TorchBackend.load(folder, device="cpu")
+    layers, heads = theirs.depth, theirs.model.config.num_attention_heads
     rng = np.random.default_rng(11)
     rows = np.zeros((2, 41), dtype=np.int64)
     rows[0], rows[1, :30] = rng.integers(3, 512, 41), rng.integers(3, 512, 30)
     rows[:, 0] = 1
     request = Crossing(np.array([[2, 9, 20, 38], [5, 17, 28, -1]]), np.array([41, 30]), spans)
-    got = ours.forward(rows, np.arange(41)[None], None, crossing=request).crossing
-    want = theirs.forward(rows, np.arange(41)[None], None, crossing=request).crossing
-    assert got.shape == want.shape == (2, 4, 4, 4, 3)
+    got = ours.crossing(rows, np.arange(41)[None], layers, request)
+    want = theirs.crossing(rows, np.arange(41)[None], layers, request)
+    assert got.shape == want.shape == (2, 4, layers, heads, 3)
     np.testing.assert_allclose(got, want, atol=TOL)
-    size = 4 * 4 * 3
-    head = CrossingHead("tiny", 4, spans, np.zeros(size), np.ones(size), rng.normal(size=size))
-    config = paper_scoring(readouts=(ATTENTION,), window=9, context=20)
+    size = layers * heads * 3
+    head = CrossingHead(layers, spans, np.zeros(size), np.ones(size), rng.normal(size=size))
+    settings = CrossingSettings(layers, head.span, 20, None)
     ids, edges = rng.integers(3, 512, 90), np.arange(1, 90, 4)
-    a = Engine(ours, [1], config, crossing_head=head).score(ids, edges)[ATTENTION]
-    b = Engine(theirs, [1], config, crossing_head=head).score(ids, edges)[ATTENTION]
+    a = CrossingScorer(ours, [1], settings, head).score(ids, edges)[ATTENTION]
+    b = CrossingScorer(theirs, [1], settings, head).score(ids, edges)[ATTENTION]
     np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def test_the_attention_readout_leaves_the_ordinary_forward_alone(tiny_model_factory):
+    """The wrapped attention modules give the same states outside a crossing forward, before and after one, and no
+    function of mlx-lm's is replaced."""
+    from mlx_lm.models import base, llama
+
+    from rr_fast.scoring.backends.base import Crossing
+
+    backend = MLXBackend.load(tiny_model_factory("llama"))
+    assert all(isinstance(layer.self_attn, mlx_backend._Attention) for layer in backend.layers)
+    ids = np.random.default_rng(12).integers(3, 512, (1, 30))
+    before = backend.forward(ids, np.arange(30)[None], backend.depth).hidden
+    backend.crossing(ids, np.arange(30)[None], backend.depth, Crossing(np.array([[4, 9]]), np.array([30]), (2, 5)))
+    after = backend.forward(ids, np.arange(30)[None], backend.depth).hidden
+    np.testing.assert_array_equal(before, after)
+    assert llama.scaled_dot_product_attention is base.scaled_dot_product_attention
 
 
 def test_gemma_half_precision_rounds_as_torch():
@@ -261,7 +281,7 @@ def test_gemma_half_precision_rounds_as_torch():
     from mlx import nn
     from mlx_lm.models import gemma3_text
 
-    from rr_fast.backends.plain import RMSNorm
+    from rr_fast.scoring.backends.plain import RMSNorm
 
     rng = np.random.default_rng(0)
     x, w = rng.normal(0, 3, (64, 640)).astype(np.float32), rng.normal(0, 1, 640).astype(np.float32)
@@ -286,7 +306,7 @@ def test_gemma_layers_are_replaced(tiny_model_factory):
     backend = MLXBackend.load(tiny_model_factory("gemma3"), dtype="bfloat16")
     for layer in backend.layers:
         norms = (layer.input_layernorm, layer.post_attention_layernorm, layer.pre_feedforward_layernorm)
-        norms += (layer.post_feedforward_layernorm, layer.self_attn.q_norm, layer.self_attn.k_norm)
+        norms += (layer.post_feedforward_layernorm, layer.self_attn.inner.q_norm, layer.self_attn.inner.k_norm)
         assert all(isinstance(norm, mlx_backend._GemmaNorm) for norm in norms)
         assert isinstance(layer.mlp, mlx_backend._GemmaMLP)
     assert isinstance(backend.norm, mlx_backend._GemmaNorm)

@@ -1,4 +1,4 @@
-"""rr_fast.backends.plain and rr_fast.tokenizer against transformers, which they stand in for at load time."""
+"""rr_fast.scoring.backends.plain and rr_fast.text.tokenizer against transformers, which they stand in for at load time."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from rr_fast.backends import plain
-from rr_fast.backends.torch import TorchBackend
+from rr_fast.scoring.backends import plain
+from rr_fast.scoring.backends.torch import TorchBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,8 +146,8 @@ def test_tokenizer_json_equals_transformers_tokenizer(name):
     """Same ids, offsets and BOS as AutoTokenizer on the bundled models, on text that stresses offsets."""
     from transformers import AutoTokenizer
 
-    from rr_fast.models import bos_prefix, resolve
-    from rr_fast.tokenizer import JSONTokenizer, load_tokenizer
+    from rr_fast.models.cache import bos_prefix, resolve
+    from rr_fast.text.tokenizer import JSONTokenizer, load_tokenizer
 
     folder = resolve(name)
     ours, theirs = load_tokenizer(folder), AutoTokenizer.from_pretrained(folder)

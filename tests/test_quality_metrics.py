@@ -295,7 +295,7 @@ def test_variants_weight_readouts_and_lift_sentence_ends():
     """bench.quality.variants: α = 0.5 orders edges as rr-fast's rank sum does, α = 1 as RR alone; the bonus
     lifts an edge that ends a sentence above one that does not, and leaves unscored edges unscored."""
     from bench.quality.variants import sentence_bonus, weighted
-    from rr_fast.segment import rank_sum
+    from rr_fast.segmentation.calibration import rank_sum
 
     text = "One two three. Four five six seven eight"
     chars = np.array([4, 15, 20, 25])  # after "One ", after "three. ", ...
@@ -315,7 +315,7 @@ def test_default_rule_picks_best_calibration_and_flags_a_stale_bundled_default()
     numbers never count; exact ties go to the shorter window); controls and combinations are not candidates,
     and the report says when rr_fast.models.BUNDLED does not hold the pick."""
     from bench.quality.report import bundled_method, product_options, selection_table
-    from rr_fast.models import DEFAULT_MODEL
+    from rr_fast.models.recipes import DEFAULT_MODEL
 
     def method(calibration: float, evaluation: float) -> dict:
         return {

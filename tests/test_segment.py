@@ -8,7 +8,8 @@ import pytest
 
 from rr_fast import kernels
 from rr_fast.kernels import dp
-from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.segmentation.calibration import percentiles
+from rr_fast.segmentation.dp import Limits, segment
 
 
 @pytest.fixture(autouse=True, params=["interpreted", "compiled"])

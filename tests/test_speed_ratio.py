@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rr_fast.backends.torch import TorchBackend
+from bench.reference import reference_scores
 from rr_fast.config import paper_scoring
-from rr_fast.engine import Engine
-from rr_fast.reference import reference_scores
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.windows import WindowScorer
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIOS = ROOT / ".benchmarks" / "speed_ratios.json"
@@ -45,7 +45,9 @@ def test_engine_is_faster_than_the_per_edge_loop(tiny_model_factory, stock_model
     tiny_model_dir = tiny_model_factory("llama")
     ids = np.random.default_rng(0).integers(3, 512, 240)
     edges = np.arange(1, 239, 2)
-    engine = Engine(TorchBackend.load(tiny_model_dir, device="cpu"), [1], paper_scoring(window=24, readouts=("lr",)))
+    engine = WindowScorer(
+        TorchBackend.load(tiny_model_dir, device="cpu"), [1], paper_scoring(window=24, readouts=("lr",))
+    )
     model = stock_model(tiny_model_dir)
     loop = cpu_seconds(lambda: reference_scores(model, ids, edges, [1], engine.layer, 24, readouts=("lr",)), 1)
     batched = cpu_seconds(lambda: engine.score(ids, edges))

@@ -12,7 +12,7 @@ from tiny_models import run_cli, tiny_options
 
 import rr_fast.cli
 from rr_fast.errors import RRFastError
-from rr_fast.tokenizer import JSONTokenizer, TokenizerProcess, tokenizer_file
+from rr_fast.text.tokenizer import JSONTokenizer, TokenizerProcess, tokenizer_file
 
 TEXTS = ["Hello there, world.", "A second text\n\nwith a paragraph, and ünïcode ✓.", "x"]
 
@@ -105,7 +105,7 @@ def test_a_tokenizer_failing_in_the_helper_is_one_line(tiny, sample, tmp_path, c
 def test_the_command_ends_without_teardown_but_with_its_output_and_atexit_handlers():
     script = (
         "import atexit, sys\n"
-        "from rr_fast.command import exit_without_teardown\n"
+        "from rr_fast.cli import exit_without_teardown\n"
         "atexit.register(lambda: sys.stderr.write('handler ran'))\n"
         "sys.stdout.write('x' * 1_000_000)\n"
         "exit_without_teardown(3)\n"

@@ -9,9 +9,10 @@ import pytest
 
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.cli import main
-from rr_fast.segment import segment_tiered
-from rr_fast.structure import Level, analyse, detect, levels
-from rr_fast.text import candidate_edges, tokenize
+from rr_fast.segmentation.dp import segment_tiered
+from rr_fast.text.edges import candidate_edges
+from rr_fast.text.structure import Level, analyse, detect, levels
+from rr_fast.text.tokens import tokenize
 
 MARKDOWN = """# Ownership
 

@@ -44,13 +44,13 @@ def test_cached_engine_scores_once_and_replays_the_same_chunks(tiny, tmp_path):
     chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
     direct = [(c.start, c.end) for c in chunker.chunk(text)]
     cache = tmp_path / "scores.json"
-    chunker.engine = CachedEngine(chunker.engine, cache)
+    chunker.scorer = CachedEngine(chunker.scorer, cache)
     assert [(c.start, c.end) for c in chunker.chunk(text)] == direct
-    assert chunker.engine.misses > 0
+    assert chunker.scorer.misses > 0
     replay = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
-    replay.engine = CachedEngine(replay.engine, cache, strict=True)
+    replay.scorer = CachedEngine(replay.scorer, cache, strict=True)
     assert [(c.start, c.end) for c in replay.chunk(text)] == direct
-    assert replay.engine.misses == 0
+    assert replay.scorer.misses == 0
     with pytest.raises(NotCached):
         replay.chunk(text + "One more line here.\n")
 
@@ -86,7 +86,7 @@ def test_classify_tells_block_breaks_from_sentence_ends_inside_a_paragraph():
 def test_chapter_boundaries_put_the_gold_cut_at_a_paragraph_break_without_the_heading():
     from bench.common import data_dir
     from bench.structure.data import CHAPTER_BOOKS, CHAPTER_HEADING, CHAPTER_RANGE, CHAPTER_SIDE, chapter_boundaries
-    from rr_fast.structure import Level, analyse, levels
+    from rr_fast.text.structure import Level, analyse, levels
 
     docs = chapter_boundaries(data_dir())
     assert len(docs) == len(CHAPTER_BOOKS) * len(CHAPTER_RANGE) and len({d.text for d in docs}) == len(docs)
@@ -132,7 +132,7 @@ def test_two_cached_engines_on_one_file_keep_each_others_scores(tmp_path):
     from bench.structure.scoring import CachedEngine
 
     class Counting:
-        names = ("lr",)
+        names, backend = ("lr",), None
         timings: dict = {}
 
         def score(self, ids, edges, progress=None):

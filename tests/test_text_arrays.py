@@ -7,16 +7,16 @@ import regex
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rr_fast.text import (
+from rr_fast.text.edges import (
     CJK_SENTENCE_END,
     CLOSERS,
     WHITESPACE,
-    Tokens,
     candidate_edges,
     cut_chars,
     ends_sentence,
     grapheme_boundaries,
 )
+from rr_fast.text.tokens import Tokens
 
 
 def cut_chars_loop(text: str, tokens: Tokens) -> np.ndarray:

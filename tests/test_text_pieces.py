@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rr_fast.models import resolve
-from rr_fast.text import tokenize, tokenize_many
-from rr_fast.tokenizer import load_tokenizer
+from rr_fast.models.cache import resolve
+from rr_fast.text.tokenizer import load_tokenizer
+from rr_fast.text.tokens import tokenize, tokenize_many
 
 SAMPLES = {
     "prose": "It was a dark and stormy night; the rain fell in torrents. “Really?” she asked — twice.\n\n" * 40,

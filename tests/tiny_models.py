@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from rr_fast.models import resolve
+from rr_fast.models.cache import resolve
 
 
 def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m", hidden: int = 32, layers: int = 4) -> Path:

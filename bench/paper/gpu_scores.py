@@ -62,7 +62,7 @@ def convert_with_tokenizer(gguf: str, tokenizer_dir: str) -> Path:
     Skips transformers' GGUF tokenizer conversion: it is wrong for Gemma under the GPU image's transformers
     and takes a minute of device time for a 262k vocabulary.
     """
-    from rr_fast.models import save_dequantized
+    from rr_fast.models.cache import save_dequantized
 
     path = Path(gguf)
     target = path.with_suffix(".converted")
@@ -99,8 +99,9 @@ def score(args: argparse.Namespace) -> None:
 
     from bench.paper.mechanism import passages
     from bench.quality.lm_scores import LMScorer, read_streams
-    from rr_fast.models import resolve
-    from rr_fast.text import candidate_edges, tokenize
+    from rr_fast.models.cache import resolve
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32
     streams = [s for s in read_streams(args.streams) if s.get("split") in args.splits.split(",")][: args.limit]
@@ -158,10 +159,10 @@ def score(args: argparse.Namespace) -> None:
     def engine_window(name: str, window: int) -> Iterator[None]:
         """RR and LR alone at another window, from rr_fast's engine (same scores, a fraction of the work)."""
         from rr_fast.config import paper_scoring
-        from rr_fast.engine import Engine
+        from rr_fast.scoring.windows import WindowScorer
 
         base = scorers[name]
-        engine = Engine(base.backend, base.prefix.tolist(), paper_scoring(window=window, readouts=("rr", "lr")))
+        engine = WindowScorer(base.backend, base.prefix.tolist(), paper_scoring(window=window, readouts=("rr", "lr")))
         for stream in streams:
             tokens = tokenize(base.tokenizer, stream["text"])
             edges = candidate_edges(stream["text"], tokens, base.step)
@@ -194,9 +195,9 @@ def wiki50_scores(scorer, data_dir: Path) -> dict[str, dict[str, list[float]]]:
     """RR and LR at every internal sentence ending of the Wiki-50 documents (bench.paper.wiki50's candidates)."""
     from bench.paper.wiki50 import read_corpus, sentence_edges
     from rr_fast.config import paper_scoring
-    from rr_fast.engine import Engine
+    from rr_fast.scoring.windows import WindowScorer
 
-    engine = Engine(scorer.backend, scorer.prefix.tolist(), paper_scoring(readouts=("rr", "lr")))
+    engine = WindowScorer(scorer.backend, scorer.prefix.tolist(), paper_scoring(readouts=("rr", "lr")))
     out: dict[str, dict[str, list[float]]] = {"rr": {}, "lr": {}}
     for doc in read_corpus(data_dir):
         ids, edges = sentence_edges(scorer.tokenizer, doc)

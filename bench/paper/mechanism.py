@@ -34,7 +34,8 @@ import numpy as np
 from bench.common import data_dir, save_npz
 from bench.quality.lm_scores import PASSIVE, LMScorer
 from rr_fast.config import ChunkerConfig
-from rr_fast.segment import percentiles, segment
+from rr_fast.segmentation.calibration import percentiles
+from rr_fast.segmentation.dp import segment
 
 ANCHORS = (0.35, 0.70)  # where the two passages of a source start, as fractions of its body
 PASSAGE_CHARS = 2800

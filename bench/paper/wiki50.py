@@ -37,7 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import data_dir
-from rr_fast.text import cut_chars, tokenize
+from rr_fast.scoring.windows import WindowScorer
+from rr_fast.text.edges import cut_chars
+from rr_fast.text.tokens import tokenize
 
 CALIBRATION_DOCS = 20
 BOOTSTRAP = 10_000
@@ -101,15 +103,14 @@ def rr_scores(model: str, docs: list[Document]) -> dict[str, list[float]]:
     """RR at the default layer for every internal sentence ending, with rr_fast's batched engine."""
     from transformers import AutoTokenizer
 
-    from rr_fast.backends.torch import TorchBackend
     from rr_fast.config import paper_scoring
-    from rr_fast.engine import Engine
-    from rr_fast.models import bos_prefix, resolve
+    from rr_fast.models.cache import bos_prefix, resolve
+    from rr_fast.scoring.backends.torch import TorchBackend
 
     folder = resolve(model)
     backend = TorchBackend.load(folder, dtype="float32", device="cpu")
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    engine = Engine(backend, bos_prefix(tokenizer, backend.config.model_type), paper_scoring(readouts=("rr",)))
+    engine = WindowScorer(backend, bos_prefix(tokenizer, backend.config.model_type), paper_scoring(readouts=("rr",)))
     out = {}
     for doc in docs:
         ids, edges = sentence_edges(tokenizer, doc)

@@ -38,10 +38,10 @@ from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
 from bench.quality.streams import Stream, build_streams, minilm_embedder, write_streams
-from rr_fast.config import PAPER_STEP
-from rr_fast.models import BUNDLED
-from rr_fast.segment import rank_sum
-from rr_fast.text import candidate_edges, tokenize
+from rr_fast.models.recipes import BUNDLED, PAPER_STEP
+from rr_fast.segmentation.calibration import rank_sum
+from rr_fast.text.edges import candidate_edges
+from rr_fast.text.tokens import tokenize
 
 STEP = PAPER_STEP  # candidate grid, tokens
 # streams per domain of a full run; 45 calibration streams in all, since 15 could not tell close options apart

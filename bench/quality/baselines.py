@@ -13,8 +13,9 @@ from functools import lru_cache
 import numpy as np
 
 from bench.common import BENCH_MODEL
-from rr_fast.models import resolve
-from rr_fast.text import Edges, Tokens, ends_sentence
+from rr_fast.models.cache import resolve
+from rr_fast.text.edges import Edges, ends_sentence
+from rr_fast.text.tokens import Tokens
 
 SPAN_TOKENS = 64  # the paper's embedding-boundary span on each side of an edge
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from bench.quality.metrics import partition
 from rr_fast.config import ChunkerConfig
-from rr_fast.segment import Limits, percentiles, segment
+from rr_fast.segmentation.calibration import percentiles
+from rr_fast.segmentation.dp import Limits, segment
 
 # ρ grid: past 1 a cut costs more than any percentile earns, so the DP cuts only where the length limits
 # and the length term demand; the grid reaches beyond 1 so that a calibration landing there is visible.

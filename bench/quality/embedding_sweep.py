@@ -35,8 +35,9 @@ from bench.quality.baselines import SPAN_TOKENS, default_tokenizer, embedding_bo
 from bench.quality.calibration import PENALTY_GRID, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
-from rr_fast.config import PAPER_STEP
-from rr_fast.text import candidate_edges, tokenize
+from rr_fast.models.recipes import PAPER_STEP
+from rr_fast.text.edges import candidate_edges
+from rr_fast.text.tokens import tokenize
 
 OUT = REPO_ROOT / "bench" / "out"
 # name -> (tokens each side, sentences each side); the cheapest first, so a cut-short run has the most rows

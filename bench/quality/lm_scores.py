@@ -46,12 +46,14 @@ from transformers import AutoConfig, AutoTokenizer
 
 from bench.common import save_npz
 from bench.engine import ResearchEngine, forward_layers, rr_layer_name
-from rr_fast.backends.torch import TorchBackend
-from rr_fast.config import PAPER_SKIP, PAPER_WINDOW, ChunkerConfig, paper_scoring
-from rr_fast.engine import WindowBatch, WindowLayout, blocks, default_layer, window_layout
-from rr_fast.models import bos_prefix, resolve
-from rr_fast.readouts import masked_mean
-from rr_fast.text import candidate_edges, tokenize
+from rr_fast.config import ChunkerConfig, paper_scoring
+from rr_fast.models.cache import bos_prefix, resolve
+from rr_fast.models.recipes import PAPER_SKIP, PAPER_WINDOW
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.scorer import blocks
+from rr_fast.scoring.windows import WindowBatch, WindowLayout, default_layer, masked_mean, window_layout
+from rr_fast.text.edges import candidate_edges
+from rr_fast.text.tokens import tokenize
 
 PASSIVE = (
     "boundary_surprisal",
@@ -110,17 +112,17 @@ class LMScorer:
         self.layer = default_layer(backend.depth)
         self.layers = chosen_layers(backend.depth, layers)
         self.window, self.skip, self.step = window, skip, step
-        # reset-prefix controls (paper Appendix, "configuration"): ScoreConfig.reset_prefix, and local_prefix
         self.config = paper_scoring(
-            window=window,
-            skip=skip,
-            readouts=("rr", "lr"),
-            context=context,
-            batch_tokens=batch_tokens,
-            reset_prefix=tuple(int(t) for t in reset_prefix),
+            window=window, skip=skip, readouts=("rr", "lr"), context=context, batch_tokens=batch_tokens
         )
+        # reset-prefix controls (paper Appendix, "configuration"): token ids after the BOS, and a local prefix
         self.engine = ResearchEngine(
-            backend, [int(t) for t in self.prefix], self.config, layers=self.layers, local_prefix=local_prefix
+            backend,
+            [int(t) for t in self.prefix],
+            self.config,
+            layers=self.layers,
+            reset_prefix=[int(t) for t in reset_prefix],
+            local_prefix=local_prefix,
         )
         self.device = torch.device(backend.device)
         self.row_tile, self.vocab_tile = TILES["cpu" if self.device.type == "cpu" else "gpu"]

@@ -1,6 +1,7 @@
 """Speed presets and what they cost: clean-unit recovery against source tokens/s on this CPU, one table.
 
-Every LM row is rr-fast itself, end to end: ``Chunker(**options).chunk(text)`` on each evaluation stream (the
+Every LM row is rr-fast itself, end to end: ``research_chunker(**options).chunk(text)`` (the product's ``Chunker``,
+with the research options only the benchmarks take: bench.engine) on each evaluation stream (the
 product's scoring, DP and fallbacks), never a simulation from stored scores. Steps, each cached under ``--out`` so a
 rerun only does what is missing:
 
@@ -36,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import BENCH_MODEL, REPO_ROOT, save_scores
+from bench.engine import research_chunker
 from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
@@ -58,6 +60,8 @@ GEMMA_BF16_STEP64 = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16"}
 GEMMA_FOCUSED = {**GEMMA_BF16_STEP64, "normalizer": "focused"}
 GEMMA_ATTENTION = {**GEMMA_BF16_STEP64, "readout": "attention", "window": 128}
 RESET_WINDOW_ONLY = ("skip", "normalizer")  # BASE's options that the attention readout, with no reset window, refuses
+# An option runs as ``research_chunker(**option_config(name))`` (bench.engine): the product's Chunker, with the
+# research options (skip, reset prefixes, the shortlist) that only the benchmarks take
 OPTIONS: dict[str, dict] = {
     BASELINE: {},
     "lr@w192s4": {"window": 192, "skip": 4},  # SmolLM2's choice (bench.quality.windows): its chunks come from there
@@ -152,15 +156,13 @@ def option_config(name: str, penalty: float | None = None, device: str = "cpu") 
 
 def score(streams: list[Stream], names: list[str], out: Path, device: str = "cpu") -> None:
     """Readout values and utilities of each option on each stream, from the product's own scoring."""
-    from rr_fast import Chunker
-
     for name in names:
         folder = out / "scores" / name
         folder.mkdir(parents=True, exist_ok=True)
         todo = [s for s in streams if not (folder / f"{s.id}.npz").exists()]
         if not todo:
             continue
-        chunker = Chunker(**option_config(name, device=device))
+        chunker = research_chunker(**option_config(name, device=device))
         started, tokens = time.perf_counter(), 0
         for stream in todo:
             scores = chunker.score(stream.text)
@@ -215,15 +217,13 @@ def chunk(
     evaluation: list[Stream], names: list[str], penalties: dict[str, dict], out: Path, device: str = "cpu"
 ) -> None:
     """Each option end to end on the evaluation streams, with its calibrated ρ; spans cached per stream."""
-    from rr_fast import Chunker
-
     for name in names:
         folder = out / "chunks" / name
         folder.mkdir(parents=True, exist_ok=True)
         todo = [s for s in evaluation if not (folder / f"{s.id}.json").exists()]
         if not todo:
             continue
-        chunker = Chunker(**option_config(name, penalties[name]["penalty"], device))
+        chunker = research_chunker(**option_config(name, penalties[name]["penalty"], device))
         started, tokens = time.perf_counter(), 0
         for stream in todo:
             result = chunker.chunk(stream.text)
@@ -252,12 +252,11 @@ def speed(text: str, names: list[str], repeats: int, out: Path, peers: bool = Tr
     """Source tokens/s of each option (and, with ``peers``, each peer) on one text, in this process; ratio to the
     first row, which should be BASELINE: rows of several runs (``SPEED_FILES``) are compared by their ratios."""
     from bench.quality.peers import PEERS
-    from rr_fast import Chunker
 
     rows = []
     count = None
     for name in names:
-        chunker = Chunker(**option_config(name))
+        chunker = research_chunker(**option_config(name))
         count = count or len(chunker.tokenize(text))  # one token count (the default model's) for every row
         rows.append({"name": name, "kind": "rr-fast", **timed(lambda t, c=chunker: c.chunk(t), text, repeats)})
     for peer in PEERS if peers else ():
@@ -300,7 +299,8 @@ def speed_ratios(out: Path) -> tuple[dict[str, float], dict[str, float], int | N
 def _embedding_boundary_run():
     """The embedding boundary's whole path on one text: tokens, edges, MiniLM scores, percentiles and DP."""
     from bench.quality.baselines import default_tokenizer, embedding_boundary
-    from rr_fast.text import candidate_edges, tokenize
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     tokenizer = default_tokenizer()
 
@@ -334,16 +334,14 @@ def drift(text: str, names: list[str], out: Path) -> list[dict]:
     """What int8 changes: each int8 option's readouts and cuts on one text against the same option in float32."""
     from scipy.stats import spearmanr
 
-    from rr_fast import Chunker
-
     rows = []
     for name in names:
         if OPTIONS[name].get("dtype") != "int8":
             continue
         exact = {k: v for k, v in option_config(name).items() if k != "dtype"}
         (want_chunks, want), (got_chunks, got) = (
-            Chunker(**exact).explain(text),
-            Chunker(**option_config(name)).explain(text),
+            research_chunker(**exact).explain(text),
+            research_chunker(**option_config(name)).explain(text),
         )
         row = {"name": name, "same_cuts": [c.end for c in want_chunks] == [c.end for c in got_chunks]}
         for readout, values in want.readouts.items():

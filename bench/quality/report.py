@@ -17,8 +17,7 @@ import numpy as np
 
 from bench.common import NOTEBOOK, REPO_ROOT, write_section
 from bench.quality.metrics import bootstrap_indices, interval
-from rr_fast.config import PAPER_WINDOW
-from rr_fast.models import BUNDLED
+from rr_fast.models.recipes import BUNDLED, PAPER_WINDOW
 
 PASSIVE = ("boundary_surprisal", "window_surprisal", "residual_jump", "local_hidden_distance", "attention_isolation")
 CONDITION_TITLES = {"original": "Flattened original text", "ocr": "180-DPI rendering, Tesseract OCR"}

@@ -30,10 +30,10 @@ import numpy as np
 from bench.common import REPO_ROOT, save_npz
 from bench.quality.pareto import OUT, STREAMS
 from bench.quality.streams import read_streams
-from rr_fast.document import Document, plan_document
-from rr_fast.engine import Engine
-from rr_fast.readouts import ATTENTION, HEADS, CrossingHead
-from rr_fast.segment import percentiles
+from rr_fast.scoring.crossing import ATTENTION, CrossingHead
+from rr_fast.scoring.windows import HEADS
+from rr_fast.segmentation.calibration import percentiles
+from rr_fast.text.documents import Document, prepare_document
 
 MODEL = "gemma3-270m"
 TEACHER = "gemma3-270m:lr@w128-step64-bf16-focused"  # lr at W 128 on step-64 candidates: the two-pass default
@@ -60,22 +60,22 @@ class _Collecting(Engine):
 
 
 def features(chunker, texts: list[str], step: int) -> list[tuple[Document, np.ndarray]]:
-    """(planned document, masses [E, layers, heads, spans] of every layer) of each text on the step-``step`` grid,
+    """(prepared document, masses [E, layers, heads, spans] of every layer) of each text on the step-``step`` grid,
     through the product's engine. A layer's masses do not depend on the layers above it, so a head reading the
     first k layers takes the first k of these."""
-    backend = chunker.engine.backend
+    backend = chunker.scorer.backend
     size = backend.depth * backend.model.config.num_attention_heads * len(SPANS)
     blank = CrossingHead(MODEL, backend.depth, SPANS, np.zeros(size), np.ones(size), np.zeros(size))
     engine = _Collecting(
         backend,
-        chunker.engine.prefix.tolist(),
-        replace(chunker.engine.config, readouts=(ATTENTION,), window=max(SPANS)),
+        chunker.scorer.prefix.tolist(),
+        replace(chunker.scorer.settings, readouts=(ATTENTION,), window=max(SPANS)),
         crossing_head=blank,
     )
     config = replace(chunker.config, step=step)
     out = []
     for text in texts:
-        document = plan_document(text, chunker.tokenize(text), config, chunker.limits)
+        document = prepare_document(text, chunker.tokenize(text), config, chunker.limits)
         engine.masses = []
         engine.score(document.tokens.ids, document.scored.tokens)
         out.append((document, np.concatenate(engine.masses)))
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     calibration = [s for s in read_streams(STREAMS) if s.split == "cal"]
     teacher = [np.load(args.out / "scores" / TEACHER / f"{s.id}.npz") for s in calibration]
     chunker = Chunker(preset="balanced", readout="lr")
-    depth = chunker.engine.backend.depth
+    depth = chunker.scorer.backend.depth
     started = time.perf_counter()
     extracted = {step: features(chunker, [s.text for s in calibration], step) for step in STEPS}
     seconds = time.perf_counter() - started

@@ -26,8 +26,9 @@ from bench.quality.baselines import default_tokenizer
 from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, chunk_spans
 from bench.quality.metrics import CLEAN, char_labels, stream_metrics
 from bench.quality.streams import Stream, read_streams
-from rr_fast.config import PAPER_STEP
-from rr_fast.text import Edges, candidate_edges, ends_sentence, tokenize
+from rr_fast.models.recipes import PAPER_STEP
+from rr_fast.text.edges import Edges, candidate_edges, ends_sentence
+from rr_fast.text.tokens import tokenize
 
 OUT = REPO_ROOT / "bench" / "out"
 

@@ -26,8 +26,8 @@ from bench.quality.__main__ import evaluate_scored, load_lm_scores
 from bench.quality.calibration import EdgeScores
 from bench.quality.metrics import bootstrap_indices, interval
 from bench.quality.streams import read_streams
-from rr_fast.segment import percentiles
-from rr_fast.text import ends_sentence
+from rr_fast.segmentation.calibration import percentiles
+from rr_fast.text.edges import ends_sentence
 
 ALPHAS = (0.0, 0.25, 0.4, 0.5, 0.6, 0.75, 1.0)
 BETAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)

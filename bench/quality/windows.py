@@ -47,14 +47,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, save_npz, write_section
-from bench.engine import ResearchEngine, variant_name
+from bench.engine import ResearchEngine, reset_prefix_ids, variant_name
 from bench.quality.calibration import EdgeScores, chunk_spans
 from bench.quality.embedding_sweep import calibrated, noise_floor
 from bench.quality.embedding_sweep import load as load_embedding
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
-from rr_fast.config import PAPER_SKIP
-from rr_fast.segment import rank_sum
+from rr_fast.models.recipes import PAPER_SKIP
+from rr_fast.segmentation.calibration import rank_sum
 
 OUT = REPO_ROOT / "bench" / "out"
 WINDOWS = (96, 128, 160, 192)  # scored on this CPU (one run at W = 192)
@@ -200,14 +200,16 @@ def score(
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32, as on the CPU
+    research = {name: options.pop(name) for name in ("skip", "reset_prefix")}
     chunker = Chunker(device=device, **options)
-    skip = chunker.config.skip
-    chunker.engine = ResearchEngine(
-        chunker.engine.backend,
-        chunker.engine.prefix.tolist(),
-        replace(chunker.engine.config, readouts=("rr", "lr")),
+    skip, bos = research["skip"], chunker.scorer.prefix.tolist()
+    chunker.scorer = ResearchEngine(
+        chunker.scorer.backend,
+        bos,
+        replace(chunker.scorer.settings, readouts=("rr", "lr"), skip=skip),
         windows=windows,
         skips=tuple(s for s in skips if s != skip),
+        reset_prefix=reset_prefix_ids(research["reset_prefix"], chunker.tokenizer, bos),
     )
     started, tokens = time.perf_counter(), 0
     for done, stream in enumerate(todo, 1):
@@ -216,11 +218,11 @@ def score(
             break
         result, scores = chunker.explain(stream.text)
         readouts = {}
-        for w, s in [(longest, skip), *chunker.engine.variants]:
+        for w, s in [(longest, skip), *chunker.scorer.variants]:
             for r in ("rr", "lr"):
                 # the engine names variants against the run's skip; files name them against the paper's
                 name = prefix + variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
-                readouts[name] = scores.readouts[chunker.engine.readout_name(r, w, s)]
+                readouts[name] = scores.readouts[chunker.scorer.readout_name(r, w, s)]
         merge_scores(folder / f"{stream.id}.npz", scores.tokens, scores.chars, scores.num_tokens, readouts)
         if chunks is not None:
             spans = [(c.start, c.end) for c in result]

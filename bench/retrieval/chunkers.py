@@ -277,9 +277,12 @@ class ScoreCache:
     """
 
     def __init__(self, engine, folder: Path):
-        self.engine, self.folder = engine, folder
+        self.scorer, self.folder, self.backend = engine, folder, engine.backend
         self.names = engine.names
         self.timings = engine.timings
+
+    def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
+        return self.scorer.must_score(num_tokens, edges)
 
     def score_many(self, documents, progress=None):
         for ids, edges in documents:
@@ -291,7 +294,7 @@ class ScoreCache:
         missing = np.array(sorted(set(np.asarray(edges).tolist()) - set(known)), dtype=np.int64)
         if len(missing):
             started = time.process_time()
-            values = self.engine.score(np.asarray(ids), missing, progress)
+            values = self.scorer.score(np.asarray(ids), missing, progress)
             seconds += time.process_time() - started
             for i, edge in enumerate(missing.tolist()):
                 known[edge] = [float(values[name][i]) for name in self.names]
@@ -324,7 +327,7 @@ def cached_chunker(config: ChunkerConfig, cache: Path) -> Chunker:
         min_tokens=1, max_tokens=1, target_tokens=1, penalty=0.0, length_weight=0.0, length_unit="model", overlap=0
     )
     key = hashlib.sha1(repr(scoring).encode()).hexdigest()[:12]
-    chunker.engine = ScoreCache(chunker.engine, cache / key)
+    chunker.scorer = ScoreCache(chunker.scorer, cache / key)
     return chunker
 
 
@@ -379,7 +382,7 @@ def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], 
         settings.append(Setting(family, f"{family}@{target}/{high}", describe, make(low, target, high, weight)))
 
     def scoring_seconds(text: str) -> float:
-        engine = chunker().engine
+        engine = chunker().scorer
         return engine.seconds(chunker().tokenize(text).ids)
 
     return settings, scoring_seconds

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-import rr_fast.structure as structure
+import rr_fast.text.structure as structure
 from bench.common import REPO_ROOT, data_dir
 from bench.retrieval.__main__ import run_condition
 from bench.retrieval.chunkers import rr_settings
 from bench.retrieval.data import chroma_condition
 from bench.retrieval.evaluate import paired_interval
-from rr_fast.structure import Level
+from rr_fast.text.structure import Level
 
 SPEC, LIMITS = "preset:balanced+embed=headings", "@192/384"
 SHIPPED = dict(structure.PRIORS)

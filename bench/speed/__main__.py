@@ -154,7 +154,7 @@ def mlx_missing() -> str | None:
     if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("mlx.core") is None:
         return "mlx is not installed"
     if not (REPO_ROOT / "rr_fast" / "backends" / "mlx.py").exists():
-        return "rr_fast/backends/mlx.py is not there yet"
+        return "rr_fast/scoring/backends/mlx.py is not there yet"
     return None
 
 

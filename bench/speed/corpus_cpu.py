@@ -23,7 +23,7 @@ from bench.common import data_dir
 
 
 def documents(root: Path, tokenizer, count: int, tokens: int) -> list[str]:
-    from rr_fast.text import tokenize
+    from rr_fast.text.tokens import tokenize
 
     out = []
     for name in ("scifact", "fiqa", "pubmedqa"):

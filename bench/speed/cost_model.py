@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.speed.flops import ModelShape
-from rr_fast.config import PAPER_WINDOW
+from rr_fast.models.recipes import PAPER_WINDOW
 
 QWEN3_4B = ModelShape(depth=36, hidden=2560, intermediate=9728, heads=32, kv_heads=8, head_dim=128, vocab=151936)
 PAPER_TOKENS, PAPER_EDGES, PAPER_SECONDS, PAPER_STREAMS = 50_818, 7_701, 289.0, 60

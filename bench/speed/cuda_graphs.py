@@ -16,10 +16,10 @@ On the device, carrying ["bench/out/gpu_corpus"] (``python -m bench.speed.gpu_co
 
     PYTHONUNBUFFERED=1 PYTHONPATH=$PWD python3 -m bench.speed.cuda_graphs --out $OUT --seconds 300
 
-The model is Gemma 3 270M's config with random weights installed as the bundled model (as bench.speed.gpu_corpus
-does), the default preset in bfloat16. Rows, each through Engine.score_many over the corpus (~115k tokens,
-tokenized and planned beforehand), after one warm-up pass over its first documents; saved to DIR/cuda_graphs.json
-as each finishes:
+The model is Gemma 3 270M's config with random weights and Gemma 3's recipe pinned to them (as bench.speed.gpu_corpus
+does), the default preset in bfloat16. Rows, each through the crossing scorer's score_many over the corpus (~115k
+tokens, tokenized and prepared beforehand), after one warm-up pass over its first documents; saved to
+DIR/cuda_graphs.json as each finishes:
     plain         the forward as shipped
     padded        inputs padded to the buckets and every edge column read, run as usual: what padding costs
     graphs_first  replayed from CUDA graphs, each bucket's capture included
@@ -31,7 +31,8 @@ as each finishes:
     graphs_tf32_tile512_first, graphs_tf32_tile512  the same with every layer's attention in tiles of 512 queries:
                   a sliding-window layer then forms 1,023 keys per tile, not the whole row (up to 4,096), at more
                   kernels per forward, which a graph launches at once
-    corpus_plain, corpus_graphs  rr_fast.corpus.run over the corpus × 4 (~460k tokens), model load included
+    corpus_plain, corpus_graphs  Chunker.chunk_many over the corpus × 4 (~460k tokens), tokenization and the DP
+                  included, the model loaded before
     profile       torch.profiler over the first ~20k tokens, plain and (profile_graphs) replayed from graphs: the
                   device's busy time against the wall, and the top operators (DIR/cuda_graphs_profile*.txt)
 On a CPU (--smoke) only plain, padded and profile run.
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,15 +54,14 @@ from bench.speed.gpu_corpus import (
     PREPARED,
     SMOKE,
     bundled_model,
-    corpus_row,
     memory_peak_gib,
     memory_start,
     prepare,
     print_footer,
-    repeated_corpus,
     sync,
 )
-from rr_fast.backends import plain
+from rr_fast.scoring.backends import plain
+from rr_fast.scoring.backends.torch_crossing import CrossingMasses
 
 PROFILE_TOKENS, WARM_UP_TOKENS, REPEAT = 20_000, 5_000, 4
 # queries per tile in the arm that tiles every layer: a sliding-window layer (Gemma 3's window: 512) then forms
@@ -89,7 +88,7 @@ def bucket(n: int) -> int:
 
 
 @dataclass(frozen=True)
-class EveryColumn(plain.CrossingMasses):
+class EveryColumn(CrossingMasses):
     """A crossing request whose tiles read every edge column: the same masses (a tile's far edges add zero), and no
     host-side search over the edges' values, so one graph serves every batch of its shape."""
 
@@ -193,16 +192,15 @@ def uninstall(chunker) -> None:
 
 def decoder_of(chunker):
     """The decoder module the torch backend runs for the chunker's attention readout."""
-    backend, layers = chunker.engine.backend, chunker.engine.crossing_head.layers
-    return backend.decoder if layers is None else backend.view(layers)
+    return chunker.scorer.backend.view(chunker.scorer.head.layers)
 
 
 def engine_row(chunker, docs: list, device: str) -> tuple[dict, list]:
-    """Engine.score_many over pre-tokenized documents: tokens/s and the scores."""
+    """The scorer's score_many over pre-tokenized documents: tokens/s and the scores."""
     memory_start(device)
     sync(device)
     started = time.perf_counter()
-    scores = list(chunker.engine.score_many(docs))
+    scores = list(chunker.scorer.score_many(docs))
     sync(device)
     wall = time.perf_counter() - started
     tokens = sum(len(ids) for ids, _ in docs)
@@ -211,7 +209,7 @@ def engine_row(chunker, docs: list, device: str) -> tuple[dict, list]:
 
 
 def largest_difference(scores: list, reference: list) -> float:
-    from rr_fast.readouts import ATTENTION
+    from rr_fast.scoring.crossing import ATTENTION
 
     return max(float(np.nanmax(np.abs(a[ATTENTION] - b[ATTENTION]), initial=0.0)) for a, b in zip(scores, reference))
 
@@ -227,7 +225,7 @@ def profile_row(chunker, docs: list, device: str) -> tuple[dict, str]:
     sync(device)
     with profile(activities=activities) as profiler:
         started = time.perf_counter()
-        list(chunker.engine.score_many(docs))
+        list(chunker.scorer.score_many(docs))
         sync(device)
         wall = time.perf_counter() - started
     kernels = sorted(
@@ -258,14 +256,14 @@ def main(argv: list[str] | None = None) -> dict:
         from bench.common import data_dir
 
         prepare(data_dir(None), inputs, **(SMOKE if args.smoke else {}))
-    with bundled_model(None, inputs, args.smoke), tempfile.TemporaryDirectory(prefix="cuda_graphs_") as scratch:
-        return measure(args, inputs, Path(scratch), begun)
+    with bundled_model(None, inputs, args.smoke) as folder:
+        return measure(args, inputs, folder, begun)
 
 
-def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
-    """main's rows, with the random model installed as the bundled one."""
+def measure(args, inputs: Path, folder: Path, begun: float) -> dict:
+    """main's rows, on the random model in ``folder``."""
     from rr_fast.chunker import Chunker
-    from rr_fast.document import plan_document
+    from rr_fast.text.documents import prepare_document
 
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
     out = Path(args.out) if args.out else inputs / "results"
@@ -283,17 +281,17 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
         result["skipped"].append(name)
         return False
 
-    chunker = Chunker(backend="torch", device=device)
+    chunker = Chunker(model=str(folder), backend="torch", device=device)
     texts = [json.loads(line)["text"] for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     docs = []
     for text in texts:
-        document = plan_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
+        document = prepare_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
         docs.append((document.tokens.ids, document.scored.tokens))
     counts = np.cumsum([len(ids) for ids, _ in docs])
     scale = 1.0 if not args.smoke else counts[-1] / 100_000
     first = lambda tokens: docs[: max(1, int(np.searchsorted(counts, tokens * scale)))]  # noqa: E731
     result["corpus"] = {"documents": len(docs), "tokens": int(counts[-1]), "dtype": chunker.config.dtype}
-    list(chunker.engine.score_many(first(WARM_UP_TOKENS)))
+    list(chunker.scorer.score_many(first(WARM_UP_TOKENS)))
     result["plain"], reference = engine_row(chunker, docs, device)
     save("plain")
     wall = result["plain"]["wall_s"]
@@ -301,13 +299,12 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
     if device == "cuda":
         arms += [Arm("graphs", graphs=True), Arm("tf32", tf32=True), Arm("graphs_tf32", graphs=True, tf32=True)]
         arms += [Arm("graphs_tf32_tile512", graphs=True, tf32=True, tile=SLIDING_TILE)]
-    tf32_before, tile_rule = torch.backends.cuda.matmul.allow_tf32, plain.attention_tile
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
     for arm in arms:
         if not fits(arm.name, 10 * wall + 30):
             continue
         torch.backends.cuda.matmul.allow_tf32 = arm.tf32
-        if arm.tile:
-            plain.attention_tile = lambda on_gpu, rows, heads, length, tile=arm.tile: min(length, tile)  # noqa: E731
+        chunker.scorer.tile = arm.tile or None
         forward = None if arm.graphs is None else install(chunker, arm.graphs)
         try:
             for suffix in ("_first", "") if arm.graphs else ("",):  # a graph arm's first pass captures
@@ -325,19 +322,17 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
         finally:
             if forward is not None:
                 uninstall(chunker)
-            torch.backends.cuda.matmul.allow_tf32, plain.attention_tile = tf32_before, tile_rule
+            torch.backends.cuda.matmul.allow_tf32, chunker.scorer.tile = tf32_before, None
     if fits("profile", 4 * wall * PROFILE_TOKENS / 100_000 + 10):
         result["profile"], table = profile_row(chunker, first(PROFILE_TOKENS), device)
         (out / "cuda_graphs_profile.txt").write_text(table)
         save("profile")
-    del chunker
     if device == "cuda":
-        rows = [json.loads(line) for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
-        data = repeated_corpus(rows, REPEAT, scratch)
+        rows = [json.loads(line)["text"] for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
         for name, graphs in (("corpus_plain", False), ("corpus_graphs", True)):
             if fits(name, REPEAT * 4 * wall + 30):
                 try:
-                    result[name] = corpus_graphs_row(data, device, scratch, graphs)
+                    result[name] = corpus_graphs_row(chunker, rows * REPEAT, device, graphs)
                 except Exception as error:  # noqa: BLE001 - as for the arms above
                     result[name] = {"error": f"{type(error).__name__}: {error}"}
                 save(name)
@@ -347,25 +342,21 @@ def measure(args, inputs: Path, scratch: Path, begun: float) -> dict:
     return result
 
 
-def corpus_graphs_row(data: Path, device: str, scratch: Path, graphs: bool) -> dict:
-    """bench.speed.gpu_corpus's corpus row, the run's Chunker replaying CUDA graphs when ``graphs``."""
-    import rr_fast.chunker as module
-
-    original = module.Chunker
-    made = []
-
-    class Graphed(original):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            if graphs:
-                made.append(install(self, graphs=True))
-
-    module.Chunker = Graphed
+def corpus_graphs_row(chunker, texts: list[str], device: str, graphs: bool) -> dict:
+    """Chunker.chunk_many over the texts (tokenization, the model and the DP), replaying CUDA graphs when ``graphs``."""
+    forward = install(chunker, graphs=True) if graphs else None
     try:
-        row, _ = corpus_row(data, "balanced", device, scratch)
+        memory_start(device)
+        sync(device)
+        started = time.perf_counter()
+        tokens = sum(sum(c.token_count for c in result) for result in chunker.chunk_many(texts))
+        sync(device)
+        wall = time.perf_counter() - started
     finally:
-        module.Chunker = original
-    return row | (made[0].summary() if made else {})
+        if forward is not None:
+            uninstall(chunker)
+    row = {"source_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+    return row | {"max_memory_gib": memory_peak_gib(device)} | (forward.summary() if forward else {})
 
 
 def print_table(result: dict) -> None:

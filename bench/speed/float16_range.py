@@ -4,7 +4,7 @@
 
 Gemma 3 270M's residual stream passes float16's largest value (65,504) in its later layers. mlx-lm's Gemma 3
 clips it to the range in float16; rr-fast's backends keep it in float32 instead, with float16 weights and matmuls
-(``rr_fast.backends.plain.DecoderLayer``, ``rr_fast.backends.mlx.residual_dtype``). On the benchmark's
+(``rr_fast.scoring.backends.plain.DecoderLayer``, ``rr_fast.scoring.backends.mlx.residual_dtype``). On the benchmark's
 flattened-record streams, with the real weights and the default configuration, this runs:
 
 1. torch float32 as shipped: the reference;
@@ -40,6 +40,14 @@ def clipped_layer(self, x, rope, crossing=None):
     return x if crossing is None else (x, mass)
 
 
+def clipping(chunker) -> None:
+    """Every decoder layer of the chunker's loaded model runs ``clipped_layer`` (its own instance's forward)."""
+    import types
+
+    for layer in chunker.scorer.backend.decoder.layers:
+        layer.forward = types.MethodType(clipped_layer, layer)
+
+
 def subset(arm: dict, streams: list[int]) -> dict:
     """``arm``'s cuts and readouts on ``streams`` only (its timing is over all of its streams)."""
     readouts = {name: [values[i] for i in streams] for name, values in arm["readouts"].items()}
@@ -62,8 +70,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="random tiny Gemma weights, 2 streams: checks it runs")
     parser.add_argument("--out", help="result JSON")
     args = parser.parse_args(argv)
-    from rr_fast.backends import plain
-
     inputs = Path(args.inputs) / "smoke" if args.smoke else Path(args.inputs)
     if args.smoke and not (inputs / "streams.json").exists():
         from bench.common import data_dir
@@ -73,23 +79,19 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         model = None
     else:
-        from rr_fast.models import DEFAULT_MODEL, resolve
+        from rr_fast.models.cache import resolve
+        from rr_fast.models.recipes import DEFAULT_MODEL
 
         model = args.model or resolve(DEFAULT_MODEL)
-    shipped = plain.DecoderLayer.forward
-    with bundled_model(model, inputs, args.smoke):
-        reference = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
-        try:
-            plain.DecoderLayer.forward = clipped_layer
-            clipped = run_arm("torch", "float32", None, None, "cpu", streams, one_pass=True)
-        finally:
-            plain.DecoderLayer.forward = shipped
+    with bundled_model(model, inputs, args.smoke) as folder:
+        reference = run_arm(str(folder), "torch", "float32", None, None, "cpu", streams, one_pass=True)
+        clipped = run_arm(str(folder), "torch", "float32", None, None, "cpu", streams, one_pass=True, adjust=clipping)
         moved = [i for i, (a, b) in enumerate(zip(clipped["cuts"], reference["cuts"])) if a != b]
         kept = [i for i in range(len(streams)) if i not in moved][: args.also]
         chosen = sorted(moved + kept)
         if not chosen:
             raise SystemExit("the clipping moved no cuts and --also is 0: nothing for MLX float16 to score")
-        half = run_arm("mlx", "float16", None, None, "cpu", [streams[i] for i in chosen], one_pass=True)
+        half = run_arm(str(folder), "mlx", "float16", None, None, "cpu", [streams[i] for i in chosen], one_pass=True)
     result = {"streams": len(streams), "weights": model or "RANDOM (tiny Gemma 3)", "moved_by_clipping": moved}
     result["clipped"] = summary(clipped, reference)
     result["mlx_float16"] = {"streams": chosen, "tokens_per_s": half["tokens_per_s"]}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rr_fast.engine import blocks
+from rr_fast.scoring.scorer import blocks
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,29 @@ def engine_work(
     if normalizer == "full":
         reset.head_rows += scored
     return {"full pass": full, "reset windows": reset}
+
+
+def scorer_work(scorer, n: int, edges: np.ndarray) -> dict[str, Work]:
+    """``engine_work`` of a loaded scorer (``rr_fast.scoring``: the crossing scorer or the reset-window one) on n tokens
+    and these edges, with its own settings and batch size."""
+    prefix, depth, batch = len(scorer.prefix), scorer.backend.depth, scorer.batch_tokens
+    if hasattr(scorer, "head"):  # the attention readout
+        common = {"window": scorer.head.span, "skip": 0, "layer": scorer.head.layers, "readouts": ("attention",)}
+        return engine_work(n, edges, prefix=prefix, depth=depth, context=scorer.context, batch_tokens=batch, **common)
+    s = scorer.settings
+    return engine_work(
+        n,
+        edges,
+        prefix=scorer.window_prefix,
+        window=s.window,
+        skip=s.skip,
+        layer=scorer.layer,
+        depth=depth,
+        context=scorer.context,
+        readouts=s.readouts,
+        batch_tokens=batch,
+        normalizer=s.normalizer,
+    )
 
 
 def reference_work(n: int, edges: np.ndarray, *, prefix: int, window: int, depth: int) -> dict[str, Work]:

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from bench.speed.cost_model import PAPER_EDGES, PAPER_STREAMS, PAPER_TOKENS, QWEN3_4B
-from rr_fast.config import PAPER_WINDOW
+from rr_fast.models.recipes import PAPER_WINDOW
+from rr_fast.scoring.windows import WindowScorer
 
 STREAM = round(PAPER_TOKENS / PAPER_STREAMS)
 LAYER, WINDOW, SKIP = 27, PAPER_WINDOW, 1
@@ -112,10 +113,9 @@ def correctness() -> list[dict]:
     """Max |engine − per-edge reference| per readout, fp32, on this script's device."""
     from transformers import AutoModelForCausalLM
 
-    from rr_fast.backends.torch import TorchBackend
+    from bench.reference import reference_scores
     from rr_fast.config import paper_scoring
-    from rr_fast.engine import Engine
-    from rr_fast.reference import reference_scores
+    from rr_fast.scoring.backends.torch import TorchBackend
 
     rows = []
     rng = np.random.default_rng(0)
@@ -125,7 +125,8 @@ def correctness() -> list[dict]:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(DEVICE).eval()
         expected = reference_scores(model, ids, edges, [1], 2)
-        got = Engine(TorchBackend(model, DEVICE), [1], paper_scoring(layer=2, readouts=("rr", "lr"))).score(ids, edges)
+        scorer = WindowScorer(TorchBackend(model, DEVICE), [1], paper_scoring(layer=2, readouts=("rr", "lr")))
+        got = scorer.score(ids, edges)
         rows.append({"model": name, **{k: float(np.nanmax(np.abs(got[k] - expected[k]))) for k in got}})
     return rows
 
@@ -152,7 +153,7 @@ def matmul_peak(tiny: bool = False) -> dict[str, float]:
 def per_edge_loop(model, data, loop_edges: int) -> dict:
     """The paper's loop on the first document: its full pass plus ``loop_edges`` edges, extrapolated to every
     edge of the workload (the forward pre-hook stamps where the full pass ends)."""
-    from rr_fast.reference import reference_scores
+    from bench.reference import reference_scores
 
     ids, edges = data[0]
     reference_scores(model, ids[:64], edges[edges < 40][:2], [], LAYER, readouts=("rr",))  # warm-up
@@ -201,9 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
-    from rr_fast.backends.torch import TorchBackend
     from rr_fast.config import paper_scoring
-    from rr_fast.engine import Engine
+    from rr_fast.scoring.backends.torch import TorchBackend
 
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
     result: dict = {"device": name, "torch": torch.__version__, "smoke": args.smoke}
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [(f"per-edge loop (extrapolated from {loop_edges} edges + full pass)", loop["wall_s"])]
     for readout in ("rr", "lr"):
         for batch in BATCHES:
-            engine = Engine(backend, [], paper_scoring(layer=LAYER, readouts=(readout,), batch_tokens=batch))
+            engine = WindowScorer(backend, [], paper_scoring(layer=LAYER, readouts=(readout,), batch_tokens=batch))
             time_engine(engine, [(ids[:256], edges[edges < 200]) for ids, edges in data[:1]])  # warm-up
             timed = time_engine(engine, data)
             result[f"engine_{readout}_{batch}"] = {**timed, "ratio": loop["wall_s"] / timed["wall_s"]}

@@ -10,32 +10,33 @@ copied tree; its python3 has torch, transformers and every package rr_fast impor
     PYTHONUNBUFFERED=1 PYTHONPATH=$PWD python3 -m bench.speed.gpu_corpus --out $OUT
 
 The model is Gemma 3 270M's config.json with RANDOM weights (torch.manual_seed(0); speed does not depend on the
-values), written as the bundled model's cache entry in a temporary RR_FAST_CACHE: the product resolves and loads it
-as it does ``gemma3-270m`` (each preset's own dtype, normalizer and ρ, the plain Gemma 3 modules, the same
-tokenizer), and no option but backend and device is given.
+values) in a temporary folder, with Gemma 3's recipe inside it, its heads pinned to these weights
+(``bundled_model``): the product loads it as it loads ``gemma3-270m`` (each preset's own dtype, normalizer and ρ,
+the plain Gemma 3 modules, the same tokenizer), and no option but the model folder, backend and device is given.
 
 Rows, in this order, each saved to DIR/result.json when it finishes (a timeout keeps the earlier ones):
     peak         bf16 matmul TFLOP/s at the engine's projection shapes, the full pass's LM-head tile and 8192³
     balanced     rr_fast.corpus.run over 320 mixed documents (~115k tokens) into Parquet, one worker on the GPU:
                  source tokens/s end to end (model load and Parquet included), the Chunker's time split (host wall
                  clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
-    engine       the default's Engine.score_many over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
+    engine       the default's scorer (score_many) over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
                  FLOPs (the lr readout's exclude the focused window head: a lower bound)
-    engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (base.GPU_TILE_ELEMENTS 0),
+    engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (the scorer's ``tile``),
                  and the scores' largest difference from the engine row's
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state; on CUDA a helper
-                 process reads, tokenizes and plans the documents after the first megabyte (--planning auto), so
+                 process reads, tokenizes and prepares the documents after the first megabyte (--prepare auto), so
                  this row's split counts only the first megabyte's tokenization, and the time the model's process
                  waited for the helper
-    balanced_x4_in_process  the same with --planning inline: between the model's calls, as on a CPU
+    balanced_x4_in_process  the same with --prepare inline: between the model's calls, as on a CPU
     balanced_x16, balanced_x16_in_process  the same on the corpus repeated 16 times (~1.8M tokens)
     fast         the fast preset on the corpus
     balanced_lr  the default with the two-pass lr readout its attention head was distilled from
     quality      float32, exact normalizer, on the corpus's first ~20k tokens only
 
-The default's Chunker from the balanced row stays loaded for the engine and profile rows (its weights count in
-their peak memory). A row whose estimate would end past --seconds (counted from the start) is skipped and named.
+The default's Chunker is loaded once for the engine and profile rows and stays loaded (its weights count in every
+row's peak memory); each corpus row's time split is the run's own (its manifest's ``timings``). A row whose estimate
+would end past --seconds (counted from the start) is skipped and named.
 ``prepare`` also writes streams.json, the flattened-record streams bench.speed.mlx_gpu scores.
 """
 
@@ -44,7 +45,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import random
 import shutil
 import sys
@@ -84,7 +84,8 @@ def prepare(
     The corpus mixes lengths as a real one does: records (~300 tokens), Wiki-50 documents and book excerpts
     (1k-4k); the defaults make 320 documents of about 115k Gemma 3 tokens.
     """
-    from rr_fast.models import DEFAULT_MODEL, resolve
+    from rr_fast.models.cache import resolve
+    from rr_fast.models.recipes import DEFAULT_MODEL
 
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
@@ -137,7 +138,7 @@ def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from rr_fast.hf import quiet_transformers
+    from rr_fast.models.hf import quiet_transformers
 
     settings = json.loads((inputs / "config.json").read_text())
     if smoke:  # every layer and head kept: the default's attention head reads them all
@@ -157,28 +158,40 @@ def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
 
 @contextmanager
 def bundled_model(model: str | None, inputs: Path, smoke: bool = False) -> Iterator[Path]:
-    """While open, the bundled model's name resolves to ``model`` (a converted Gemma 3 270M folder) or, without
-    one, to random weights with the prepared Gemma 3 config: the only entry of a scratch RR_FAST_CACHE, so the
-    product loads it as it loads ``gemma3-270m`` and its shipped attention head applies. Yields the model's folder."""
-    from rr_fast.models import DEFAULT_MODEL, MANIFEST, write_manifest
+    """While open, a copy of ``model`` (a converted Gemma 3 270M folder) or, without one, random weights with the
+    prepared Gemma 3 config, in a scratch folder that holds Gemma 3's recipe with its heads pinned to these weights
+    (``pin_recipe``): given as the model, the product runs it as it runs ``gemma3-270m``, presets and attention
+    readout included. Yields the model's folder."""
+    from rr_fast.models.cache import MANIFEST
 
     scratch = Path(tempfile.mkdtemp(prefix="rr_fast_bench_"))
-    before = os.environ.get("RR_FAST_CACHE")
-    os.environ["RR_FAST_CACHE"] = str(scratch / "cache")
     try:
-        entry = scratch / "cache" / DEFAULT_MODEL
+        entry = scratch / "gemma3-270m"
         if model:
             shutil.copytree(model, entry, ignore=shutil.ignore_patterns(MANIFEST))
         else:
             random_model(inputs, entry, smoke)
-        write_manifest(entry)
+        pin_recipe(entry)
         yield entry
     finally:
-        if before is None:
-            os.environ.pop("RR_FAST_CACHE", None)
-        else:
-            os.environ["RR_FAST_CACHE"] = before
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def pin_recipe(folder: Path, model: str = "gemma3-270m") -> None:
+    """``model``'s bundled recipe, written into ``folder`` (its rr_fast_recipe.json) with each head's weights
+    fingerprint replaced by the folder's own: the heads then apply to these weights, which for random weights is what a
+    speed run needs (the scores mean nothing)."""
+    from dataclasses import replace
+
+    from rr_fast.models.recipes import BUNDLED, RECIPE_FILE, write_recipe
+    from rr_fast.models.weights import weights_fingerprint
+
+    recipe = BUNDLED[model]
+    heads = {
+        layers: {**head, "weights_sha256": weights_fingerprint(folder, layers)} for layers, head in recipe.heads.items()
+    }
+    pinned = replace(recipe, model=str(folder), source=str(folder / RECIPE_FILE), heads=heads, bundled=None)
+    write_recipe(pinned, folder / RECIPE_FILE)
 
 
 def sync(device: str) -> None:
@@ -225,54 +238,41 @@ def memory_peak_gib(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
 
 
-def corpus_row(data: Path, preset: str, device: str, scratch: Path, planning: str = "auto", **changes):
-    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset with ``changes``; ``planning`` as
-    ``--planning``): the row and the run's own Chunker."""
+def corpus_row(
+    data: Path,
+    preset: str,
+    device: str,
+    scratch: Path,
+    folder: Path,
+    batch_tokens: int,
+    prepare: str = "auto",
+    **changes,
+) -> dict:
+    """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset of the model in ``folder``, with
+    ``changes``; ``prepare`` as ``--prepare``), its time split the run's own (the manifest's ``timings``).
+    ``batch_tokens``: what the backend takes per forward call here, for the row."""
     import pyarrow.parquet as pq
 
-    import rr_fast.chunker
-    from rr_fast.corpus import RunConfig, run
-
-    made = []
-
-    class Recorded(rr_fast.chunker.Chunker):  # the Chunker run_worker builds, for its time split
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            made.append(self)
+    from rr_fast.config import chunker_config
+    from rr_fast.corpus.files import RunConfig
+    from rr_fast.corpus.run import run
 
     out = scratch / f"out-{preset}-{data.stem}"
-    options = {"preset": preset, "backend": "torch", "device": device, **changes}
-    config = RunConfig((str(data),), str(out), "id", "text", 256, options, planning)
-    loading: dict[str, float] = {}
-    tokenizer_loader = rr_fast.chunker.load_tokenizer
-
-    def timed_tokenizer(folder):  # the tokenizer's share of the model load
-        started = time.perf_counter()
-        try:
-            return tokenizer_loader(folder)
-        finally:
-            loading["tokenizer load"] = time.perf_counter() - started
-
-    original, rr_fast.chunker.Chunker = rr_fast.chunker.Chunker, Recorded
-    rr_fast.chunker.load_tokenizer = timed_tokenizer
+    options = {"preset": preset, "model": str(folder), "backend": "torch", "device": device, **changes}
+    config = RunConfig((str(data),), str(out), "id", "text", 256, options, prepare)
     memory_start(device)
-    try:
-        sync(device)
-        started = time.perf_counter()
-        manifest = run(config, 1, [device], progress=False)
-        sync(device)
-        wall = time.perf_counter() - started
-    finally:
-        rr_fast.chunker.Chunker = original
-        rr_fast.chunker.load_tokenizer = tokenizer_loader
+    sync(device)
+    started = time.perf_counter()
+    manifest = run(config, 1, [device], progress=False)
+    sync(device)
+    wall = time.perf_counter() - started
     tokens = sum(
         int(pq.read_table(out / s["file"], columns=["token_count"])["token_count"].to_numpy().sum())
         for s in manifest["shards"]
     )
     shutil.rmtree(out, ignore_errors=True)
-    chunker = made[0]
-    c = chunker.config
-    load = chunker.timings.get("model load", 0.0)
+    c = chunker_config(**options).resolve().config
+    load = manifest["timings"].get("model load", 0.0)
     return {
         "preset": preset,
         "config": {
@@ -280,7 +280,6 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, planning: st
             "readout": c.readout,
             "window": c.window,
             "step": c.step,
-            "skip": c.skip,
             "normalizer": c.normalizer,
             "penalty": c.penalty,
         },  # fmt: skip
@@ -290,37 +289,24 @@ def corpus_row(data: Path, preset: str, device: str, scratch: Path, planning: st
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
         "tokens_per_s_after_load": tokens / (wall - load),
-        "split_s": {**chunker.timings, **loading},
-        "batch_tokens": chunker.engine.batch_tokens,
+        "split_s": manifest["timings"],
+        "batch_tokens": c.batch_tokens or batch_tokens,
         "max_memory_gib": memory_peak_gib(device),
-    }, chunker
+    }
 
 
 def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tuple[dict, list]:
-    """Engine.score_many over the texts, tokenized and planned beforehand: the model's share of the corpus run.
+    """The scorer's score_many over the texts, tokenized and prepared beforehand: the model's share of the corpus run.
     Also returns the scores."""
-    from bench.speed.flops import engine_work, total_flops
-    from rr_fast.document import plan_document
+    from bench.speed.flops import scorer_work, total_flops
+    from rr_fast.text.documents import prepare_document
 
-    engine, docs, flops = chunker.engine, [], 0.0
+    engine, docs, flops = chunker.scorer, [], 0.0
     for text in texts:
-        document = plan_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
+        document = prepare_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
         ids, edges = document.tokens.ids, document.scored.tokens
         docs.append((ids, edges))
-        work = engine_work(
-            len(ids),
-            edges,
-            prefix=engine.window_prefix,
-            window=engine.config.window,
-            skip=engine.config.skip,
-            layer=engine.crossing_head.layers if engine.crossing_head else engine.layer,
-            depth=engine.backend.depth,
-            context=engine.context,
-            readouts=engine.config.readouts,
-            batch_tokens=engine.batch_tokens,
-            normalizer=engine.config.normalizer,
-        )
-        flops += total_flops(work, shape)["total"]
+        flops += total_flops(scorer_work(engine, len(ids), edges), shape)["total"]
     before = dict(engine.timings)
     memory_start(device)
     sync(device)
@@ -329,7 +315,8 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tu
     sync(device)
     wall = time.perf_counter() - started
     tokens = sum(len(ids) for ids, _ in docs)
-    focused = engine.config.normalizer == "focused" and "lr" in engine.config.readouts
+    settings = getattr(engine, "settings", None)
+    focused = getattr(settings, "normalizer", None) == "focused" and "lr" in getattr(settings, "readouts", ())
     label = "FLOPs excluding the focused window head (a lower bound)" if focused else "FLOPs"
     return {
         "source_tokens": tokens,
@@ -404,14 +391,14 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, random_model_s: float) -> dict:
-    """main's rows, with the random model (``folder``) installed as the bundled one."""
+    """main's rows, on the random model in ``folder`` (with Gemma 3's recipe pinned to it)."""
     import torch
     import transformers
 
     from bench.speed.flops import ModelShape, matmul_shapes
-    from rr_fast.backends.torch import LOGIT_BUDGET
-    from rr_fast.models import DEFAULT_MODEL
-    from rr_fast.readouts import ATTENTION
+    from rr_fast.models.recipes import DEFAULT_MODEL
+    from rr_fast.scoring.backends.torch import LOGIT_BUDGET
+    from rr_fast.scoring.crossing import ATTENTION
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     out = Path(args.out) if args.out else inputs / "results"
@@ -448,7 +435,7 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     peak = result["matmul_tflops"]["peak"]
     save("matmul_tflops")
 
-    from rr_fast.tokenizer import load_tokenizer
+    from rr_fast.text.tokenizer import load_tokenizer
 
     rows = [json.loads(line) for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     tokenizer = load_tokenizer(folder)
@@ -458,20 +445,27 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     corpus = inputs / "corpus.jsonl"
     result["corpus"] = {"documents": len(rows), "tokens": int(counts[-1])}
 
-    from rr_fast.backends import base
+    from rr_fast import Chunker
+    from rr_fast.scoring.backends import base
 
-    result["balanced"], default = corpus_row(corpus, "balanced", device, scratch)
+    default = Chunker(preset="balanced", model=str(folder), backend="torch", device=device)
+    batch = default.scorer.batch_tokens
+
+    def row(data: Path, preset: str, prepare: str = "auto", **changes) -> dict:
+        return corpus_row(data, preset, device, scratch, folder, batch, prepare, **changes)
+
+    result["balanced"] = row(corpus, "balanced")
     save("balanced")
     wall = result["balanced"]["wall_s"]
     if fits("engine", 2 * wall):
         texts = [r["text"] for r in rows]
         result["engine"], tiled_scores = engine_row(default, texts, device, shape, peak)
         save("engine")
-        budget, base.GPU_TILE_ELEMENTS = base.GPU_TILE_ELEMENTS, 0  # the attention in tiles of 256, as on a CPU
+        default.scorer.tile = base.ATTENTION_TILE  # the attention in tiles of 256, as on a CPU
         try:
             result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
         finally:
-            base.GPU_TILE_ELEMENTS = budget
+            default.scorer.tile = None
         diff = max(float(np.nanmax(np.abs(a[ATTENTION] - b[ATTENTION]))) for a, b in zip(tiled_scores, scores))
         result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = diff
         save("engine_tile256")
@@ -479,23 +473,23 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
         texts = [r["text"] for r in first(PROFILE_TOKENS)]
         result["profile"] = profile_row(default, texts, device, out / "profile.txt")
         save("profile")
-    for times in (REPEAT, 4 * REPEAT):  # the steady state, planned in the helper (on CUDA) and in the model's process
+    for times in (REPEAT, 4 * REPEAT):  # the steady state, prepared in the helper (on CUDA) and in the model's process
         for where in ("", "_in_process"):
             name = f"balanced_x{times}{where}"
             if fits(name, times * wall):
                 data = repeated_corpus(rows, times, scratch)
-                planning = "inline" if where else "auto"
-                result[name], _ = corpus_row(data, "balanced", device, scratch, planning)
+                prepare = "inline" if where else "auto"
+                result[name] = row(data, "balanced", prepare)
                 save(name)
     if fits("fast", wall):
-        result["fast"], _ = corpus_row(corpus, "fast", device, scratch)
+        result["fast"] = row(corpus, "fast")
         save("fast")
     if fits("balanced_lr", 10 * wall):  # the two-pass lr readout the default's head was distilled from
-        result["balanced_lr"], _ = corpus_row(corpus, "balanced", device, scratch, readout="lr")
+        result["balanced_lr"] = row(corpus, "balanced", readout="lr")
         save("balanced_lr")
     if fits("quality", wall):
         subset = write_jsonl(scratch / "corpus_first_20k.jsonl", first(QUALITY_TOKENS))
-        result["quality"], _ = corpus_row(subset, "quality", device, scratch)
+        result["quality"] = row(subset, "quality")
         result["quality"]["note"] = f"the corpus's first ~{QUALITY_TOKENS * scale:,.0f} tokens only"
         save("quality")
     result["total_s"] = time.perf_counter() - begun
@@ -510,7 +504,7 @@ def print_table(result: dict, peak: float) -> None:
     print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
           + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
     split = ("model load", "tokenizer load", "full pass", "reset windows", "readouts", "tokenization", "dp")
-    split += ("waiting for the planner",)
+    split += ("waiting for the preparer",)
     print(f"{'row':22} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
           + " ".join(f"{name[:14] + ' s':>16}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
     names = ("balanced", *(f"balanced_x{n}{w}" for n in (REPEAT, 4 * REPEAT) for w in ("", "_in_process")))

@@ -60,8 +60,8 @@ def peak_mb() -> float:
 
 def child(mode: str, path: str, model: str | None) -> None:
     """One measurement in this process; prints a JSON line."""
-    from rr_fast.models import resolve
-    from rr_fast.tokenizer import load_tokenizer
+    from rr_fast.models.cache import resolve
+    from rr_fast.text.tokenizer import load_tokenizer
 
     out: dict = {"mode": mode}
     if mode == "cli":
@@ -78,7 +78,8 @@ def child(mode: str, path: str, model: str | None) -> None:
         print(json.dumps(out), flush=True)
         return
     from rr_fast.io import read_text
-    from rr_fast.text import candidate_edges, clean_edges, tokenize
+    from rr_fast.text.edges import candidate_edges, clean_edges
+    from rr_fast.text.tokens import tokenize
 
     tokenizer = load_tokenizer(resolve("smollm2-135m"))
     out["before input MB"] = peak_mb()

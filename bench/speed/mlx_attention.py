@@ -3,10 +3,10 @@
     flock /tmp/rr_cpu.lock python -m bench.speed.mlx_attention [--length 4001] [--document 4000] [--out FILE.json]
 
 Two arms, in the same run:
-- ``tiled``: as shipped (``rr_fast.backends.mlx._ExplicitAttention``): on a CPU, tiles of ``ATTENTION_TILE`` queries,
-  each forming only the keys its layer's window reaches;
-- ``one_tile``: ``rr_fast.backends.base.ATTENTION_TILE`` set past the row's length, so one tile forms every key of
-  the row: [rows, heads, T, T] probabilities per layer, as the readout formed them before it was tiled.
+- ``tiled``: as shipped (``rr_fast.scoring.backends.mlx.crossing_attention``): on a CPU, tiles of ``ATTENTION_TILE``
+  queries, each forming only the keys its layer's window reaches;
+- ``one_tile``: a request's ``tile`` past the row's length (the crossing scorer's ``tile``), so one tile forms every
+  key of the row: [rows, heads, T, T] probabilities per layer.
 
 ``layers``: one layer's attention at Gemma 3 270M's shapes (4 query heads, one key/value head of 256, bfloat16
 inputs, an edge every 8 tokens, spans 8, 32 and 128), a sliding-window layer (512 keys) and a global one: seconds,
@@ -19,7 +19,6 @@ the bundled model, both arms: seconds (model load excluded) and whether the cuts
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
 from pathlib import Path
@@ -31,45 +30,38 @@ from bench.speed.gpu_corpus import PREPARED
 SPANS = (8, 32, 128)
 
 
-@contextlib.contextmanager
-def one_tile():
-    """Every row in one tile of queries (the ``one_tile`` arm)."""
-    from rr_fast.backends import base
-
-    shipped = base.ATTENTION_TILE
-    base.ATTENTION_TILE = 1 << 30
-    try:
-        yield
-    finally:
-        base.ATTENTION_TILE = shipped
+ONE_TILE = 1 << 30  # queries per tile past any row's length: one tile forms every key of the row
 
 
-def layer(length: int, window: int | None) -> dict:
-    """One layer's explicit attention on random inputs: seconds, peak MiB above the inputs, its masses."""
+def layer(length: int, window: int | None, tile: int | None = None) -> dict:
+    """One layer's explicit attention on random inputs (``tile`` queries per tile; None: as shipped): seconds, peak
+    MiB above the inputs, its masses."""
     import mlx.core as mx
 
-    from rr_fast.backends.base import Crossing
-    from rr_fast.backends.mlx import _ExplicitAttention
+    from rr_fast.scoring.backends.base import Crossing
+    from rr_fast.scoring.backends.mlx import CrossingPass, crossing_attention
 
     rng = np.random.default_rng(0)
     q, k, v = (mx.array(rng.normal(size=(1, heads, length, 256)), dtype=mx.bfloat16) for heads in (4, 1, 1))
-    attention = _ExplicitAttention(Crossing(np.arange(8, length, 8)[None], np.array([length]), SPANS), [window])
+    request = CrossingPass(0, Crossing(np.arange(8, length, 8)[None], np.array([length]), SPANS, tile), [window])
     mx.eval(q, k, v)
     mx.reset_peak_memory()
     inputs = mx.get_active_memory()
     started = time.perf_counter()
-    mx.eval(attention(q, k, v, None, scale=256**-0.5, mask=None), attention.masses[-1])
+    output, mass = crossing_attention(q, k, v, 256**-0.5, window, request)
+    mx.eval(output, mass)
     seconds = time.perf_counter() - started
-    masses = np.array(attention.masses[-1].astype(mx.float32))
+    masses = np.array(mass.astype(mx.float32))
     return {"seconds": seconds, "peak_mib": (mx.get_peak_memory() - inputs) / 2**20, "masses": masses}
 
 
 def document(tokens: int, inputs: Path, model: str | None) -> tuple[str, object]:
     """The first ``tokens`` tokens of the streams joined by a space, and a Chunker on MLX."""
     from rr_fast import Chunker
-    from rr_fast.models import DEFAULT_MODEL, resolve
-    from rr_fast.text import tokenize
-    from rr_fast.tokenizer import load_tokenizer
+    from rr_fast.models.cache import resolve
+    from rr_fast.models.recipes import DEFAULT_MODEL
+    from rr_fast.text.tokenizer import load_tokenizer
+    from rr_fast.text.tokens import tokenize
 
     folder = model or resolve(DEFAULT_MODEL)
     tokenizer = load_tokenizer(folder)
@@ -93,8 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     result: dict = {"length": args.length, "layers": {}}
     for name, window in (("sliding window of 512", 512), ("global", None)):
         tiled = layer(args.length, window)
-        with one_tile():
-            whole = layer(args.length, window)
+        whole = layer(args.length, window, ONE_TILE)
         result["layers"][name] = {
             "tiled": {key: round(tiled[key], 2) for key in ("seconds", "peak_mib")},
             "one_tile": {key: round(whole[key], 2) for key in ("seconds", "peak_mib")},
@@ -104,11 +95,11 @@ def main(argv: list[str] | None = None) -> dict:
         text, chunker = document(args.document, Path(args.inputs), args.model)
         chunker.chunk(text[:2000])  # warm: the first call's one-time costs (the DP's compile) in neither arm
         arms = {}
-        for name, context in (("tiled", contextlib.nullcontext()), ("one_tile", one_tile())):
-            with context:
-                started = time.perf_counter()
-                ends = [chunk.end for chunk in chunker.chunk(text)]
-                arms[name] = {"seconds": round(time.perf_counter() - started, 1), "ends": ends}
+        for name, tile in (("tiled", None), ("one_tile", ONE_TILE)):
+            chunker.scorer.tile = tile
+            started = time.perf_counter()
+            ends = [chunk.end for chunk in chunker.chunk(text)]
+            arms[name] = {"seconds": round(time.perf_counter() - started, 1), "ends": ends}
         result["document"] = {
             "tokens": args.document,
             "dtype": chunker.config.dtype,

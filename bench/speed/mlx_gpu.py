@@ -38,12 +38,12 @@ import numpy as np
 from bench.speed.gpu_corpus import PREPARED, SMOKE, bundled_model, prepare, sync
 
 
-def resolved(readout: str | None) -> dict:
-    """The scoring options the arms run with: the bundled model's defaults (with ``readout`` when given)."""
+def resolved(model: str, readout: str | None) -> dict:
+    """The scoring options the arms run with: the model's recipe's defaults (with ``readout`` when given)."""
     from rr_fast.config import ChunkerConfig
 
-    c = ChunkerConfig(readout=readout).resolve().config
-    names = ("readout", "window", "skip", "step", "normalizer", "layer", "penalty", "batch_tokens")
+    c = ChunkerConfig(model=model, readout=readout).resolve().config
+    names = ("readout", "window", "step", "normalizer", "layer", "penalty", "batch_tokens")
     return {name: getattr(c, name) for name in names}
 
 
@@ -65,6 +65,7 @@ def arm_name(backend: str, dtype: str, batch_tokens: int | None) -> str:
 
 
 def run_arm(
+    model: str,
     backend: str,
     dtype: str,
     batch_tokens: int | None,
@@ -72,20 +73,23 @@ def run_arm(
     device: str,
     streams: list[str],
     one_pass: bool = False,
+    adjust=None,
 ) -> dict:
-    """One arm's timing, cuts and readout values on ``streams``, the bundled model's name resolving to the
-    benchmark's cache entry. ``one_pass``: each stream scored and cut from one model run (``Chunker.explain``),
-    timed together, for arms too slow to run twice (MLX on a CPU); else ``score_many`` is timed and
-    ``chunk_many`` gives the cuts."""
+    """One arm's timing, cuts and readout values on ``streams`` with ``model`` (the benchmark's model folder, with its
+    recipe: ``gpu_corpus.bundled_model``). ``one_pass``: each stream scored and cut from one model run
+    (``Chunker.explain``), timed together, for arms too slow to run twice (MLX on a CPU); else ``score_many`` is timed
+    and ``chunk_many`` gives the cuts. ``adjust``: called with the loaded Chunker before anything runs (an instrument's
+    change to the loaded model)."""
     from rr_fast import Chunker
-    from rr_fast.models import DEFAULT_MODEL
 
-    options = {"model": DEFAULT_MODEL, "backend": backend, "dtype": dtype, "readout": readout}
+    options = {"model": model, "backend": backend, "dtype": dtype, "readout": readout}
     if batch_tokens:
         options["batch_tokens"] = batch_tokens
     if backend == "torch":
         options["device"] = device
     chunker = Chunker(**options)
+    if adjust is not None:
+        adjust(chunker)
     list(chunker.score_many(streams[:1]))  # warm-up: weights on the device, kernels compiled
     sync(device)
     started = time.perf_counter()
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         prepare(data_dir(), inputs, **(SMOKE if args.smoke else {}))
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     streams = json.loads((inputs / "streams.json").read_text())[: 2 if args.smoke else args.streams]
-    with bundled_model(args.model, inputs, args.smoke):
+    with bundled_model(args.model, inputs, args.smoke) as folder:
         result: dict = {
             "torch_device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "mlx_device": str(mx.default_device()),
@@ -153,11 +157,11 @@ def main(argv: list[str] | None = None) -> dict:
             "mlx": mx.__version__,
             "weights": f"real ({args.model})" if args.model else "RANDOM (Gemma 3 config)",
             "streams": len(streams),
-            "config": resolved(args.readout),
+            "config": resolved(str(folder), args.readout),
         }
         chosen = [arm for arm in ARMS if args.arms is None or arm_name(*arm) in args.arms.split(",")]
         result["one_pass"] = args.one_pass
-        arms = {arm: run_arm(*arm, args.readout, device, streams, args.one_pass) for arm in chosen}
+        arms = {arm: run_arm(str(folder), *arm, args.readout, device, streams, args.one_pass) for arm in chosen}
     reference = arms[REFERENCE if REFERENCE in arms else chosen[0]]  # torch fp32 unless it was left out
     result["reference"] = arm_name(*(REFERENCE if REFERENCE in arms else chosen[0]))
     for key, arm in arms.items():

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rr_fast.backends.base import Forward
 from rr_fast.config import ChunkerConfig
-from rr_fast.document import plan_document, text_tokens
-from rr_fast.engine import Engine
-from rr_fast.models import resolve
-from rr_fast.tokenizer import load_tokenizer
+from rr_fast.models.cache import resolve
+from rr_fast.scoring.backends.base import Forward
+from rr_fast.scoring.windows import WindowScorer
+from rr_fast.text.documents import prepare_document, text_tokens
+from rr_fast.text.tokenizer import load_tokenizer
 
 
 class CountingBackend:
@@ -54,12 +54,12 @@ def main(argv: list[str] | None = None) -> dict:
     documents = []
     for line in Path(args.corpus).read_text(encoding="utf-8").splitlines():
         text = json.loads(line)["text"]
-        document = plan_document(text, text_tokens(tokenizer, text), resolved.config, resolved.limits)
+        document = prepare_document(text, text_tokens(tokenizer, text), resolved.config, resolved.limits)
         documents.append((document.tokens.ids, document.scored.tokens))
     result = {"corpus": args.corpus, "documents": len(documents), "rows": {}}
     for batch_tokens in args.batch_tokens:
         backend = CountingBackend(batch_tokens)
-        engine = Engine(backend, [2], resolved.scoring)  # a BOS, as Gemma 3 has
+        engine = WindowScorer(backend, [2], resolved.scoring)  # a BOS, as Gemma 3 has
         for _ in engine.score_many(documents):
             pass
         result["rows"][batch_tokens] = {

@@ -40,10 +40,10 @@ import torch
 from bench.common import REPO_ROOT
 from bench.quality.streams import read_streams
 from bench.speed.__main__ import locked
-from rr_fast.backends.base import Forward
-from rr_fast.backends.torch import TorchBackend
 from rr_fast.chunker import Chunker
-from rr_fast.engine import Engine
+from rr_fast.scoring.backends.base import Forward
+from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.windows import WindowScorer
 
 ARMS = ("torch", "torch-int8", "torch-bf16", "ort", "ort-int8", "openvino", "openvino-bf16")
 CONFIGS = {"default": {}, "fast": {"preset": "fast"}}  # Chunker options of each measured configuration
@@ -171,22 +171,22 @@ def build_arms(names: list[str], folder: str, cache: Path, threads: int) -> dict
 def measure(chunker: Chunker, arms: dict[str, object], texts: list[str]) -> list[dict]:
     """Every arm on every text through ``chunker.explain`` (its engine rebuilt on the arm's backend), the
     arms' order reversed from text to text; per arm its time, window-forward time, score drift and chunks."""
-    base = chunker.engine
-    engines = {name: Engine(backend, base.prefix.tolist(), base.config) for name, backend in arms.items()}
+    base = chunker.scorer
+    engines = {name: WindowScorer(backend, base.prefix.tolist(), base.config) for name, backend in arms.items()}
     for engine in engines.values():  # warm-up: graph loading, first-shape compilation, allocations
-        chunker.engine = engine
+        chunker.scorer = engine
         chunker.explain(texts[0][:600])
     runs: dict[str, list] = {name: [] for name in arms}
     for i, text in enumerate(texts):
         for name in list(arms)[:: 1 if i % 2 == 0 else -1]:
-            engine = chunker.engine = engines[name]
+            engine = chunker.scorer = engines[name]
             before = dict(engine.timings)
             started = time.perf_counter()
             chunks, scores = chunker.explain(text)
             seconds = time.perf_counter() - started
             windows = engine.timings["reset windows"] - before.get("reset windows", 0.0)
             runs[name].append((seconds, windows, scores, [(c.start, c.end) for c in chunks]))
-    chunker.engine = base
+    chunker.scorer = base
     return summarise(runs, sum(len(chunker.tokenize(t)) for t in texts))
 
 
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
     with locked(args.lock):
         for config in args.configs.split(","):
             chunker = Chunker(model=args.model, backend="torch", device="cpu", **CONFIGS[config])
-            cfg, layer = chunker.config, chunker.engine.layer
+            cfg, layer = chunker.config, chunker.scorer.layer
             results["settings"][config] = f"{cfg.readout}, W {cfg.window}, layer {layer}, step {cfg.step}"
             backends = build_arms(arms, chunker.folder, cache, args.threads)
             results["configs"][config] = measure(chunker, backends, texts)

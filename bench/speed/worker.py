@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rr_fast.config import PAPER_WINDOW
+from rr_fast.models.recipes import PAPER_WINDOW
 
 WINDOW = PAPER_WINDOW  # the paper's W, for the per-edge loop and every engine row alike (bundled defaults may differ)
 STAGES = ("model load", "tokenization", "full pass", "reset windows", "readouts", "dp")
@@ -87,15 +87,16 @@ def model_shape(folder: str):
 def engine_job(job: Job) -> dict:
     started = time.perf_counter()
     from rr_fast import Chunker
-    from rr_fast.models import resolve
-    from rr_fast.text import candidate_edges, tokenize
+    from rr_fast.models.cache import resolve
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     import_s = time.perf_counter() - started
     set_threads(job.threads)
     from bench.common import data_dir
     from bench.speed.data import timing_text
     from bench.speed.flops import engine_work, matmul_shapes, measure_matmul_peak, total_flops
-    from rr_fast.tokenizer import load_tokenizer
+    from rr_fast.text.tokenizer import load_tokenizer
 
     folder = resolve(job.model)
     tokenizer = load_tokenizer(folder)
@@ -114,12 +115,12 @@ def engine_job(job: Job) -> dict:
         structure="none",  # the paper's candidate set on the book text, as the speed results always measured
     )
     if job.backend == "torch-transformers":  # the engine on transformers' model classes instead of plain modules
-        from rr_fast.backends.torch import TorchBackend
+        from rr_fast.scoring.backends.torch import TorchBackend
 
-        chunker.engine.backend = TorchBackend.load(folder, job.dtype, "cpu", implementation="transformers")
+        chunker.scorer.backend = TorchBackend.load(folder, job.dtype, "cpu", implementation="transformers")
     rss_loaded = rss_kib()
     captured: dict = {}
-    chunker.engine.score_many = capturing(chunker.engine.score_many, captured)  # instrumentation only
+    chunker.scorer.score_many = capturing(chunker.scorer.score_many, captured)  # instrumentation only
     warm_started = time.perf_counter()
     chunker.chunk(warm)  # first-call costs: Numba cache load, kernel selection, allocator warm-up
     warm_s = time.perf_counter() - warm_started
@@ -134,8 +135,8 @@ def engine_job(job: Job) -> dict:
     split["other"] = wall - sum(split.values())
     n = captured["n"]
     edges = captured["edges"]
-    engine = chunker.engine
-    cfg = engine.config
+    engine = chunker.scorer
+    cfg = engine.settings
     shape = model_shape(folder)
     work = engine_work(
         n,
@@ -194,12 +195,14 @@ def reference_job(job: Job) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from bench.common import data_dir
+    from bench.reference import reference_scores
     from bench.speed.data import timing_text
     from bench.speed.flops import reference_work, total_flops
-    from rr_fast.engine import default_layer
-    from rr_fast.models import BUNDLED, bos_prefix, resolve
-    from rr_fast.reference import reference_scores
-    from rr_fast.text import candidate_edges, tokenize
+    from rr_fast.models.cache import bos_prefix, resolve
+    from rr_fast.models.recipes import BUNDLED
+    from rr_fast.scoring.windows import default_layer
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     set_threads(job.threads)
     folder = resolve(job.model)
@@ -262,7 +265,7 @@ def startup_job(job: Job) -> dict:
     import rr_fast
 
     import_s = time.perf_counter() - started
-    from rr_fast.models import resolve
+    from rr_fast.models.cache import resolve
 
     started = time.perf_counter()
     folder = resolve(job.model)
@@ -283,7 +286,7 @@ def startup_job(job: Job) -> dict:
     second_s = time.perf_counter() - started
     del again
     # the route rr-fast took before plain modules: transformers' tokenizer and model classes
-    from rr_fast.backends.torch import TorchBackend
+    from rr_fast.scoring.backends.torch import TorchBackend
 
     started = time.perf_counter()
     from transformers import AutoTokenizer
@@ -385,7 +388,8 @@ def profile_job(job: Job) -> dict:
     from bench.common import data_dir
     from bench.speed.data import timing_text
     from rr_fast import Chunker
-    from rr_fast.text import candidate_edges, tokenize
+    from rr_fast.text.edges import candidate_edges
+    from rr_fast.text.tokens import tokenize
 
     set_threads(job.threads)
     chunker = Chunker(
@@ -400,13 +404,13 @@ def profile_job(job: Job) -> dict:
     text = timing_text(chunker.tokenizer, job.n, data_dir(job.data_dir))
     tokens = tokenize(chunker.tokenizer, text)
     edges = candidate_edges(text, tokens, chunker.config.step).tokens
-    chunker.engine.score(tokens.ids[:WARM_TOKENS], edges[edges < WARM_TOKENS])
+    chunker.scorer.score(tokens.ids[:WARM_TOKENS], edges[edges < WARM_TOKENS])
     started = time.perf_counter()
-    chunker.engine.score(tokens.ids, edges)
+    chunker.scorer.score(tokens.ids, edges)
     plain_s = time.perf_counter() - started
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         started = time.perf_counter()
-        chunker.engine.score(tokens.ids, edges)
+        chunker.scorer.score(tokens.ids, edges)
         profiled_s = time.perf_counter() - started
     kinds: dict[str, float] = {}
     ops: list[tuple[str, float, int]] = []
@@ -418,7 +422,7 @@ def profile_job(job: Job) -> dict:
         ops.append((event.key, seconds, event.count))
     ops.sort(key=lambda row: -row[1])
     in_ops = sum(kinds.values())
-    numpy_s = sum(chunker.engine.timings.get(k, 0.0) for k in ("readouts",)) / 3  # three score() calls
+    numpy_s = sum(chunker.scorer.timings.get(k, 0.0) for k in ("readouts",)) / 3  # three score() calls
     return {
         "n": len(tokens),
         "edges": int(len(edges)),
@@ -456,10 +460,10 @@ def agreement_job(job: Job) -> dict:
         runs = []
         for chunker in (base, other):
             captured: dict = {}
-            score_many = chunker.engine.score_many
-            chunker.engine.score_many = capturing(score_many, captured)
+            score_many = chunker.scorer.score_many
+            chunker.scorer.score_many = capturing(score_many, captured)
             cuts = [c.start for c in chunker.chunk(row["text"])]
-            chunker.engine.score_many = score_many
+            chunker.scorer.score_many = score_many
             runs.append((cuts, captured))
         (cuts_a, a), (cuts_b, b) = runs
         for name, values in a["scores"].items():

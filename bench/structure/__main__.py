@@ -30,10 +30,10 @@ def score(args) -> None:
         for structure in filter(None, wanted.split(",")):
             started = time.perf_counter()
             chunker = chunkers[structure]
-            before = chunker.engine.misses
+            before = chunker.scorer.misses
             chunker.chunk(doc.text)
             print(
-                f"{doc.id} {structure}: {chunker.engine.misses - before} new edges, "
+                f"{doc.id} {structure}: {chunker.scorer.misses - before} new edges, "
                 f"{time.perf_counter() - started:.1f}s",
                 file=sys.stderr,
                 flush=True,

@@ -21,8 +21,8 @@ from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
 from bench.structure.scoring import SCORED, NotCached, cached_chunker
-from rr_fast.models import resolve
-from rr_fast.structure import PRIORS, Level, analyse, levels
+from rr_fast.models.cache import resolve
+from rr_fast.text.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
 HEADING_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
@@ -56,6 +56,9 @@ class ConstantEngine:
         for ids, edges in documents:
             yield self.score(ids, edges)
 
+    def must_score(self, num_tokens, edges):
+        return np.ones(len(edges), dtype=bool)
+
 
 def chunk_starts(text: str, cuts) -> list[int]:
     out = []
@@ -72,7 +75,7 @@ def methods(args, limits) -> dict:
     options = _cached_options(args)
     rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, **options) for s in ("auto", "none")}
     plain = cached_chunker(args.out, args.window, args.device, "auto", limits, **options)
-    plain.engine = ConstantEngine(plain.config.readout)
+    plain.scorer = ConstantEngine(plain.config.readout)
     out = {
         "rr-fast auto": lambda t: [c.start for c in rr["auto"].chunk(t)[1:]],
         "rr-fast none": lambda t: [c.start for c in rr["none"].chunk(t)[1:]],

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rr_fast.integrations.common import LazyChunker, require
-from rr_fast.models import DEFAULT_MODEL
+from rr_fast.models.recipes import DEFAULT_MODEL
 
 chunker_base = require("chonkie.chunker.base", "chonkie")
 pipeline = require("chonkie.pipeline", "chonkie")

@@ -11,7 +11,7 @@ from copy import deepcopy
 from typing import Any
 
 from rr_fast.integrations.common import LazyChunker, require
-from rr_fast.models import DEFAULT_MODEL
+from rr_fast.models.recipes import DEFAULT_MODEL
 
 haystack = require("haystack", "haystack")
 

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from rr_fast.integrations.common import LazyChunker, require
-from rr_fast.models import DEFAULT_MODEL
+from rr_fast.models.recipes import DEFAULT_MODEL
 
 text_splitters = require("langchain_text_splitters", "langchain")
 core_documents = require("langchain_core.documents", "langchain")

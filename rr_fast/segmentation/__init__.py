@@ -1,20 +1,29 @@
-"""Segmenting a scored document: utilities, structure priors and the DP, in the configured length unit.
+"""Segmentation: a scored document → its cuts, in the configured length unit.
 
-The model's readouts become within-document utilities (``segment.utility``); for structured text each
-writer's break adds its level's prior and fallback edges wait in higher tiers (``segment_tiered``), else the
-paper's open-count or fixed-count DP runs over the scored candidates with every clean edge as a fallback.
+- ``calibration``: readout values → within-document percentile utilities;
+- ``dp``: the objective, hard limits and their relaxations around the Numba kernels (``rr_fast.kernels``);
+- ``lengths``: the length unit (model tokens, characters, another tokenizer's tokens);
+- ``overlap``: neighbouring text in context fields, never in the chunks.
+
+``cut_document`` puts them together for one document: for structured text each writer's break adds its level's
+prior and fallback edges wait in higher tiers (``dp.segment_tiered``), else the paper's open-count or fixed-count DP
+runs over the scored candidates with every clean edge as a fallback (``dp.segment``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from rr_fast.config import ChunkerConfig
-from rr_fast.document import Document
 from rr_fast.errors import RRFastError
-from rr_fast.lengths import LengthUnit, edge_positions, segment_in_unit
-from rr_fast.segment import Limits, Segmentation, segment, segment_tiered
-from rr_fast.structure import priors
+from rr_fast.segmentation.dp import Limits, Segmentation, segment, segment_tiered
+from rr_fast.segmentation.lengths import LengthUnit, edge_positions, segment_in_unit
+from rr_fast.text.documents import Document
+from rr_fast.text.structure import priors
+
+if TYPE_CHECKING:  # the configuration is resolved above this layer and handed down
+    from rr_fast.config import ChunkerConfig
 
 
 def cut_document(
@@ -23,7 +32,7 @@ def cut_document(
     """The optimal cuts of one document given its scored edges' utilities (NaN: not usable)."""
     tokens, clean = document.tokens, document.clean
     positions = edge_positions(unit, document.text, tokens, clean)
-    if document.plan is None:
+    if document.layout is None:
         usable = np.isfinite(utilities)
 
         def solve(run: Limits) -> Segmentation:
@@ -39,7 +48,7 @@ def cut_document(
             )
 
     else:
-        layout = document.plan
+        layout = document.layout
         # writer's breaks and sentence ends carry the model's utility plus their level's prior; fallbacks 0. An edge
         # the model could not score stays a possible cut, as a plain token boundary: every clean edge is a node, so
         # that only a stretch with no clean edge inside can be longer than max_tokens

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rr_fast.config import PAPER_WINDOW
+from rr_fast.models.recipes import PAPER_WINDOW
 
 
 @torch.inference_mode()

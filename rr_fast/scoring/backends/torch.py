@@ -2,7 +2,7 @@
 
 Early exit reuses the model's own decoder forward on a *view* that holds only the first ℓ layers: masks,
 embedding scales, sliding windows and position tables stay the model's own, and no layer above ℓ runs. The
-view shares every parameter with the loaded model. rr_fast.backends.plain mirrors transformers' module tree,
+view shares every parameter with the loaded model. rr_fast.scoring.backends.plain mirrors transformers' module tree,
 so both kinds of model go through the same code here.
 """
 
@@ -17,10 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rr_fast.backends import plain
-from rr_fast.backends.base import Crossing, Forward, length_dependent_rope
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.hf import quiet_transformers
+from rr_fast.models.hf import quiet_transformers
+from rr_fast.scoring.backends import plain
+from rr_fast.scoring.backends.base import Crossing, Forward, length_dependent_rope
+from rr_fast.scoring.backends.torch_crossing import CrossingMasses
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
@@ -128,7 +129,7 @@ class TorchBackend:
         implementation: str = "auto",
         allow_pickle: bool = False,
     ) -> TorchBackend:
-        """``implementation``: "plain" (rr_fast.backends.plain: Llama, Qwen3, Gemma 3), "transformers", or "auto",
+        """``implementation``: "plain" (``backends.plain``: Llama, Qwen3, Gemma 3), "transformers", or "auto",
         which takes plain where it covers the config: it loads in a fraction of transformers' start-up.
 
         Weights load from safetensors only unless ``allow_pickle``: unpickling pytorch_model.bin can run code.
@@ -194,19 +195,15 @@ class TorchBackend:
         positions: np.ndarray,
         layer: int | None,
         targets: np.ndarray | None = None,
-        on_device: bool = False,
         vocabulary: np.ndarray | None = None,
         top_tokens: int = 0,
-        crossing: Crossing | None = None,
+        on_device: bool = False,
     ) -> Forward:
-        """See ``Backend.forward``; ``on_device`` returns torch tensors where they were computed
-        (hidden in the model's dtype, log-probabilities in float32) for ``device_readouts``. Crossing masses
-        always come back as numpy arrays: they are a few numbers per edge."""
+        """See ``Backend.forward``; ``on_device`` returns torch tensors where they were computed (hidden in the
+        model's dtype, log-probabilities in float32) for ``device_readouts``."""
         ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
         pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
         out_of = (lambda t: t) if on_device else _numpy
-        if crossing is not None:
-            return self._crossing(ids_t, pos_t, layer, crossing)
         if targets is None:
             out = self.view(layer)(input_ids=ids_t, position_ids=pos_t, use_cache=False)
             return Forward(out_of(out.last_hidden_state), None)
@@ -217,21 +214,25 @@ class TorchBackend:
             logprobs, top = logprobs.cpu().numpy(), None if top is None else top.cpu().numpy()
         return Forward(hidden, logprobs, top_tokens=top)
 
-    def _crossing(self, ids: torch.Tensor, positions: torch.Tensor, layer: int | None, crossing: Crossing) -> Forward:
-        """The first ``layer`` layers (all with None), with attention probabilities formed (rr-fast's own decoders:
-        plain.CrossingMasses)."""
+    @torch.inference_mode()
+    def crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, request: Crossing) -> np.ndarray:
+        """See ``Backend.crossing``: the first ``layers`` layers of rr-fast's own decoders (Llama, Qwen3, Gemma 3),
+        each attention layer through ``torch_crossing.crossing_attention``. The masses come back as numpy arrays:
+        they are a few numbers per edge."""
         if not isinstance(self.decoder, plain.Decoder):
             raise ValueError("the attention readout needs rr-fast's own decoders (Llama, Qwen3, Gemma 3)")
-        edges = np.ascontiguousarray(crossing.edges, dtype=np.int64)
-        request = plain.CrossingMasses(
+        edges = np.ascontiguousarray(request.edges, dtype=np.int64)
+        masses = CrossingMasses(
             torch.from_numpy(edges).to(self.device),
-            torch.from_numpy(np.ascontiguousarray(crossing.lengths, dtype=np.int64)).to(self.device),
-            crossing.spans,
+            torch.from_numpy(np.ascontiguousarray(request.lengths, dtype=np.int64)).to(self.device),
+            request.spans,
             host_edges=edges,
+            tile=request.tile,
         )
-        decoder = self.decoder if layer is None else self.view(layer)
-        out = decoder(input_ids=ids, position_ids=positions, use_cache=False, crossing=request)
-        return Forward(None, None, crossing=out.crossing.cpu().numpy())
+        ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
+        pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
+        out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
+        return out.crossing.cpu().numpy()
 
     def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
         """log p(target) per position over the whole vocabulary (see ``head_readout``). Public: benchmark code that

@@ -9,7 +9,7 @@ materialized in the object store: Ray tasks read, each actor loads the model onc
 with ``Chunker.chunk_many``, and the writers take the chunks as they come, so the rows and their order equal
 the single-machine run's. The driver sees each document's id and digest once before chunking (as in
 ``rr_fast.corpus``, documents that share an id all go to the errors file), and at the end splits Ray's files,
-one at a time, into the shards of ``rr_fast.corpus_files``: the output folder, its manifest and its lock are the
+one at a time, into the shards of ``corpus.files``: the output folder, its manifest and its lock are the
 single-machine run's. Ray is imported only when this module is used.
 """
 
@@ -21,27 +21,27 @@ from pathlib import Path
 from typing import Any
 
 from rr_fast.config import Resolved, chunker_config
-from rr_fast.corpus_files import (
+from rr_fast.corpus.files import (
     JSONL_SUFFIXES,
     STAGING,
-    Document,
     FolderEntry,
     OutputLock,
+    Record,
     RunConfig,
     Scan,
     checked_inputs,
-    chunk_documents,
+    chunk_records,
     chunk_rows,
     commit_shard,
-    document_digest,
-    entry_document,
+    entry_record,
     error_reason,
     finish,
     folder_entries,
-    jsonl_documents,
+    jsonl_records,
+    parse_record,
     previous_run,
     pyarrow_modules,
-    record_document,
+    record_digest,
     scan,
     schema,
     start_run,
@@ -49,8 +49,8 @@ from rr_fast.corpus_files import (
 )
 from rr_fast.errors import RRFastError, UsageError
 
-RAY_HINT = 'rr_fast.ray needs Ray Data: pip install "rr-fast[ray]"'
-DOCUMENT_COLUMNS = ("doc_id", "text", "error")  # the documents stage; error: the reader's reason, else null
+RAY_HINT = 'rr_fast.corpus.ray needs Ray Data: pip install "rr-fast[ray]"'
+RECORD_COLUMNS = ("doc_id", "text", "error")  # the documents stage; error: the reader's reason, else null
 
 
 def _ray():
@@ -65,7 +65,7 @@ def _ray():
 def document_schema():
     import pyarrow as pa
 
-    return pa.schema([(name, pa.string()) for name in DOCUMENT_COLUMNS])
+    return pa.schema([(name, pa.string()) for name in RECORD_COLUMNS])
 
 
 def output_schema():
@@ -74,7 +74,7 @@ def output_schema():
     return schema().append(pa.field("error", pa.string()))
 
 
-def _document_table(documents: list[Document]):
+def _record_table(documents: list[Record]):
     import pyarrow as pa
 
     columns = {
@@ -85,7 +85,7 @@ def _document_table(documents: list[Document]):
     return pa.Table.from_pydict(columns, schema=document_schema())
 
 
-class RecordDocuments:
+class ParsedRecords:
     """Records with ``id_field`` and ``text_field`` columns → documents, as ``rr_fast.corpus`` reads them."""
 
     def __init__(self, id_field: str, text_field: str):
@@ -98,20 +98,20 @@ class RecordDocuments:
         records = (
             {self.id_field: i, self.text_field: t} for i, t in zip(column(self.id_field), column(self.text_field))
         )
-        return _document_table([record_document(r, "", self.id_field, self.text_field) for r in records])
+        return _record_table([parse_record(r, "", self.id_field, self.text_field) for r in records])
 
 
-def _folder_documents(batch):
+def _folder_records(batch):
     """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``corpus_files.folder_entries``) → documents,
     each file read in the Ray task, as ``rr_fast.corpus`` reads it."""
     entries = zip(*(batch.column(name).to_pylist() for name in ("doc_id", "path", "skipped")))
-    return _document_table([entry_document(FolderEntry(i, p and Path(p), why)) for i, p, why in entries])
+    return _record_table([entry_record(FolderEntry(i, p and Path(p), why)) for i, p, why in entries])
 
 
 class ChunkActor:
     """A Ray Data actor: loads the model once, then chunks each batch of documents into chunk rows.
 
-    Batches have ``DOCUMENT_COLUMNS``. Documents that cannot be chunked (the reader's error, a shared id in
+    Batches have ``RECORD_COLUMNS``. Documents that cannot be chunked (the reader's error, a shared id in
     ``repeated``, or the chunker's) become one row with ``error`` set and the chunk columns null.
     """
 
@@ -128,9 +128,9 @@ class ChunkActor:
     def __call__(self, batch):
         import pyarrow as pa
 
-        read = [Document(*row) for row in zip(*(batch.column(name).to_pylist() for name in DOCUMENT_COLUMNS))]
+        read = [Record(*row) for row in zip(*(batch.column(name).to_pylist() for name in RECORD_COLUMNS))]
         rows = []
-        for document, result in chunk_documents(self.chunker, without_repeated_ids(read, self.repeated)):
+        for document, result in chunk_records(self.chunker, without_repeated_ids(read, self.repeated)):
             if isinstance(result, RRFastError):
                 rows.append({"doc_id": document.doc_id, "error": error_reason(document, result)})
             else:
@@ -160,12 +160,12 @@ def shared_ids(*datasets: Any) -> frozenset[str]:
 def _digest_columns(batch):
     import pyarrow as pa
 
-    read = [Document(*row) for row in zip(*(batch.column(name).to_pylist() for name in DOCUMENT_COLUMNS))]
+    read = [Record(*row) for row in zip(*(batch.column(name).to_pylist() for name in RECORD_COLUMNS))]
     return pa.table(
         {
             "doc_id": pa.array([d.doc_id for d in read], pa.string()),
             "error": pa.array([d.error for d in read], pa.string()),
-            "digest": pa.array([document_digest(d) for d in read], pa.binary()),
+            "digest": pa.array([record_digest(d) for d in read], pa.binary()),
         }
     )
 
@@ -191,14 +191,14 @@ def chunk_dataset(
     id are errors); the chunking itself runs when the result is consumed.
     """
     documents = dataset.select_columns([id_field, text_field]).map_batches(
-        RecordDocuments(id_field, text_field), batch_format="pyarrow"
+        ParsedRecords(id_field, text_field), batch_format="pyarrow"
     )
-    return chunk_documents_dataset(
+    return chunk_records_dataset(
         documents, chunker, actors=actors, num_gpus=num_gpus, cpus_per_actor=cpus_per_actor, batch_size=batch_size
     )
 
 
-def chunk_documents_dataset(
+def chunk_records_dataset(
     documents: Any,
     chunker: dict | Resolved | None = None,
     *,
@@ -208,7 +208,7 @@ def chunk_documents_dataset(
     cpus_per_actor: float = 1,
     batch_size: int = 64,
 ) -> Any:
-    """``chunk_dataset`` for a Dataset that already has ``DOCUMENT_COLUMNS`` (``read_datasets``'s); ``repeated``:
+    """``chunk_dataset`` for a Dataset that already has ``RECORD_COLUMNS`` (``read_datasets``'s); ``repeated``:
     the shared ids when the caller knows them (``shared_ids``), else they are read from ``documents`` first."""
     ray = _ray()
     from ray.data import ActorPoolStrategy
@@ -235,7 +235,7 @@ def chunk_documents_dataset(
 
 
 def read_datasets(inputs: list[str], id_field: str, text_field: str, follow_symlinks: bool = False) -> list[Any]:
-    """The inputs as lazy Datasets of documents (``DOCUMENT_COLUMNS``), read by Ray tasks: one Dataset per run
+    """The inputs as lazy Datasets of documents (``RECORD_COLUMNS``), read by Ray tasks: one Dataset per run
     of consecutive inputs of one kind, whose rows keep the input order.
 
     Parquet through Ray's reader, JSONL line by line in Ray tasks with ``rr_fast.corpus``'s own parser (a bad line
@@ -265,7 +265,7 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str, follow_syml
             runs[-1][1].extend(paths)
         else:
             runs.append((kind, paths))
-    to_documents = RecordDocuments(id_field, text_field)
+    to_documents = ParsedRecords(id_field, text_field)
     datasets = []
     for kind, paths in runs:
         if kind == "parquet":
@@ -275,7 +275,7 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str, follow_syml
             datasets.append(ray.data.read_datasource(_jsonl_source(paths, id_field, text_field)))
         else:
             entries = ray.data.from_items(paths)
-            datasets.append(entries.map_batches(_folder_documents, batch_format="pyarrow"))
+            datasets.append(entries.map_batches(_folder_records, batch_format="pyarrow"))
     return datasets
 
 
@@ -286,13 +286,13 @@ def _jsonl_source(paths: list[str], id_field: str, text_field: str, rows_per_blo
     class JsonlDocuments(FileBasedDatasource):
         def _read_stream(self, stream, path: str):
             block = []
-            for document in jsonl_documents(_lines(stream), Path(path).name, id_field, text_field):
+            for document in jsonl_records(_lines(stream), Path(path).name, id_field, text_field):
                 block.append(document)
                 if len(block) == rows_per_block:
-                    yield _document_table(block)
+                    yield _record_table(block)
                     block = []
             if block:
-                yield _document_table(block)
+                yield _record_table(block)
 
     return JsonlDocuments(paths, file_extensions=None)
 
@@ -331,7 +331,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
         start_run(output, config, found, previous=None)
         staging = output / STAGING
         for number, documents in enumerate(datasets):
-            chunked = chunk_documents_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
+            chunked = chunk_records_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
             chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
         documents = _split_into_shards(staging, output, config.shard_docs)
         if documents != found.documents:

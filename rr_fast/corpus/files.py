@@ -36,7 +36,7 @@ from typing import Any
 
 from rr_fast.config import Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.text import lone_surrogate, printable
+from rr_fast.text.edges import lone_surrogate, printable
 
 COLUMNS = (
     "doc_id",
@@ -62,7 +62,7 @@ SHARD = re.compile(r"(part|errors)-(\d{5,})\.(parquet|jsonl)")  # rr-fast's shar
 
 
 @dataclass(frozen=True)
-class Document:
+class Record:
     """One input document; ``error`` says why it cannot be read (``text`` is then None)."""
 
     doc_id: str
@@ -162,9 +162,9 @@ def _parses(data: bytes) -> bool:
     return True
 
 
-def read_documents(
+def read_records(
     inputs: list[str], id_field: str = "id", text_field: str = "text", follow_symlinks: bool = False
-) -> Iterator[Document]:
+) -> Iterator[Record]:
     """Every document of every input, in a deterministic order (folders: sorted paths, ``folder_entries``)."""
     for name in inputs:
         kind = input_kind(name)
@@ -261,45 +261,45 @@ def read_regular_file(path: Path) -> bytes:
         os.close(handle)
 
 
-def file_document(doc_id: str, data: bytes) -> Document:
+def file_record(doc_id: str, data: bytes) -> Record:
     """One file's bytes as a document (UTF-8, else an error with the offending byte)."""
     doc_id, bad_id = _checked_id(doc_id)
     if bad_id:
-        return Document(doc_id, None, bad_id)
+        return Record(doc_id, None, bad_id)
     try:
-        return Document(doc_id, data.decode("utf-8"))
+        return Record(doc_id, data.decode("utf-8"))
     except UnicodeDecodeError as error:
-        return Document(doc_id, None, f"invalid UTF-8 at byte {error.start}")
+        return Record(doc_id, None, f"invalid UTF-8 at byte {error.start}")
 
 
-def entry_document(entry: FolderEntry) -> Document:
+def entry_record(entry: FolderEntry) -> Record:
     """One folder entry as a document: its file read, or the reason it is skipped."""
     if entry.skipped is not None:
-        return Document(_checked_id(entry.doc_id)[0], None, entry.skipped)
+        return Record(_checked_id(entry.doc_id)[0], None, entry.skipped)
     try:
         data = read_regular_file(entry.path)
     except OSError as error:
-        return Document(_checked_id(entry.doc_id)[0], None, f"cannot read: {error.strerror or error}")
-    return file_document(entry.doc_id, data)
+        return Record(_checked_id(entry.doc_id)[0], None, f"cannot read: {error.strerror or error}")
+    return file_record(entry.doc_id, data)
 
 
-def _read_folder(folder: Path, follow_symlinks: bool) -> Iterator[Document]:
+def _read_folder(folder: Path, follow_symlinks: bool) -> Iterator[Record]:
     for entry in folder_entries(folder, follow_symlinks):
-        yield entry_document(entry)
+        yield entry_record(entry)
 
 
-def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
+def _read_jsonl(path: Path, id_field: str, text_field: str) -> Iterator[Record]:
     try:
         with path.open("rb") as lines:
-            yield from jsonl_documents(lines, path.name, id_field, text_field)
+            yield from jsonl_records(lines, path.name, id_field, text_field)
     except OSError as error:
         raise RRFastError(f"cannot read {printable(str(path))}: {error.strerror or error}") from None
 
 
-def jsonl_documents(lines: Iterable[bytes], name: str, id_field: str, text_field: str) -> Iterator[Document]:
+def jsonl_records(lines: Iterable[bytes], name: str, id_field: str, text_field: str) -> Iterator[Record]:
     """The documents of one JSONL file's raw lines. A line that cannot be read as a record (not UTF-8, not JSON,
     nested too deep for the parser, numbers too long to convert) is an error document named ``name:line``, never a
-    failed run; blank lines are skipped. rr_fast.ray reads its JSONL through this too."""
+    failed run; blank lines are skipped. rr_fast.corpus.ray reads its JSONL through this too."""
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -307,18 +307,18 @@ def jsonl_documents(lines: Iterable[bytes], name: str, id_field: str, text_field
         try:
             record = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            yield Document(where, None, f"not a JSON line: {error}")
+            yield Record(where, None, f"not a JSON line: {error}")
             continue
         except RecursionError:
-            yield Document(where, None, "not a JSON line: nested too deeply to parse")
+            yield Record(where, None, "not a JSON line: nested too deeply to parse")
             continue
         except Exception as error:  # the parser's limits, e.g. an integer of more than 4,300 digits
-            yield Document(where, None, f"not a JSON line: {_reason(error)}")
+            yield Record(where, None, f"not a JSON line: {_reason(error)}")
             continue
-        yield record_document(record, where, id_field, text_field)
+        yield parse_record(record, where, id_field, text_field)
 
 
-def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Document]:
+def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Record]:
     pa, pq = pyarrow_modules()
     name = printable(path.name)
     try:
@@ -330,35 +330,35 @@ def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Docume
         for batch in file.iter_batches(columns=[id_field, text_field], batch_size=1024):
             for record in batch.to_pylist():
                 row += 1
-                yield record_document(record, f"{name}:{row}", id_field, text_field)
+                yield parse_record(record, f"{name}:{row}", id_field, text_field)
     except (pa.ArrowException, OSError) as error:
         raise RRFastError(f"{name} is not a readable Parquet file: {' '.join(str(error).split())}") from None
 
 
-def record_document(record: Any, where: str, id_field: str, text_field: str) -> Document:
+def parse_record(record: Any, where: str, id_field: str, text_field: str) -> Record:
     """One JSONL or Parquet record as a document; ``where`` (file:line) names it when it has no usable id. Any
     record, however odd, gives a document: an unusable one carries the reason."""
     if not isinstance(record, dict):
-        return Document(where, None, f"not a JSON object (a {type(record).__name__})")
+        return Record(where, None, f"not a JSON object (a {type(record).__name__})")
     value = record.get(id_field)
     if value is None:
-        return Document(where, None, f"no {id_field!r} field")
+        return Record(where, None, f"no {id_field!r} field")
     if isinstance(value, (dict, list)):
-        return Document(where, None, f"field {id_field!r} is a {type(value).__name__}, not a string or number")
+        return Record(where, None, f"field {id_field!r} is a {type(value).__name__}, not a string or number")
     try:
         doc_id = str(value)
     except Exception as error:  # an integer too long to write in decimal, say
-        return Document(where, None, f"field {id_field!r} cannot be an id: {_reason(error)}")
+        return Record(where, None, f"field {id_field!r} cannot be an id: {_reason(error)}")
     doc_id, bad_id = _checked_id(doc_id)
     if bad_id:
-        return Document(doc_id, None, bad_id)
+        return Record(doc_id, None, bad_id)
     text = record.get(text_field)
     if not isinstance(text, str):
-        return Document(doc_id, None, f"field {text_field!r} is missing or not a string")
+        return Record(doc_id, None, f"field {text_field!r} is missing or not a string")
     surrogate = lone_surrogate(text)
     if surrogate is not None:
-        return Document(doc_id, None, f"text is not valid Unicode: a lone surrogate at character {surrogate}")
-    return Document(doc_id, text)
+        return Record(doc_id, None, f"text is not valid Unicode: a lone surrogate at character {surrogate}")
+    return Record(doc_id, text)
 
 
 def _reason(error: BaseException) -> str:
@@ -377,16 +377,16 @@ def _checked_id(doc_id: str) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------------- what was read
 
 
-def without_repeated_ids(documents: Iterable[Document], repeated: Iterable[str]) -> Iterator[Document]:
+def without_repeated_ids(documents: Iterable[Record], repeated: Iterable[str]) -> Iterator[Record]:
     """Each document whose id is shared becomes an error, so no two documents write the same chunk ids."""
     for document in documents:
         if document.error is None and document.doc_id in repeated:
-            yield Document(document.doc_id, None, DUPLICATE_ID)
+            yield Record(document.doc_id, None, DUPLICATE_ID)
         else:
             yield document
 
 
-def document_digest(document: Document) -> bytes:
+def record_digest(document: Record) -> bytes:
     """What a shard's digest covers of one document: its id, text and the reader's reason."""
     fields = [document.doc_id, document.text, document.error]
     return hashlib.sha256(json.dumps(fields).encode("ascii")).digest()
@@ -403,7 +403,7 @@ class Scan:
 
 
 def scan(entries: Iterable[tuple[str, bool, bytes]], shard_docs: int) -> Scan:
-    """``entries``: (doc_id, readable, ``document_digest``) for every document, in input order."""
+    """``entries``: (doc_id, readable, ``record_digest``) for every document, in input order."""
     first_shard: dict[str, int] = {}
     repeated: set[str] = set()
     shared_in: dict[int, set[str]] = {}  # shard → its ids that another document carries too
@@ -428,17 +428,17 @@ def scan(entries: Iterable[tuple[str, bool, bytes]], shard_docs: int) -> Scan:
     return Scan(count, frozenset(repeated), tuple(h.hexdigest() for h in hashes))
 
 
-def scan_documents(documents: Iterable[Document], shard_docs: int) -> Scan:
-    entries = ((d.doc_id, d.error is None, document_digest(d)) for d in documents)
+def scan_records(documents: Iterable[Record], shard_docs: int) -> Scan:
+    entries = ((d.doc_id, d.error is None, record_digest(d)) for d in documents)
     return scan(entries, shard_docs)
 
 
 # ---------------------------------------------------------------------------------------------- chunking
 
 
-def chunk_documents(chunker, documents: Iterable[Document]) -> Iterator[tuple[Document, list | RRFastError]]:
+def chunk_records(chunker, documents: Iterable[Record]) -> Iterator[tuple[Record, list | RRFastError]]:
     """(document, its chunks or the error that stopped it), in order, many documents per model call."""
-    pending: deque[Document] = deque()
+    pending: deque[Record] = deque()
 
     def texts():
         for document in documents:
@@ -470,7 +470,7 @@ def chunk_rows(doc_id: str, chunks: list) -> list[dict]:
     ]
 
 
-def error_reason(document: Document, result: RRFastError) -> str:
+def error_reason(document: Record, result: RRFastError) -> str:
     """The reader's reason where it had one, else the chunker's."""
     return document.error if document.error is not None else str(result)
 
@@ -488,7 +488,7 @@ class RunConfig:
     text_field: str
     shard_docs: int
     chunker: dict  # Chunker keyword arguments, as given (JSON-able)
-    planning: str = "auto"  # where documents are tokenized and planned (rr_fast.corpus.PLANNING); not in the output
+    prepare: str = "auto"  # where documents are tokenized and prepared (rr_fast.corpus.PREPARE); not in the output
     follow_symlinks: bool = False  # folder inputs: follow links that lead outside the folder (``folder_entries``)
 
     @cached_property

@@ -1,7 +1,7 @@
 """Planning a document: a text's model tokens and the candidate edges the model scores.
 
 Plain text gets the paper's candidates (sentence ends, and word boundaries on a ``step``-token grid); text
-with structure beyond sentences (headings, paragraphs, lists, lines) gets a ``structure.Plan`` that ranks
+with structure beyond sentences (headings, paragraphs, lists, lines) gets a ``structure.Layout`` that ranks
 every clean edge by level and tier, and the model scores its tier-0 edges. Every other clean edge stays a
 fallback the DP may use where the length limits leave no candidate.
 """
@@ -11,15 +11,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rr_fast.config import ChunkerConfig
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.lengths import MODEL
-from rr_fast.segment import Limits
-from rr_fast.structure import Plan, Structure, analyse, plan
-from rr_fast.text import Edges, Tokens, candidate_edges, clean_edges, lone_surrogate, tokenize_many
+from rr_fast.segmentation.dp import Limits
+from rr_fast.segmentation.lengths import MODEL
+from rr_fast.text.edges import Edges, candidate_edges, clean_edges, lone_surrogate
+from rr_fast.text.structure import Layout, Structure, analyse, lay_out
+from rr_fast.text.tokens import Tokens, tokenize_many
+
+if TYPE_CHECKING:  # the configuration is resolved above this layer and handed down
+    from rr_fast.config import ChunkerConfig
 
 BOM = "\ufeff"
 # texts read and tokenized together, up to this many or this many characters (the engine keeps about as many
@@ -33,7 +37,7 @@ FIXED_COUNT_TABLE_BYTES = 2 << 30
 class Document:
     """One text on its way through the pipeline: its tokens and the edges the model scores.
 
-    ``plan`` is set for structured text (levels and fallback tiers of every clean edge); without it the
+    ``layout`` is set for structured text (levels and fallback tiers of every clean edge); without it the
     paper's candidates are scored and every other clean edge is a fallback. ``structure``: the text's lines and
     headings (None for text without structure).
     """
@@ -42,12 +46,12 @@ class Document:
     tokens: Tokens
     clean: Edges
     scored: Edges
-    plan: Plan | None
+    layout: Layout | None
     structure: Structure | None = None
 
 
-class Planner:
-    """Texts to planned ``Document``s: tokenized and given their candidate edges. It needs the tokenizer and the
+class Preparer:
+    """Texts to prepared ``Document``s: tokenized and given their candidate edges. It needs the tokenizer and the
     configuration, not the model, so corpus mode can run it in a helper process beside the model's.
 
     ``timings["tokenization"]`` adds up the tokenizer's seconds.
@@ -58,7 +62,7 @@ class Planner:
         self.timings = timings if timings is not None else {}
 
     def prepare(self, texts: Iterable, errors: str, source_failure: list) -> Iterator[Document | RRFastError]:
-        """Each text tokenized and planned, in order (with errors="return", a text's error in its place).
+        """Each text tokenized and prepared, in order (with errors="return", a text's error in its place).
 
         Texts are read and tokenized in groups (PREPARE_GROUP texts or PREPARE_CHARS characters: one batch call of
         the tokenizer, on all the CPU's cores). An error of the iterable itself ends them, after the texts before
@@ -95,7 +99,7 @@ class Planner:
                         started = time.perf_counter()
                         tokens = text_tokens(self.tokenizer, text)
                         self._add_time(started)
-                    yield plan_document(text, tokens, self.config, self.limits)
+                    yield prepare_document(text, tokens, self.config, self.limits)
                 except Exception as error:  # ours, or a tokenizer's own failure on exotic input: ours either way
                     failure = (
                         error
@@ -146,19 +150,19 @@ def texts_tokens(tokenizer, texts: list) -> list[Tokens | RRFastError]:
     return out
 
 
-def plan_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limits) -> Document:
+def prepare_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limits) -> Document:
     """Candidates of a tokenized text: the paper's, unless the text has structure beyond sentences."""
     clean = clean_edges(text, tokens)
     structure = analyse(text, config.structure)
     if structure.mode == "none":
         document = Document(text, tokens, clean, candidate_edges(text, tokens, config.step, clean), None)
     else:
-        layout = plan(text, clean.tokens, clean.chars, tokens.starts, structure, config.step, limits.max_tokens)
+        layout = lay_out(text, clean.tokens, clean.chars, tokens.starts, structure, config.step, limits.max_tokens)
         scored = Edges(layout.tokens[layout.scored], layout.chars[layout.scored])
         document = Document(text, tokens, clean, scored, layout, structure)
     if config.num_chunks is not None and config.length_unit == MODEL:
         # the fixed-count DP cuts only at candidates (structured text: at any clean edge, tiers apart)
-        possible = len(clean.tokens) if document.plan is not None else len(document.scored.tokens)
+        possible = len(clean.tokens) if document.layout is not None else len(document.scored.tokens)
         gaps = np.diff(np.concatenate([[0], clean.tokens, [len(tokens)]]))
         check_num_chunks(config.num_chunks, len(tokens), possible, limits, gaps[gaps > limits.max_tokens])
     return document

@@ -24,7 +24,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from rr_fast.text import MARKUP_CLOSERS, ends_sentence
+from rr_fast.text.edges import MARKUP_CLOSERS, ends_sentence
 
 STRUCTURE_CHOICES = ("auto", "markdown", "plain", "none")
 
@@ -262,7 +262,7 @@ TIERS = (
 
 
 @dataclass(frozen=True)
-class Plan:
+class Layout:
     """Every clean edge of one text with its level and tier; ``scored`` edges go through the model."""
 
     tokens: np.ndarray  # token edge, increasing
@@ -273,7 +273,7 @@ class Plan:
     inside: tuple[str | None, ...]  # the unit a cut here splits: "code", "table" or None
 
 
-def plan(
+def lay_out(
     text: str,
     tokens: np.ndarray,
     chars: np.ndarray,
@@ -281,7 +281,7 @@ def plan(
     structure: Structure,
     step: int,
     max_tokens: int,
-) -> Plan:
+) -> Layout:
     """Levels and tiers of the clean edges ``tokens`` (cut at ``chars``) of a structured text.
 
     Tier 0: every sentence end and writer's break (level >= SENTENCE). Tier 1: word boundaries on the
@@ -304,7 +304,7 @@ def plan(
         tiers[k] = 1 if id(unit) in oversize and int(chars[k]) in unit.line_starts else 3
     # Only tier-0 edges go through the model: fallbacks are rare, and scoring the word grid would cost about
     # four times as many reset windows on ordinary documents; among fallbacks the length term chooses.
-    return Plan(tokens, chars, edge_levels, tiers, tiers == 0, tuple(u.kind if u else None for u in units))
+    return Layout(tokens, chars, edge_levels, tiers, tiers == 0, tuple(u.kind if u else None for u in units))
 
 
 def _unit_tokens(unit: Unit, token_starts: np.ndarray) -> int:

@@ -1,4 +1,10 @@
-"""The one interface every backend implements: layer-ℓ states and observed-token log-probabilities."""
+"""The one interface every backend implements (``Backend``): a forward pass that returns what a scorer asks for.
+
+``forward`` serves the reset-window scorer (layer-ℓ states, observed-token log-probabilities); ``crossing`` serves the
+attention readout (the attention masses across each edge, from probabilities that a backend forms explicitly, one
+attention function per backend family). What both families share of that function is here: how many queries a tile
+holds, and which edges a tile reads.
+"""
 
 from __future__ import annotations
 
@@ -18,24 +24,23 @@ class Forward:
     logprobs: [B, T], log p(targets[:, t] | ids[:, :t + 1]); only the observed tokens, never [B, T, V].
     top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1
         elsewhere), when ``forward`` was asked for them (the focused normalizer's vocabulary).
-    crossing: [B, E, layers, heads, spans] float32 attention masses across the edges of a ``Crossing`` request.
     """
 
     hidden: np.ndarray | None
     logprobs: np.ndarray | None
     top_tokens: np.ndarray | None = None
-    crossing: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class Crossing:
     """A request for the one-pass readout's features: for each edge of a row, the mean over the first k tokens right
     of it (one k per span) of the attention mass they put on the row's tokens left of it, BOS left out, in every
-    layer and head (rr_fast.readouts.CrossingHead)."""
+    layer and head (``scoring.crossing``)."""
 
     edges: np.ndarray  # [B, E] row index of the first token right of each edge; -1 pads
     lengths: np.ndarray  # [B] real tokens in each row
     spans: tuple[int, ...]
+    tile: int | None = None  # queries per tile of the explicit attention; None: ``attention_tile``'s choice
 
 
 # queries per tile where a backend forms attention probabilities explicitly (the attention readout), on a CPU:
@@ -46,11 +51,14 @@ ATTENTION_TILE = 256
 GPU_TILE_ELEMENTS = 1 << 28
 
 
-def attention_tile(on_gpu: bool, rows: int, heads: int, length: int) -> int:
-    """Queries per tile of the explicit attention. On a CPU ATTENTION_TILE, whose [tile, keys] blocks stay in cache.
-    On a GPU each tile costs some forty kernel launches, whatever its size, and a batch of a few long rows in tiles of
-    256 kept the GPU waiting for the host: there a tile takes as many queries as keep [rows, heads, tile, length]
-    float32 probabilities within GPU_TILE_ELEMENTS (the whole row for a few long rows)."""
+def attention_tile(on_gpu: bool, rows: int, heads: int, length: int, asked: int | None = None) -> int:
+    """Queries per tile of the explicit attention (``asked``, where a request names it). On a CPU ATTENTION_TILE, whose
+    [tile, keys] blocks stay in cache. On a GPU each tile costs some forty kernel launches, whatever its size, and a
+    batch of a few long rows in tiles of 256 kept the GPU waiting for the host: there a tile takes as many queries as
+    keep [rows, heads, tile, length] float32 probabilities within GPU_TILE_ELEMENTS (the whole row for a few long
+    rows)."""
+    if asked is not None:
+        return max(1, asked)
     if not on_gpu:
         return ATTENTION_TILE
     fits = GPU_TILE_ELEMENTS // max(1, rows * heads * length)
@@ -93,18 +101,21 @@ class Backend(Protocol):
         targets: np.ndarray | None = None,
         vocabulary: np.ndarray | None = None,
         top_tokens: int = 0,
-        crossing: Crossing | None = None,
     ) -> Forward:
-        """Run right-padded rows [B, T] at ``positions`` ([B, T] or [1, T]).
+        """Run right-padded rows [B, T] at ``positions`` ([B, T] or [1, T]): the states after ``layer`` layers.
 
         Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities. Their
         normalizer runs over the whole vocabulary, or over ``vocabulary`` ([B, V] token ids per row, -1 as
         padding, repeats allowed: the focused normalizer); ``top_tokens`` = k also returns each position's k
-        most probable next tokens. ``crossing`` runs the first ``layer`` layers (all with None) and returns their
-        attention masses across its edges (backends that form attention probabilities; others raise ValueError).
-        Padding needs no mask: attention is causal, so padded positions at the right never reach
-        the real ones.
+        most probable next tokens. Padding needs no mask: attention is causal, so padded positions at the right
+        never reach the real ones.
         """
+        ...
+
+    def crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, request: Crossing) -> np.ndarray:
+        """Run the first ``layers`` layers of right-padded rows [B, T] and return their attention masses across the
+        request's edges: [B, E, layers, heads, spans] float32 (``Crossing``). A backend or model family that cannot
+        form its attention probabilities raises ValueError."""
         ...
 
 

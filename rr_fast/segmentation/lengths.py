@@ -19,8 +19,9 @@ from typing import Protocol
 import numpy as np
 
 from rr_fast.errors import RRFastError
-from rr_fast.segment import Limits, Segmentation
-from rr_fast.text import Edges, Tokens, tokenize
+from rr_fast.segmentation.dp import Limits, Segmentation
+from rr_fast.text.edges import Edges
+from rr_fast.text.tokens import Tokens, tokenize
 
 MODEL = "model"
 CHARS = "chars"

@@ -6,12 +6,17 @@ give every row its own position ids. mlx-lm's attention rotates queries and keys
 stores nothing turns the stock layers into a batched, cache-free forward at arbitrary (consecutive)
 positions. The embedding step and the masks are replicated per family, following each family's
 ``__call__`` in ``mlx_lm/models`` and transformers' conventions where the two differ.
+
+The attention readout needs each layer's attention probabilities, which mlx-lm's fused attention never forms. Each
+attention module of the families it supports is wrapped once, at load (``_Attention``): in an ordinary forward the
+wrapper calls the module as it is; in a crossing forward, whose stand-in cache is a ``CrossingPass`` request, it runs the
+module's projections, norms and rotary embedding as mlx-lm does and ``crossing_attention`` in place of the fused
+attention. Nothing of mlx-lm's is patched.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +27,9 @@ from mlx_lm.models import gemma3_text, gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
-from rr_fast.backends.base import (
+from rr_fast.errors import RRFastError, UsageError
+from rr_fast.models.hf import quiet_transformers, write_mlx_compatible_config
+from rr_fast.scoring.backends.base import (
     Crossing,
     Forward,
     attention_tile,
@@ -30,12 +37,12 @@ from rr_fast.backends.base import (
     length_dependent_rope,
     ordered_edges,
 )
-from rr_fast.errors import RRFastError, UsageError
-from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma3_text", "gpt2")  # mlx-lm model modules this loop replicates
+# families whose attention modules project, normalise and rotate as ``_Attention`` replays them (the attention readout)
+CROSSING_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3_text")
 
 
 class _Positions:
@@ -137,6 +144,10 @@ class MLXBackend:
         self.decoder = model.model
         self.layers = model.layers
         self.depth = len(self.layers)
+        self.windows = [self._sliding_window(i) for i in range(self.depth)]
+        if self.family in CROSSING_FAMILIES:
+            for layer in self.layers:
+                layer.self_attn = _Attention(layer.self_attn)
         self.embed = self.decoder.wte if self.family == "gpt2" else self.decoder.embed_tokens
         self.norm = self.decoder.ln_f if self.family == "gpt2" else self.decoder.norm
         self.head = model.lm_head if "lm_head" in model else self.embed.as_linear
@@ -147,7 +158,6 @@ class MLXBackend:
         table = config.get("max_position_embeddings") or config.get("n_positions")
         self.max_positions = None if self.uses_rope else int(table)
         self.softcap = config.get("final_logit_softcapping")
-        self.windows = [self._sliding_window(i) for i in range(self.depth)]
         # tokens per forward call: on a GPU 16,384, which ran the default 1.10-2.04x faster than 4,096 on MLX's CUDA
         # backend (bench/RESULTS.md, "The attention default on a GPU, and MLX beside torch"; not measured on Metal),
         # its attention probabilities held to a tile (_ExplicitAttention); on a CPU the engine's 4,096
@@ -179,11 +189,8 @@ class MLXBackend:
         targets: np.ndarray | None = None,
         vocabulary: np.ndarray | None = None,
         top_tokens: int = 0,
-        crossing: Crossing | None = None,
     ) -> Forward:
         """See ``Backend.forward``."""
-        if crossing is not None:
-            return self._crossing(ids, positions, self.depth if layer is None else layer, crossing)
         if layer is None and targets is None:
             raise ValueError("nothing to compute: give a layer, targets or both")
         if layer is not None and not 0 <= layer <= self.depth:
@@ -214,24 +221,18 @@ class MLXBackend:
             hidden = np.array(hidden)
         return Forward(hidden, logprobs, top_tokens=top)
 
-    def _crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, crossing: Crossing) -> Forward:
-        """The first ``layers`` layers with the family's attention function replaced by ``_ExplicitAttention``,
-        which forms the probabilities and reads the crossing masses (rows start at position 0: full-pass rows)."""
-        if self.family != "gemma3_text":
-            raise ValueError("the attention readout runs on the mlx backend for Gemma 3 only")
+    def crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, request: Crossing) -> np.ndarray:
+        """See ``Backend.crossing``: the first ``layers`` layers, each attention module in its crossing mode
+        (``_Attention``), one layer evaluated at a time (rows start at one position each: full-pass rows)."""
+        if self.family not in CROSSING_FAMILIES:
+            raise ValueError(f"the attention readout runs on the mlx backend for {', '.join(CROSSING_FAMILIES)} models")
         h = self._embed(mx.array(np.asarray(ids, dtype=np.int32)), np.asarray(positions, dtype=np.int64))
-        module = sys.modules[type(self.layers[0].self_attn).__module__]
-        attention = _ExplicitAttention(crossing, self.windows)
-        original, module.scaled_dot_product_attention = module.scaled_dot_product_attention, attention
-        try:
-            cache = _Positions(int(positions[0, 0]))
-            for i in range(layers):
-                h = self.layers[i](h, None, cache)  # the attention masks by itself, from its layer's window
-                mx.eval(h, attention.masses[-1])
-        finally:
-            module.scaled_dot_product_attention = original
-        masses = mx.stack(attention.masses, axis=1).transpose(0, 3, 1, 2, 4)  # [B, E, layers, heads, spans]
-        return Forward(None, None, crossing=np.array(masses.astype(mx.float32)))
+        cache = CrossingPass(int(positions[0, 0]), request, self.windows)
+        for i in range(layers):
+            h = self.layers[i](h, None, cache)  # the attention masks by itself, from its layer's window
+            mx.eval(h, cache.masses[-1])
+        masses = mx.stack(cache.masses, axis=1).transpose(0, 3, 1, 2, 4)  # [B, E, layers, heads, spans]
+        return np.array(masses.astype(mx.float32))
 
     def _embed(self, ids: mx.array, positions: np.ndarray) -> mx.array:
         h = self.embed(ids)
@@ -305,69 +306,109 @@ class MLXBackend:
         return out.reshape(np.shape(targets)), top
 
 
-class _ExplicitAttention:
-    """mlx-lm's ``scaled_dot_product_attention`` for one crossing forward: the same output from explicitly formed
-    float32 probabilities, and each layer's crossing masses [B, heads, E, spans] appended to ``masses``, a tile of
-    queries at a time, each tile forming only the keys its layer's window reaches and evaluated before the next, so
-    memory holds one tile's [B, heads, tile, keys] probabilities whatever the row's length (the torch backend's
-    ``plain.Attention._attend_with_masses``; tests/test_mlx.py holds the two together). The layers call it in order,
-    so the number of masses read so far is the calling layer's index in ``windows``."""
+class _Attention(nn.Module):
+    """A layer's own attention module (``inner``), wrapped at load. In an ordinary forward it is the module itself;
+    in a crossing forward (its cache a ``CrossingPass``) it projects, normalises and rotates queries and keys exactly as
+    mlx-lm's llama, qwen2, qwen3 and gemma3_text modules do, and ``CrossingPass.attend`` takes the fused attention's
+    place."""
 
-    def __init__(self, crossing: Crossing, windows: list[int | None]):
-        self.edges = mx.array(crossing.edges.astype(np.int32))  # [B, E]
-        self.ordered = ordered_edges(crossing.edges)
-        self.lengths = mx.array(crossing.lengths.astype(np.int32))  # [B]
-        self.spans = crossing.spans
-        ends = np.minimum(crossing.edges[..., None] + np.array(self.spans), crossing.lengths[:, None, None])
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+        if not isinstance(cache, CrossingPass):
+            return self.inner(x, mask, cache)
+        attention = self.inner
+        batch, length, _ = x.shape
+        queries = attention.q_proj(x).reshape(batch, length, attention.n_heads, -1)
+        keys = attention.k_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
+        values = attention.v_proj(x).reshape(batch, length, attention.n_kv_heads, -1)
+        if "q_norm" in attention:  # qwen3 and gemma3: an RMSNorm over each head's last axis
+            queries, keys = attention.q_norm(queries), attention.k_norm(keys)
+        queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
+        queries = attention.rope(queries, offset=cache.offset)
+        keys = attention.rope(keys, offset=cache.offset)
+        output = cache.attend(queries, keys, values, attention.scale)
+        return attention.o_proj(output.transpose(0, 2, 1, 3).reshape(batch, length, -1))
+
+
+class CrossingPass:
+    """The stand-in cache of a crossing forward, and the request it carries: each attention layer, called in order,
+    gives ``attend`` its queries, keys and values and gets the same output from explicitly formed float32
+    probabilities (``crossing_attention``); the layer's crossing masses [B, heads, E, spans] are appended to
+    ``masses``. The layers call it in order, so the number of masses read so far is the calling layer's index."""
+
+    def __init__(self, offset: int, request: Crossing, windows: list[int | None]):
+        self.offset = offset  # RoPE reads the rows' first position here, as from an mlx-lm cache
+        self.edges = mx.array(request.edges.astype(np.int32))  # [B, E]
+        self.ordered = ordered_edges(request.edges)
+        self.lengths = mx.array(request.lengths.astype(np.int32))  # [B]
+        self.spans, self.tile = request.spans, request.tile
+        ends = np.minimum(request.edges[..., None] + np.array(self.spans), request.lengths[:, None, None])
         # [B, 1, E, spans]: the real tokens each edge's mean is over, the same in every layer
-        self.counted = mx.array(np.maximum(ends - crossing.edges[..., None], 1)[:, None].astype(np.float32))
+        self.counted = mx.array(np.maximum(ends - request.edges[..., None], 1)[:, None].astype(np.float32))
         self.windows = windows
         self.masses: list[mx.array] = []
 
-    def __call__(self, queries, keys, values, cache, scale: float, mask, sinks=None) -> mx.array:
-        batch, heads, length, _ = queries.shape
-        window = self.windows[len(self.masses)] or length
-        if keys.shape[1] != heads:
-            keys = mx.repeat(keys, heads // keys.shape[1], axis=1)
-            values = mx.repeat(values, heads // values.shape[1], axis=1)
-        band = max(self.spans)
-        tile = attention_tile(mx.default_device() == mx.gpu, batch, heads, length)
-        outputs, mass = [], mx.zeros((batch, heads, self.edges.shape[1], len(self.spans)))
-        for first in range(0, length, tile):
-            last = min(length, first + tile)
-            at = mx.arange(first, last)
-            low = max(0, first - window + 1)  # the first key the tile's window reaches
-            tile_keys = keys[:, :, low:last].astype(mx.float32)
-            scores = (queries[:, :, first:last].astype(mx.float32) @ tile_keys.swapaxes(2, 3)) * scale
-            gap = at[:, None] - mx.arange(low, last)[None]
-            probs = mx.softmax(mx.where((gap >= 0) & (gap < window), scores, -mx.inf), axis=-1)
-            outputs.append(probs.astype(values.dtype) @ values[:, :, low:last])
-            lo, hi = edge_columns(self.ordered, band, first, last)
-            if lo < hi:
-                mass = mass.at[:, :, lo:hi].add(self._tile_masses(probs, at, low, band, lo, hi))
-            mx.eval(outputs[-1], mass)  # one tile's probabilities in memory at a time
-        self.masses.append(mass / self.counted)
-        return mx.concatenate(outputs, axis=2)
+    def attend(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+        output, mass = crossing_attention(queries, keys, values, scale, self.windows[len(self.masses)], self)
+        self.masses.append(mass)
+        return output
 
-    def _tile_masses(self, probs: mx.array, at: mx.array, low: int, band: int, lo: int, hi: int) -> mx.array:
-        """The tile's queries' summed masses [B, heads, hi - lo, spans] on keys [1, edge) of edge columns [lo, hi).
 
-        A query less than a span right of an edge attends to keys [edge, query], all among its last max(spans)
-        keys, so the mass it puts left of the edge (the BOS left out) is 1 − p(BOS) − Σ p(key) over keys
-        [edge, query]: a running sum over those few keys' probabilities, not over every key of the row."""
-        batch, heads = probs.shape[:2]
-        bos = probs[..., :1] if low == 0 else 0.0  # a window that does not reach the BOS gives it no probability
-        key = at[:, None] - mx.arange(band)[None]  # [tile, band]: the query's last keys, itself first
-        near = mx.take_along_axis(probs, mx.broadcast_to(mx.maximum(key - low, 0), (batch, heads, *key.shape)), axis=-1)
-        # [..., d]: probability on keys [query - d, query]; keys not formed (before the window) have none
-        through = mx.cumsum(mx.where(key >= low, near, 0.0), axis=-1)
-        edges = self.edges[:, lo:hi]
-        right = at[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
-        column = mx.broadcast_to(mx.clip(right, 0, band - 1)[:, None], (batch, heads, *right.shape[1:]))
-        left = 1.0 - bos - mx.take_along_axis(through, column, axis=-1)  # [B, heads, tile, E]: mass on keys [1, edge)
-        real = (at[None, :, None] < self.lengths[:, None, None]) & (edges[:, None, :] > 0)
-        inside = [real & (right >= 0) & (right < span) for span in self.spans]
-        return mx.stack([(left * within[:, None]).sum(axis=2) for within in inside], axis=-1)
+def crossing_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, window: int | None, request: CrossingPass
+) -> tuple[mx.array, mx.array]:
+    """Causal attention's output and its crossing masses [B, heads, E, spans], from probabilities formed explicitly in
+    float32 a tile of queries at a time, each tile forming only the keys its layer's window reaches and evaluated
+    before the next, so memory holds one tile's [B, heads, tile, keys] probabilities whatever the row's length (the
+    torch backend's ``torch_crossing.crossing_attention``; tests/test_mlx.py holds the two together)."""
+    batch, heads, length, _ = queries.shape
+    window = window or length
+    if keys.shape[1] != heads:
+        keys = mx.repeat(keys, heads // keys.shape[1], axis=1)
+        values = mx.repeat(values, heads // values.shape[1], axis=1)
+    band = max(request.spans)
+    tile = attention_tile(mx.default_device() == mx.gpu, batch, heads, length, request.tile)
+    outputs, mass = [], mx.zeros((batch, heads, request.edges.shape[1], len(request.spans)))
+    for first in range(0, length, tile):
+        last = min(length, first + tile)
+        at = mx.arange(first, last)
+        low = max(0, first - window + 1)  # the first key the tile's window reaches
+        tile_keys = keys[:, :, low:last].astype(mx.float32)
+        scores = (queries[:, :, first:last].astype(mx.float32) @ tile_keys.swapaxes(2, 3)) * scale
+        gap = at[:, None] - mx.arange(low, last)[None]
+        probs = mx.softmax(mx.where((gap >= 0) & (gap < window), scores, -mx.inf), axis=-1)
+        outputs.append(probs.astype(values.dtype) @ values[:, :, low:last])
+        lo, hi = edge_columns(request.ordered, band, first, last)
+        if lo < hi:
+            mass = mass.at[:, :, lo:hi].add(_tile_masses(request, probs, at, low, band, lo, hi))
+        mx.eval(outputs[-1], mass)  # one tile's probabilities in memory at a time
+    return mx.concatenate(outputs, axis=2), mass / request.counted
+
+
+def _tile_masses(
+    request: CrossingPass, probs: mx.array, at: mx.array, low: int, band: int, lo: int, hi: int
+) -> mx.array:
+    """The tile's queries' summed masses [B, heads, hi - lo, spans] on keys [1, edge) of edge columns [lo, hi).
+
+    A query less than a span right of an edge attends to keys [edge, query], all among its last max(spans)
+    keys, so the mass it puts left of the edge (the BOS left out) is 1 − p(BOS) − Σ p(key) over keys
+    [edge, query]: a running sum over those few keys' probabilities, not over every key of the row."""
+    batch, heads = probs.shape[:2]
+    bos = probs[..., :1] if low == 0 else 0.0  # a window that does not reach the BOS gives it no probability
+    key = at[:, None] - mx.arange(band)[None]  # [tile, band]: the query's last keys, itself first
+    near = mx.take_along_axis(probs, mx.broadcast_to(mx.maximum(key - low, 0), (batch, heads, *key.shape)), axis=-1)
+    # [..., d]: probability on keys [query - d, query]; keys not formed (before the window) have none
+    through = mx.cumsum(mx.where(key >= low, near, 0.0), axis=-1)
+    edges = request.edges[:, lo:hi]
+    right = at[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
+    column = mx.broadcast_to(mx.clip(right, 0, band - 1)[:, None], (batch, heads, *right.shape[1:]))
+    left = 1.0 - bos - mx.take_along_axis(through, column, axis=-1)  # [B, heads, tile, E]: mass on keys [1, edge)
+    real = (at[None, :, None] < request.lengths[:, None, None]) & (edges[:, None, :] > 0)
+    inside = [real & (right >= 0) & (right < span) for span in request.spans]
+    return mx.stack([(left * within[:, None]).sum(axis=2) for within in inside], axis=-1)
 
 
 def logsumexp(logits: mx.array, block: int = 512) -> mx.array:

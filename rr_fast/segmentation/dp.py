@@ -1,7 +1,7 @@
-"""Edge scores → cut positions: percentile calibration, cut penalty and hard limits around the DP kernels.
+"""Calibrated utilities → cut positions: the objective, the hard limits and their relaxations around the DP kernels.
 
-The paper converts each method's scores to within-document average-rank percentiles, so a penalty ρ means
-the same thing for every readout and every document, then maximises
+Utilities are within-document percentiles (``calibration``), so a penalty ρ means the same thing for every readout
+and every document. The DP maximises
 
     Σ_cuts (u(b) - ρ)  -  λ Σ_chunks ((len - T) / T)²        (open count, Appendix)
     Σ_cuts u(b)        -  λ Σ_chunks ((len - T) / T)²        (fixed count K, Eq. 4)
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rr_fast.kernels import fixed_count, open_count
-from rr_fast.readouts import readout_parts
 
 
 @dataclass(frozen=True)
@@ -41,49 +40,6 @@ class Segmentation:
     def __post_init__(self) -> None:
         if self.forced is None:
             self.forced = np.zeros(len(self.cuts), dtype=bool)
-
-
-def percentiles(scores: np.ndarray) -> np.ndarray:
-    """Average-rank percentiles in (0, 1]: ties share their mean rank, the best score gets 1."""
-    scores = np.asarray(scores, dtype=np.float64)
-    count = scores.shape[0]
-    if count == 0:
-        return scores.copy()
-    order = np.argsort(scores, kind="stable")
-    sorted_scores = scores[order]
-    ranks = np.empty(count, dtype=np.float64)
-    start = 0
-    while start < count:
-        stop = start + 1
-        while stop < count and sorted_scores[stop] == sorted_scores[start]:
-            stop += 1
-        ranks[order[start:stop]] = (start + 1 + stop) / 2.0
-        start = stop
-    return ranks / count
-
-
-def rank_sum(*readouts: np.ndarray) -> np.ndarray:
-    """The readout combination: the sum of each readout's within-document percentiles, over the edges where
-    every readout is finite (NaN elsewhere). rr-fast's ``rr+lr`` and the benchmark's combinations both use it."""
-    finite = np.logical_and.reduce([np.isfinite(r) for r in readouts])
-    combined = np.full(finite.shape[0], np.nan)
-    if finite.any():
-        combined[finite] = np.sum([percentiles(r[finite]) for r in readouts], axis=0)
-    return combined
-
-
-def utility(values: dict[str, np.ndarray], readout: str) -> np.ndarray:
-    """Calibrated per-edge utility of a readout (``"rr"``, ``"lr"`` or ``"rr+lr"``): within-document percentiles.
-
-    A combination is rank-averaged, the percentiles of its rank sum, so its utility is uniform on (0, 1] like
-    a single readout's and one ρ scale serves every choice.
-    """
-    combined = rank_sum(*(values[name] for name in readout_parts(readout)))
-    finite = np.isfinite(combined)
-    out = np.full(finite.shape[0], np.nan)
-    if finite.any():
-        out[finite] = percentiles(combined[finite])
-    return out
 
 
 def segment(

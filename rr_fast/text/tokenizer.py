@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rr_fast.hf import quiet_transformers
+from rr_fast.models.hf import quiet_transformers
 
 AS_WRITTEN = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"})
 
@@ -66,7 +66,7 @@ class TokenizerProcess:
     def __init__(self, path: str | Path, bos_token: str | None = None):
         from rr_fast.helper import Helper
 
-        self.helper = Helper("rr_fast.tokenizer:_serve", "the process loading the tokenizer")
+        self.helper = Helper("rr_fast.text.tokenizer:_serve", "the process loading the tokenizer")
         self.helper.send((str(path), bos_token))
 
     @property

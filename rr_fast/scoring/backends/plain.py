@@ -15,15 +15,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rr_fast.backends.base import attention_tile, edge_columns, ordered_edges
+from rr_fast.scoring.backends.torch_crossing import CrossingMasses, crossing_attention
 
 FAMILIES = ("llama", "qwen3", "gemma3_text")
 
@@ -167,34 +166,6 @@ def _rope(config: dict, layer_type: str) -> dict:
     return legacy
 
 
-@dataclass(frozen=True)
-class CrossingMasses:
-    """Asks every attention layer how much the tokens right of each edge attend across it: the mean, over the first
-    k tokens right of the edge (one k per span), of the attention mass they put on the tokens left of it. Row
-    index 0 (the BOS, where models park unused attention) is left out of the mass. The one-pass readout's features
-    (rr_fast.readouts.CrossingHead; the request is rr_fast.backends.base.Crossing)."""
-
-    edges: torch.Tensor  # [B, E] row index of the first token right of each edge, increasing in a row; -1 pads
-    lengths: torch.Tensor  # [B] real tokens in each row (queries past them are padding)
-    spans: tuple[int, ...]
-    host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
-
-    @cached_property
-    def _ordered_edges(self) -> np.ndarray:
-        return ordered_edges(self.host_edges if self.host_edges is not None else self.edges.cpu().numpy())
-
-    def columns(self, first: int, last: int) -> tuple[int, int]:
-        """The edge columns a tile of queries [first, last) reads (rr_fast.backends.base.edge_columns)."""
-        return edge_columns(self._ordered_edges, max(self.spans), first, last)
-
-    @cached_property
-    def counted(self) -> torch.Tensor:
-        """[B, 1, E, spans]: how many tokens each span of each edge averages over (at least 1, for the pads). It
-        depends only on the request, so it is formed once per forward, not in every layer."""
-        ends = torch.stack([torch.minimum(self.edges + span, self.lengths[:, None]) for span in self.spans], dim=-1)
-        return (ends - self.edges[..., None]).clamp(min=1)[:, None]
-
-
 class Linear(nn.Linear):
     def reset_parameters(self) -> None:
         """Nothing: the weights come from the checkpoint (random init of a 262k vocabulary costs seconds)."""
@@ -284,7 +255,7 @@ class Attention(nn.Module):
         if crossing is None:
             out = self._attend(q, k, v)
         else:
-            out, mass = self._attend_with_masses(q, k, v, crossing)
+            out, mass = crossing_attention(q, k, v, self.scale, self.sliding_window, crossing)
         out = self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
         return out if crossing is None else (out, mass)
 
@@ -298,55 +269,6 @@ class Attention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=grouped)
         causal = bool(length > 1)  # a plain bool when torch.export traces the length symbolically (ONNX export)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=self.scale, enable_gqa=grouped)
-
-    def _attend_with_masses(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, crossing: CrossingMasses
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention's output and its crossing masses [B, heads, E, spans], from probabilities formed explicitly in
-        float32, a tile of queries at a time (``attention_tile``; a sliding-window layer forms only the keys its
-        window reaches).
-
-        A query less than a span right of an edge attends to keys [edge, query], all among its last max(spans)
-        keys, so the mass it puts left of the edge (the BOS left out) is 1 − p(BOS) − Σ p(key) over keys
-        [edge, query]: a running sum over those few keys' probabilities, not over every key of the row.
-        """
-        band = max(crossing.spans)
-        tile = attention_tile(q.device.type != "cpu", q.shape[0], self.heads, q.shape[2])
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        batch, heads, length, _ = q.shape
-        device = q.device
-        out = torch.empty_like(q)
-        window = self.sliding_window or length
-        mass = torch.zeros((batch, heads, crossing.edges.shape[1], len(crossing.spans)), device=device)
-        behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
-        for first in range(0, length, tile):
-            last = min(length, first + tile)
-            queries = torch.arange(first, last, device=device)
-            low = max(0, first - window + 1)  # the first key the tile's window reaches
-            scores = (q[:, :, first:last].float() @ k[:, :, low:last].float().transpose(-1, -2)) * self.scale
-            gap = queries[:, None] - torch.arange(low, last, device=device)[None]
-            scores = scores.masked_fill_((gap < 0) | (gap >= window), -torch.inf)
-            probs = scores.softmax(dim=-1)
-            out[:, :, first:last] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
-            bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
-            key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
-            near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
-            near = near.masked_fill_(key < low, 0.0)  # keys not formed: before the row or the window (probability 0)
-            through = near.cumsum(dim=-1)  # [..., d]: probability on keys [query - d, query]
-            lo, hi = crossing.columns(first, last)
-            if lo == hi:
-                continue
-            edges = crossing.edges[:, lo:hi]
-            right = queries[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
-            real = (queries[None, :, None] < crossing.lengths[:, None, None]) & (edges > 0)[:, None, :]
-            column = right.clamp(0, band - 1)[:, None].expand(-1, heads, -1, -1)
-            left = 1.0 - bos - through.gather(-1, column)  # [B, heads, tile, E]: mass on keys [1, edge)
-            for index, span in enumerate(crossing.spans):
-                inside = real & (right >= 0) & (right < span)
-                mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
-        return out, mass / crossing.counted
 
 
 class MLP(nn.Module):
@@ -480,7 +402,7 @@ class CausalLM(nn.Module):
 def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> CausalLM:
     """Build the model without initializing weights (meta tensors), then take the safetensors' tensors, cast on
     ``device``: on a GPU the cast is free, where on the CPU it is a pass over every weight on every core (slowed
-    to its slowest thread when another process holds a core, as corpus mode's planning helper does). On a CPU the
+    to its slowest thread when another process holds a core, as corpus mode's prepare helper does). On a CPU the
     embedding table is not cast: its rows are, as they are gathered (``Embedding``), and a tied head casts the table
     on its first use (``CastHead``)."""
     from safetensors.torch import load_file

@@ -6,8 +6,8 @@ import importlib.util
 import platform
 import sys
 
-from rr_fast.backends.base import Backend, Forward
 from rr_fast.errors import UsageError
+from rr_fast.scoring.backends.base import Backend, Forward
 
 BACKENDS = ("auto", "torch", "mlx")
 DTYPES = ("float32", "bfloat16", "float16", "int8")  # int8: dynamic int8 linear layers, torch on a CPU
@@ -42,7 +42,7 @@ def check_backend(name: str = "auto", device: str = "auto") -> None:
         if device not in ("auto", "cpu", "gpu", "metal"):
             raise UsageError(f"--device {device} is a torch device; with --backend mlx leave it at auto")
         return
-    from rr_fast.backends.torch import check_device
+    from rr_fast.scoring.backends.torch import check_device
 
     check_device(device)
 
@@ -60,7 +60,7 @@ def native_bfloat16(backend: str = "auto", device: str = "auto") -> bool:
     backend ran Gemma 3 in bfloat16 at twice its float32 speed on the benchmark's CPU (bench/RESULTS.md)."""
     if pick_backend(backend) == "mlx":
         return True
-    from rr_fast.backends.torch import native_cpu_bf16, pick_device
+    from rr_fast.scoring.backends.torch import native_cpu_bf16, pick_device
 
     where = pick_device(device)
     return where.startswith("cuda") or (where == "cpu" and bool(native_cpu_bf16()))
@@ -73,11 +73,11 @@ def load_backend(
     check_backend(name, device)
     name = pick_backend(name)
     if name == "torch":
-        from rr_fast.backends.torch import TorchBackend
+        from rr_fast.scoring.backends.torch import TorchBackend
 
         return TorchBackend.load(folder, dtype=dtype, device=device, allow_pickle=allow_pickle)
     if name == "mlx":
-        from rr_fast.backends.mlx import MLXBackend
+        from rr_fast.scoring.backends.mlx import MLXBackend
 
         return MLXBackend.load(folder, dtype=dtype)
     raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")

@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rr_fast.config import ChunkerConfig
-from rr_fast.document import Document
-from rr_fast.lengths import MODEL, LengthUnit, unsplittable
-from rr_fast.overlap import with_context
-from rr_fast.segment import Segmentation
-from rr_fast.structure import TIERS, heading_paths
+from rr_fast.segmentation.dp import Segmentation
+from rr_fast.segmentation.lengths import MODEL, LengthUnit, unsplittable
+from rr_fast.segmentation.overlap import with_context
+from rr_fast.text.documents import Document
+from rr_fast.text.structure import TIERS, heading_paths
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def assemble(
     """The chunks a segmentation cuts, with their metadata, and every warning the caller should see."""
     warnings = [*notes, *result.warnings]
     chunks = _slices(document, result, utilities)
-    layout = document.plan
+    layout = document.layout
     if layout is not None:
         cut_tiers = layout.tiers[np.searchsorted(layout.tokens, result.cuts)]
         for tier in sorted(set(cut_tiers.tolist()) - {0}):

@@ -1,0 +1,95 @@
+"""The attention readout's attention function for torch: a layer's output and its crossing masses, in one pass.
+
+The decoder modules (``plain.Attention``) call ``crossing_attention`` in place of SDPA when a forward carries a
+``CrossingMasses`` request; the MLX backend has its own (``mlx.crossing_attention``), and tests/test_mlx.py holds the
+two together. Probabilities are formed explicitly in float32, a tile of queries at a time (``base.attention_tile``;
+a sliding-window layer forms only the keys its window reaches), and only the masses leave a tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from rr_fast.scoring.backends.base import attention_tile, edge_columns, ordered_edges
+
+
+@dataclass(frozen=True)
+class CrossingMasses:
+    """A ``base.Crossing`` request on the model's device: for each edge, the mean, over the first k tokens right of it
+    (one k per span), of the attention mass they put on the tokens left of it, row index 0 (the BOS, where models park
+    unused attention) left out, in every layer and head."""
+
+    edges: torch.Tensor  # [B, E] row index of the first token right of each edge, increasing in a row; -1 pads
+    lengths: torch.Tensor  # [B] real tokens in each row (queries past them are padding)
+    spans: tuple[int, ...]
+    host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
+    tile: int | None = None  # queries per tile (``base.Crossing.tile``)
+
+    @cached_property
+    def _ordered_edges(self) -> np.ndarray:
+        return ordered_edges(self.host_edges if self.host_edges is not None else self.edges.cpu().numpy())
+
+    def columns(self, first: int, last: int) -> tuple[int, int]:
+        """The edge columns a tile of queries [first, last) reads (``base.edge_columns``)."""
+        return edge_columns(self._ordered_edges, max(self.spans), first, last)
+
+    @cached_property
+    def counted(self) -> torch.Tensor:
+        """[B, 1, E, spans]: how many tokens each span of each edge averages over (at least 1, for the pads). It
+        depends only on the request, so it is formed once per forward, not in every layer."""
+        ends = torch.stack([torch.minimum(self.edges + span, self.lengths[:, None]) for span in self.spans], dim=-1)
+        return (ends - self.edges[..., None]).clamp(min=1)[:, None]
+
+
+def crossing_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None, request: CrossingMasses
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention's output [B, heads, T, head_dim] and its crossing masses [B, heads, E, spans].
+
+    q: [B, heads, T, d]; k, v: [B, kv_heads, T, d] (grouped-query heads are shared); ``window``: a sliding-window
+    layer's width, None for full attention. A query less than a span right of an edge attends to keys [edge, query],
+    all among its last max(spans) keys, so the mass it puts left of the edge (the BOS left out) is
+    1 − p(BOS) − Σ p(key) over keys [edge, query]: a running sum over those few keys' probabilities, not over every
+    key of the row.
+    """
+    batch, heads, length, _ = q.shape
+    if k.shape[1] != heads:
+        k = k.repeat_interleave(heads // k.shape[1], dim=1)
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    band = max(request.spans)
+    tile = attention_tile(q.device.type != "cpu", batch, heads, length, request.tile)
+    device = q.device
+    out = torch.empty_like(q)
+    window = window or length
+    mass = torch.zeros((batch, heads, request.edges.shape[1], len(request.spans)), device=device)
+    behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
+    for first in range(0, length, tile):
+        last = min(length, first + tile)
+        queries = torch.arange(first, last, device=device)
+        low = max(0, first - window + 1)  # the first key the tile's window reaches
+        scores = (q[:, :, first:last].float() @ k[:, :, low:last].float().transpose(-1, -2)) * scale
+        gap = queries[:, None] - torch.arange(low, last, device=device)[None]
+        scores = scores.masked_fill_((gap < 0) | (gap >= window), -torch.inf)
+        probs = scores.softmax(dim=-1)
+        out[:, :, first:last] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
+        bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
+        key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
+        near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
+        near = near.masked_fill_(key < low, 0.0)  # keys not formed: before the row or the window (probability 0)
+        through = near.cumsum(dim=-1)  # [..., d]: probability on keys [query - d, query]
+        lo, hi = request.columns(first, last)
+        if lo == hi:
+            continue
+        edges = request.edges[:, lo:hi]
+        right = queries[None, :, None] - edges[:, None, :]  # [B, tile, E] how far right of each edge a query is
+        real = (queries[None, :, None] < request.lengths[:, None, None]) & (edges > 0)[:, None, :]
+        column = right.clamp(0, band - 1)[:, None].expand(-1, heads, -1, -1)
+        left = 1.0 - bos - through.gather(-1, column)  # [B, heads, tile, E]: mass on keys [1, edge)
+        for index, span in enumerate(request.spans):
+            inside = real & (right >= 0) & (right < span)
+            mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
+    return out, mass / request.counted

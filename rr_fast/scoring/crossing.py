@@ -1,0 +1,170 @@
+"""The ``attention`` readout: one full pass, each edge scored from the attention its right side puts across it.
+
+A reset window measures how much the tokens right of an edge depend on the text left of it; the full pass's
+attention shows where they look for it. For each edge and each span k (8, 32 and 128 tokens), every layer and head
+gives the mean, over the first k tokens right of the edge, of the attention mass they put on the tokens left of it
+(the BOS left out: models park unused attention there). A linear head (``CrossingHead``), distilled from the model's
+own ``lr`` readout on unlabelled text (``rr_fast.distill``), turns those masses into a score that ranks edges as
+``lr`` does, for the price of one forward pass through the layers it reads and no LM head.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rr_fast.errors import UsageError
+from rr_fast.models.recipes import Recipe, RecipeError
+from rr_fast.models.weights import weights_fingerprint
+from rr_fast.scoring.backends.base import Backend, Crossing
+from rr_fast.scoring.scorer import FullPassScorer
+
+ATTENTION = "attention"
+
+
+@dataclass(frozen=True)
+class CrossingSettings:
+    """How the crossing scorer runs, derived from a resolved ``ChunkerConfig`` (which owns every default)."""
+
+    layers: int  # decoder layers its head reads (the pass runs no more)
+    span: int  # how far right of an edge its head reads: the full pass reads that far past each block
+    context: int  # guaranteed left context of the full pass, in tokens
+    batch_tokens: int | None  # row tokens per forward call; None: the backend's choice
+
+
+def crossing_settings(config, recipe) -> CrossingSettings:
+    """The settings of a ``ChunkerConfig`` that asks for the attention readout, from the model's recipe
+    (``models.recipes.Recipe``), and the options this readout cannot use, refused by name."""
+    if config.normalizer is not None:
+        raise UsageError("the attention readout runs one full pass and no reset window: it takes no --normalizer")
+    if not recipe.heads:
+        raise UsageError(
+            f"the attention readout needs a head distilled for the model, and {recipe.source} has none: distill one "
+            f"(python -m rr_fast.distill --model {config.model} TEXTS -o RECIPE, then --recipe RECIPE), or use "
+            "--readout lr, rr or rr+lr"
+        )
+    layers = config.layer if config.layer is not None else max(recipe.heads)
+    if layers not in recipe.heads:
+        raise UsageError(
+            f"the attention readout needs a head for --layer {layers}; {recipe.source} has heads for "
+            f"--layer {', '.join(map(str, sorted(recipe.heads)))}"
+        )
+    span = max(recipe.heads[layers]["spans"])
+    if config.window is not None and config.window != span:
+        raise UsageError(
+            f"the attention readout runs no reset window (it reads the {span} tokens right of each edge, its head's "
+            f"spans): --window {config.window} needs --readout lr, rr or rr+lr"
+        )
+    return CrossingSettings(layers, span, config.context, config.batch_tokens)
+
+
+@dataclass(frozen=True)
+class CrossingHead:
+    """A linear head over the crossing masses of the first ``layers`` layers: ``[layers, heads, spans]`` per edge,
+    flattened in that order, standardised by ``mean`` and ``scale``, weighted by ``weights`` (larger: a better cut)."""
+
+    layers: int
+    spans: tuple[int, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+
+    def __call__(self, masses: np.ndarray) -> np.ndarray:
+        """Scores [E] from masses [E, layers, heads, spans]."""
+        if masses.shape[1] != self.layers or masses.shape[-1] != len(self.spans):
+            raise ValueError(f"crossing masses of shape {masses.shape[1:]} do not fit this head")
+        features = masses.reshape(len(masses), int(np.prod(masses.shape[1:]))).astype(np.float64)  # E may be 0
+        return ((features - self.mean) / self.scale) @ self.weights
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> CrossingHead:
+        """A head as a recipe stores it (``models.recipes``): layers, spans, mean, scale, weights."""
+        arrays = (np.asarray(saved[key], dtype=np.float64) for key in ("mean", "scale", "weights"))
+        return cls(int(saved["layers"]), tuple(int(s) for s in saved["spans"]), *arrays)
+
+    @property
+    def span(self) -> int:
+        """The farthest right of an edge the head reads: the full pass reads this many tokens past each block."""
+        return max(self.spans)
+
+
+def load_head(recipe: Recipe, layers: int, folder: str | Path) -> CrossingHead:
+    """The recipe's head on ``layers`` layers, for the model in ``folder``: refused in one line naming the recipe file
+    where it was fitted on other weights (``models.weights``) or does not fit the model's shape."""
+    saved = recipe.head(layers)
+    config_path = Path(folder) / "config.json"
+    if not config_path.is_file():
+        raise RecipeError(f"{recipe.source}: the attention readout needs the model's files on disk to check its head")
+    settings = json.loads(config_path.read_text(encoding="utf-8"))
+    depth, heads = int(settings.get("num_hidden_layers", 0)), int(settings.get("num_attention_heads", 0))
+    features = len(saved["weights"])
+    if layers > depth or features != layers * heads * len(saved["spans"]):
+        raise RecipeError(
+            f"recipe {recipe.source}: its head reads {features} features from {layers} layers, which does not fit "
+            f"{folder} ({depth} layers of {heads} attention heads): it was made for another model"
+        )
+    try:
+        found = weights_fingerprint(folder, layers)
+    except (OSError, ValueError) as error:
+        raise RecipeError(
+            f"recipe {recipe.source}: cannot check its head against {folder}'s weights: {error}"
+        ) from None
+    if found != saved["weights_sha256"]:
+        raise RecipeError(
+            f"recipe {recipe.source}: its head on {layers} layers was fitted on other weights than {folder}'s "
+            f"(fingerprint {saved['weights_sha256'][:12]}, here {found[:12]}): distill a head for this model "
+            "(python -m rr_fast.distill), or use --readout lr"
+        )
+    return CrossingHead.from_dict(saved)
+
+
+class CrossingScorer(FullPassScorer):
+    """The attention readout over one loaded backend: each full-pass row reads this far past its block's end that
+    every edge of the block sees its whole span, and its edges are scored by the head in the same pass.
+
+    ``tile``: queries per tile of the explicit attention (None: the backend's choice, ``backends.base.attention_tile``);
+    the same masses at any size, so only the benchmarks set it."""
+
+    names = (ATTENTION,)
+    tile: int | None = None
+
+    def __init__(self, backend: Backend, bos: list[int], settings: CrossingSettings, head: CrossingHead):
+        if head.layers != settings.layers:
+            raise ValueError(f"the head reads {head.layers} layers, the settings ask for {settings.layers}")
+        if not 1 <= head.layers <= backend.depth:
+            raise ValueError(f"the head reads {head.layers} layers; this model has {backend.depth}")
+        super().__init__(backend, bos, settings.context, settings.batch_tokens)
+        self.settings, self.head = settings, head
+
+    def edges_in_flight(self) -> int:
+        return 4 * max(1, self.batch_tokens // (self.head.span + len(self.prefix)))
+
+    def row_end(self, doc, block: tuple[int, int, int]) -> int:
+        return min(len(doc.ids), block[2] + self.head.span)
+
+    def run_rows(self, jobs) -> None:
+        """Each row's full pass scores the edges in its block's output range."""
+        p = len(self.prefix)
+        rows, lengths = self.rows(jobs)
+        picked = []  # each row's edges: indices [first, last) of its document's
+        for doc, (_, _, out_end) in jobs:
+            last = len(doc.edges) if out_end == len(doc.ids) else int(np.searchsorted(doc.edges, out_end))
+            picked.append((doc.next_edge, last))
+        edges = np.full((len(jobs), max(1, max(b - a for a, b in picked))), -1, dtype=np.int64)
+        for i, ((doc, (in_start, _, _)), (a, b)) in enumerate(zip(jobs, picked)):
+            edges[i, : b - a] = p + doc.edges[a:b] - in_start
+        request = Crossing(edges, lengths, self.head.spans, self.tile)
+        masses = self.backend.crossing(rows, np.arange(rows.shape[1])[None], self.head.layers, request)
+        for i, ((doc, (_, _, out_end)), (a, b)) in enumerate(zip(jobs, picked)):
+            doc.record(b - a, self.values(masses[i, : b - a]))
+            doc.ready = doc.next_edge
+            doc.blocks_left = out_end < len(doc.ids)
+
+    def values(self, masses: np.ndarray) -> dict[str, np.ndarray]:
+        """The values of a row's edges from their masses [E, layers, heads, spans]. Extension point: distillation
+        reads the masses themselves here (``rr_fast.distill``)."""
+        return {ATTENTION: self.head(masses)}
