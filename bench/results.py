@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.results", description=__doc__.split("\n\n")[0])
     parser.add_argument("--semantic-peers", action="store_true", help="presets: run the embedding peers too")
     args = parser.parse_args(argv)
-    from bench.quality import pareto, windows
+    from bench.quality import windows
+    from bench.quality.pareto import command as pareto
 
     windows.main(["report"])
     pareto.main(["report"] + ([] if args.semantic_peers else ["--no-semantic-peers"]))

@@ -1,4 +1,5 @@
-"""``python -m rr_fast FILE``: the same command line as ``python -m rr_fast.chunk FILE`` (see rr_fast.cli)."""
+"""``python -m rr_fast``: the ``rr-fast`` command (``rr_fast.cli.entry``): ``FILE`` to chunk one, ``corpus ...`` or
+``distill ...`` for the other commands."""
 
 from rr_fast.cli import entry
 

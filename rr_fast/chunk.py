@@ -1,10 +1,10 @@
-"""``python -m rr_fast.chunk FILE``: the command-line entry point (the logic lives in ``rr_fast.cli``).
+"""``python -m rr_fast.chunk FILE``: the chunk command (``rr_fast.cli``).
 
-Import ``rr_fast.cli`` rather than this module: importing ``rr_fast.chunk`` as a module would replace the
-``rr_fast.chunk()`` function on the package.
+This file exists for ``python -m`` alone: importing ``rr_fast.chunk`` as a module would replace the ``rr_fast.chunk()``
+function on the package, so code imports ``rr_fast.cli``.
 """
 
-from rr_fast.cli import entry
+from rr_fast.cli import chunk_entry
 
 if __name__ == "__main__":
-    entry()
+    chunk_entry()

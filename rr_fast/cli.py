@@ -23,7 +23,7 @@ import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -262,32 +262,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0, 1 runtime error, 2 usage error, 130 interrupted)."""
+    return run_command(build_parser(), argv, run)
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    work: Callable[[argparse.Namespace], int | None],
+    interrupted: str = "interrupted (nothing written)",
+) -> int:
+    """Every command's boundary: parse ``argv``, run ``work`` with SIGTERM taken as an interrupt, and turn whatever
+    it raises into one line and an exit status (``report``); ``work``'s own status, else 0, when it returns."""
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed as one line
         return int(stop.code or 0)
-    debug = debugging(args)
     with sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
         try:
-            run(args)
-        except BaseException as error:  # the CLI boundary: whatever happened, one line and an exit status
-            return report(error, debug)
-    return 0
+            return work(args) or 0
+        except BaseException as error:  # whatever happened, one line and an exit status
+            return report(error, debugging(args), interrupted=interrupted)
 
 
 COMMANDS = {"corpus": "rr_fast.corpus.command", "distill": "rr_fast.distill.command"}
 
 
 def entry() -> NoReturn:
-    """``python -m rr_fast.chunk``, ``python -m rr_fast`` and the ``rr-fast`` script: the chunk command on the command
-    line, or with a first argument ``corpus`` or ``distill`` that command; then the process ends without the
-    interpreter's teardown (``exit_without_teardown``)."""
+    """``python -m rr_fast`` and the ``rr-fast`` script: the chunk command, or with a first argument ``corpus`` or
+    ``distill`` that command; then the process ends without the interpreter's teardown (``exit_without_teardown``)."""
     argv = sys.argv[1:]
     if argv and argv[0] in COMMANDS and not Path(argv[0]).exists():  # a file named "corpus" is still chunked
         import importlib
 
         exit_without_teardown(importlib.import_module(COMMANDS[argv[0]]).main(argv[1:]))
     exit_without_teardown(main(argv))
+
+
+def chunk_entry() -> NoReturn:
+    """``python -m rr_fast.chunk``: the chunk command alone, ended as ``entry`` ends it."""
+    exit_without_teardown(main())
 
 
 def run(args: argparse.Namespace) -> None:
@@ -313,7 +326,7 @@ def tokenizer_ahead(args: argparse.Namespace) -> TokenizerProcess | nullcontext:
     """The model's tokenizer loading in a helper process from now on, while this one imports torch and loads the
     weights (``TokenizerProcess``): the first chunk of a page comes a second sooner. Only where that pays: the
     model's folder is ready (``models.ready_folder``), its tokenizer.json runs as written and is large enough to take
-    a while (Gemma's: 33 MB, 1.2 s), and this process may use a second core on a POSIX system. Else a context of
+    a while (Gemma's is 33 MB), and this process may use a second core on a POSIX system. Else a context of
     None: the ``Chunker`` loads the tokenizer itself."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if args.rebuild_cache or args.verify_cache or cores < 2 or os.name != "posix":  # helpers inherit pipes by fd

@@ -9,7 +9,8 @@ import pytest
 from toy_streams import toy_stream
 
 from bench.engine import RESEARCH_OPTIONS
-from bench.quality import pareto, pareto_report
+from bench.quality import pareto
+from bench.quality.pareto import command, report
 from rr_fast.config import PRESETS, ChunkerConfig
 
 
@@ -64,9 +65,9 @@ def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
 
 def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     monkeypatch.setattr(pareto, "OPTIONS", {"lr@w96": {}, "fast-one": {"step": 16}, "timed-only": {"step": 32}})
-    monkeypatch.setattr(pareto_report, "OPTIONS", pareto.OPTIONS)
+    monkeypatch.setattr(report, "OPTIONS", pareto.OPTIONS)
     monkeypatch.setattr(pareto, "QUALITY", "lr@w96")
-    monkeypatch.setattr(pareto_report, "QUALITY", "lr@w96")
+    monkeypatch.setattr(report, "QUALITY", "lr@w96")
     streams = [toy_stream("cal", 0)] + [toy_stream("eval", i) for i in range(4)]
     (tmp_path / "penalties.json").write_text(
         json.dumps(
@@ -92,7 +93,7 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
         folder.mkdir(parents=True)
         for other in streams[1:]:
             (folder / f"{other.id}.json").write_text(json.dumps({"spans": spans}))
-    table = pareto_report.render(streams, tmp_path, with_peers=False)
+    table = report.render(streams, tmp_path, with_peers=False)
     assert "| lr@w96 **quality** **balanced** |" in table and "| fast-one **fast** |" in table
     default_row = next(line for line in table.splitlines() if line.startswith("| lr@w96"))
     assert "1.000 [1.000, 1.000]" in default_row  # every record recovered as one clean chunk
@@ -108,4 +109,4 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
 
 def test_unknown_option_is_a_usage_error():
     with pytest.raises(SystemExit):
-        pareto.main(["score", "--options", "no-such-option"])
+        command.main(["score", "--options", "no-such-option"])

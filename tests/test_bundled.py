@@ -51,24 +51,24 @@ def test_scorer_equals_reference_on_bundled_model(name):
         assert chunker.scorer.prefix.tolist() == [chunker.tokenizer.bos_token_id]  # Gemma needs <bos> first
 
 
-def test_cli_default_model_on_the_sample(tmp_path):
-    """The README's first command, minus the install: the default model chunks the sample file."""
+def test_readme_first_example_works_as_shown(tmp_path):
+    """The README's first command, minus the install: the default model cuts the sample of five flattened abstracts
+    exactly where each one starts, as the README shows."""
+    sample = ROOT / "examples" / "flattened_abstracts.txt"
+    text = sample.read_text(encoding="utf-8")
     out = tmp_path / "chunks.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "rr_fast.chunk", str(ROOT / "examples" / "flattened_records.txt"), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+        [sys.executable, "-m", "rr_fast.chunk", str(sample), "-o", str(out)], capture_output=True, text=True, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert "".join(row["text"] for row in rows) == SAMPLE
+    assert "".join(row["text"] for row in rows) == text
     assert all(48 <= row["token_count"] <= 384 for row in rows)
-    # the README shows the default cutting between the second and third records, and the two-pass lr readout
-    # cutting all four records apart exactly
-    titles = ("Coral bleaching", "Recovery of reef fish", "Can assisted evolution", "Ocean acidification")
-    assert [row["start"] for row in rows] == [0, SAMPLE.index(titles[2])]
-    assert [chunk.start for chunk in Chunker(readout="lr").chunk(SAMPLE)] == [SAMPLE.index(t) for t in titles]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = readme[readme.index("$ python -m rr_fast.chunk examples/flattened_abstracts.txt") :].split("```")[0]
+    starts = [text.index(line.split(" ... ")[0]) for line in shown.splitlines()[1:] if line and line != "-----"]
+    assert len(starts) == 5  # every chunk shown starts where an abstract starts, and ends where it ends
+    assert [row["start"] for row in rows] == starts
     assert DEFAULT_MODEL in BUNDLED
 
 

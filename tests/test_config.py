@@ -38,7 +38,7 @@ def test_limits_and_scoring_settings_are_derived_from_the_resolved_config():
     assert default.scoring == CrossingSettings(layers=18, span=128, context=2048, batch_tokens=None)
     # a recipe's skip is its own benchmarked choice at its window (SmolLM2's is 4 at W 192); other windows and models
     # get the paper's
-    smollm2 = ChunkerConfig(model="smollm2-135m")
+    smollm2 = ChunkerConfig(model="smollm2-135m", readout="lr")
     assert smollm2.resolve().scoring.skip == BUNDLED["smollm2-135m"].skip(192) == 4 != PAPER_SKIP
     assert smollm2.replace(window=24).resolve().scoring.skip == PAPER_SKIP
     assert ChunkerConfig(model="some/hub-model").resolve().scoring.skip == PAPER_SKIP
@@ -176,5 +176,7 @@ def test_presets_are_named_configs_that_explicit_options_override():
         chunker_config("fastest")
     with pytest.raises(RRFastError, match="a config or a preset"):
         chunker_config("fast", ChunkerConfig())
-    with pytest.raises(RRFastError, match="preset 'fast' is a configuration of gemma3-270m, not of smollm2-135m"):
-        chunker_config("fast", model="smollm2-135m")  # a preset is a model's: another model's options are its own
+    smollm2 = chunker_config("fast", model="smollm2-135m")  # a preset is a model's: SmolLM2's fast is its own
+    assert (smollm2.readout, smollm2.layer, smollm2.step) == ("attention", 15, 64)
+    with pytest.raises(RRFastError, match="preset 'fast' is a configuration of gemma3-270m, smollm2-135m, not of x"):
+        chunker_config("fast", model="x")

@@ -17,11 +17,8 @@ pa = pytest.importorskip("pyarrow")  # the [test] extra installs it; importorski
 import pyarrow.parquet as pq  # noqa: E402
 
 from rr_fast import Chunker, Limits  # noqa: E402
-from rr_fast.corpus.command import EXIT_DOCUMENT_ERRORS, main
-from rr_fast.corpus.files import (
-    COLUMNS,  # noqa: E402
-    OutputLock,  # noqa: E402
-)
+from rr_fast.corpus.command import EXIT_DOCUMENT_ERRORS, main  # noqa: E402
+from rr_fast.corpus.files import COLUMNS, OutputLock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "whale ship captain harvest valley river rain farmer boat deck storm island".split()

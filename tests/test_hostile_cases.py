@@ -220,8 +220,9 @@ def test_a_preset_with_another_readout_takes_that_readouts_defaults_not_the_pres
     assert (lr.readout, lr.window, lr.step) == ("lr", 128, 64)
 
 
-def test_a_preset_with_another_model_names_whose_preset_it_is(sample, capsys):
-    assert main([str(sample), "--preset", "fast", "--model", "smollm2-135m"]) == 2
+def test_a_preset_with_another_model_names_whose_preset_it_is(sample, capsys, tiny_model_dir):
+    assert main([str(sample), "--preset", "fast", "--model", str(tiny_model_dir)]) == 2
     err = capsys.readouterr().err
     assert one_line(err) and "UserWarning" not in err and "--layer" not in err
-    assert "preset 'fast' is a configuration of gemma3-270m, not of smollm2-135m" in err
+    assert f"preset 'fast' is a configuration of gemma3-270m, smollm2-135m, not of {tiny_model_dir}" in err
+    assert "it has no presets: give its options directly" in err

@@ -1,4 +1,5 @@
-"""rr_fast.scoring.backends.plain and rr_fast.text.tokenizer against transformers, which they stand in for at load time."""
+"""The plain decoders (rr_fast.scoring.backends.plain) and rr_fast.text.tokenizer against transformers, which they
+stand in for at load time."""
 
 from __future__ import annotations
 

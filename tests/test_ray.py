@@ -10,12 +10,8 @@ from test_corpus import make_texts, options, read_output, write_jsonl
 from tiny_models import tiny_llama_folder
 
 ray = pytest.importorskip("ray")  # the [test] extra installs it
-from rr_fast.corpus.command import main
-from rr_fast.corpus.files import (  # noqa: E402
-    COLUMNS,  # noqa: E402
-    OutputLock,
-    RunConfig,
-)
+from rr_fast.corpus.command import main  # noqa: E402
+from rr_fast.corpus.files import COLUMNS, OutputLock, RunConfig  # noqa: E402
 from rr_fast.corpus.ray import chunk_dataset, run_on_ray  # noqa: E402
 from rr_fast.errors import RRFastError  # noqa: E402
 

@@ -1,9 +1,9 @@
 """What a longer reset window costs: the default chunker at each window, on one quality-benchmark stream.
 
 The quality benchmark picks the bundled models' windows; this prices that choice for a user of
-``python -m rr_fast.chunk``. Each row is ``Chunker(model, window=W).chunk(text)`` in-process on the same text
-(one warm-up call, then the best of ``--repeats``), and its speed is given as a ratio to the first row (W = 24,
-the paper's window) measured in the same run, since this machine's absolute speed moves between runs.
+``python -m rr_fast.chunk``. Each row is ``Chunker(model, readout="lr", window=W).chunk(text)`` in-process on the
+same text (one warm-up call, then the best of ``--repeats``), and its speed is given as a ratio to the first row
+(W = 24, the paper's window) measured in the same run, since this machine's absolute speed moves between runs.
 
     python -m bench.speed.windows [--model smollm2-135m] [--windows 24,48,64,96] [--also gemma3-270m] \\
         [--threads 2] [--lock /tmp/rr_cpu.lock] [--out FILE.json]
@@ -22,13 +22,13 @@ from bench.speed.__main__ import locked
 
 
 def time_runs(runs: list[tuple[str, int | None]], text: str, repeats: int = 2) -> list[dict]:
-    """Source tokens per second of the whole chunk call for each (model, window), with the model's own readout;
-    ``ratio`` is against the first run, timed in the same process."""
+    """Source tokens per second of the whole chunk call for each (model, window): ``lr`` at that window, or the
+    model's own default where the window is None; ``ratio`` is against the first run, timed in the same process."""
     from rr_fast import Chunker
 
     rows = []
     for model, window in runs:
-        chunker = Chunker(model=model, window=window, device="cpu")
+        chunker = Chunker(model=model, device="cpu", **({"readout": "lr", "window": window} if window else {}))
         tokens = len(chunker.tokenize(text))
         chunker.chunk(text)  # warm-up: first-call allocations and JIT compilation are not the window's cost
         seconds = []

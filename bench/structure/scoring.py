@@ -90,10 +90,11 @@ def cached_chunker(
     """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``.
 
     Without a window it runs ``SCORED``, the configuration the stored scores and priors were made with; with one,
-    ``model``'s own configuration at that window. ``length_unit`` counts the limits in another model's tokens
-    (the peers' unit), which changes the cuts but not which edges are scored.
+    ``model``'s ``lr`` readout at that window (the reset windows the benchmark measures, whatever the model's
+    default). ``length_unit`` counts the limits in another model's tokens (the peers' unit), which changes the cuts
+    but not which edges are scored.
     """
-    options = {"model": model, "window": window} if window is not None else SCORED
+    options = {"model": model, "readout": "lr", "window": window} if window is not None else SCORED
     chunker = Chunker(device=device, structure=structure, limits=limits, length_unit=length_unit, **options)
     chunker.scorer = CachedEngine(chunker.scorer, out / f"scores_w{chunker.config.window}.json", strict)
     return chunker

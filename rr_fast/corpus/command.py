@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from rr_fast.cli import PROG, OneLineParser, add_config_options, debugging, given_options, report, sigterm_as_interrupt
+from rr_fast.cli import PROG, OneLineParser, add_config_options, given_options, run_command
 from rr_fast.corpus.files import RunConfig
 from rr_fast.corpus.run import PREPARE, run
 from rr_fast.errors import RRFastError, UsageError
@@ -73,15 +73,11 @@ def resolve_devices(device: str, workers: int | None) -> tuple[int, list[str | N
 def main(argv: list[str] | None = None) -> int:
     """Run the corpus command; returns the exit status (0, 3 when documents went to errors.jsonl, 1 runtime
     error, 2 usage error, 130 interrupted)."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    with sigterm_as_interrupt():
-        try:
-            manifest = _run_command(args)
-        except BaseException as error:  # the command's boundary: whatever happened, one line and an exit status
-            return report(error, debugging(args), interrupted="interrupted; continue with --resume")
+    return run_command(build_parser(), argv, _command, interrupted="interrupted; continue with --resume")
+
+
+def _command(args) -> int:
+    manifest = _run_command(args)
     if not args.quiet:
         warned = f", {manifest['warned']} with warnings (the warnings column)" if manifest.get("warned") else ""
         sys.stderr.write(

@@ -212,11 +212,11 @@ def prepared_documents(preparer, selected: Iterable[tuple[int, Record]]) -> Iter
 # documents per message from the prepare helper, and messages it may run ahead of the model: about 4 GPU batches of
 # documents of a few hundred tokens, bounded whatever their size by the characters per message
 HELPER_DOCUMENTS, HELPER_CHARS, HELPER_AHEAD = 128, 1 << 20, 8
-# characters prepared in the model's process before the helper takes over: on an H200 about 1.5 s of the model's
-# work, which covers most of the helper's start (about 2.5 s from its launch, the model load's 1.5 s overlapping)
+# characters prepared in the model's process before the helper takes over: on a large GPU about as long as the
+# helper takes to start, so the model does not wait for its first documents (bench/RESULTS.md, "Speed on a GPU")
 HELPER_AFTER_CHARS = 1 << 20
-# the helper's tokenizer threads: a quarter of the cores kept it ahead of one H200 (the model's process waited under
-# 0.7 s in all over 1.8M tokens) and leaves the others to the model's process
+# the helper's tokenizer threads: a quarter of the cores kept it ahead of one large GPU, and leaves the others to
+# the model's process
 HELPER_THREADS = max(1, (os.cpu_count() or 1) // 4)
 
 

@@ -1,7 +1,7 @@
 """Compiled inner loops, isolated so the rest of the package stays plain Python.
 
 The DP kernels (``dp``) are plain Python that Numba compiles. Importing Numba and loading its cached machine code
-takes 0.5-0.8 s in a fresh process, far more than interpreting the DP of a page (about 6 ms), so a process
+costs a fresh process far more than interpreting the DP of a page, so a process
 interprets its first problems and loads Numba once they add up to ``INTERPRETED_STEPS`` inner-loop steps: a
 one-page command never loads it, a long run loads it after a few documents and pays at most about twice the
 load. Both give the same result: the loops do the same float64 operations in the same order
@@ -16,8 +16,8 @@ import numpy as np
 
 from rr_fast.kernels import dp
 
-# inner-loop steps a process interprets before it loads Numba: about 0.25 s at 2.3 µs a step, half of Numba's load
-# here (on an 8-token word grid a 500-token text takes about 3,000 steps, a 2,500-token one 21,000)
+# inner-loop steps a process interprets before it loads Numba: about half of Numba's load in interpreted time on the
+# benchmark's CPU (on an 8-token word grid a 500-token text takes about 3,000 steps, a 2,500-token one 21,000)
 INTERPRETED_STEPS = 100_000
 _interpreted = 0  # steps interpreted so far in this process
 

@@ -1,4 +1,4 @@
-"""Planning a document: a text's model tokens and the candidate edges the model scores.
+"""Preparing a document: a text's model tokens and the candidate edges the model scores.
 
 Plain text gets the paper's candidates (sentence ends, and word boundaries on a ``step``-token grid); text
 with structure beyond sentences (headings, paragraphs, lists, lines) gets a ``structure.Layout`` that ranks

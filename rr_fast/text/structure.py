@@ -43,7 +43,7 @@ class Level(IntEnum):
 
 
 # Prior added to the percentile utility of a cut at each level (relative to SENTENCE = 0), chosen by
-# `python -m bench.structure calibrate` on the default model's lr at W 96 (its default until W 192; grids and P_k in
+# `python -m bench.structure calibrate` on the default model's lr at W 96 (grids and P_k in
 # bench/RESULTS.md, "Structured documents"), in two steps. On the Wiki-50 calibration documents (first 20 by id, as
 # Markdown), which tell headings from line breaks: P_k falls as the heading prior grows up to 1.0 (a heading is then a
 # cut wherever the length limits allow one) and is flat beyond; line breaks score best at SENTENCE's 0. On chapter

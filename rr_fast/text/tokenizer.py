@@ -1,7 +1,7 @@
 """The model's tokenizer: its ``tokenizer.json`` run by the Rust ``tokenizers`` library directly.
 
-Why not ``AutoTokenizer``: its first call in a process imports ~2.5 s of transformers before it reads a file,
-for the same Rust tokenizer. Where the folder's tokenizer class is one that runs tokenizer.json as written
+Why not ``AutoTokenizer``: its first call in a process imports transformers (seconds of a cold start) before it reads a
+file, for the same Rust tokenizer. Where the folder's tokenizer class is one that runs tokenizer.json as written
 (the generic fast classes, and Gemma's, whose ids and offsets tests/test_plain.py checks against
 transformers on the bundled model), it is loaded directly; any other tokenizer goes through transformers.
 """

@@ -57,7 +57,7 @@ def _installed(module: str) -> bool:
 def native_bfloat16(backend: str = "auto", device: str = "auto") -> bool:
     """Whether bfloat16 runs natively here: CUDA GPUs, Apple silicon under MLX, x86 CPUs with AVX-512 BF16 or AMX.
     Elsewhere (AVX2-only CPUs, MPS) it is emulated or unproven, and slower than float32. MLX always counts: its CPU
-    backend ran Gemma 3 in bfloat16 at twice its float32 speed on the benchmark's CPU (bench/RESULTS.md)."""
+    backend ran Gemma 3 in bfloat16 faster than in float32 on the benchmark's CPU (bench/RESULTS.md, "MLX")."""
     if pick_backend(backend) == "mlx":
         return True
     from rr_fast.scoring.backends.torch import native_cpu_bf16, pick_device

@@ -9,9 +9,9 @@ positions. The embedding step and the masks are replicated per family, following
 
 The attention readout needs each layer's attention probabilities, which mlx-lm's fused attention never forms. Each
 attention module of the families it supports is wrapped once, at load (``_Attention``): in an ordinary forward the
-wrapper calls the module as it is; in a crossing forward, whose stand-in cache is a ``CrossingPass`` request, it runs the
-module's projections, norms and rotary embedding as mlx-lm does and ``crossing_attention`` in place of the fused
-attention. Nothing of mlx-lm's is patched.
+wrapper calls the module as it is; in a crossing forward, whose stand-in cache is a ``CrossingPass`` request, it
+runs the module's projections, norms and rotary embedding as mlx-lm does and ``crossing_attention`` in place of the
+fused attention. Nothing of mlx-lm's is patched.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def _gated(gate: mx.array, up: mx.array) -> mx.array:
 def _round_as_transformers(model: nn.Module) -> None:
     """Gemma 3's norms and GELU computed in float32 and rounded once, as transformers does (in float32 this is
     mlx-lm's own arithmetic). In bfloat16 mlx-lm's own layers put the default's scores about four times farther
-    from torch's than torch's bfloat16 sits from float32, enough to move cuts (bench/RESULTS.md, "MLX with Gemma's
-    norms and GELU rounded as torch rounds them").
+    from torch's than torch's bfloat16 sits from float32, enough to move cuts (bench/RESULTS.md, "MLX" and
+    "float16 on Gemma 3 (torch and MLX)").
 
     Under float16 weights the residual stream stays float32, as the torch backend keeps it (``residual_dtype``):
     the norms that open a branch round to float16, the two that close one keep float32, and mlx-lm's blocks then
@@ -158,9 +158,9 @@ class MLXBackend:
         table = config.get("max_position_embeddings") or config.get("n_positions")
         self.max_positions = None if self.uses_rope else int(table)
         self.softcap = config.get("final_logit_softcapping")
-        # tokens per forward call: on a GPU 16,384, which ran the default 1.10-2.04x faster than 4,096 on MLX's CUDA
-        # backend (bench/RESULTS.md, "The attention default on a GPU, and MLX beside torch"; not measured on Metal),
-        # its attention probabilities held to a tile (_ExplicitAttention); on a CPU the engine's 4,096
+        # tokens per forward call: on a GPU 16,384, which ran the default faster than 4,096 on MLX's CUDA backend
+        # (bench/RESULTS.md, "MLX"; not measured on Metal), its attention probabilities held to a tile
+        # (_ExplicitAttention); on a CPU the engine's 4,096
         self.preferred_batch_tokens = 16384 if mx.default_device() == mx.gpu else 4096
 
     @classmethod

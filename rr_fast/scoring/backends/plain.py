@@ -2,8 +2,8 @@
 (the paper's model family).
 
 Why not transformers' classes: in a fresh process, importing transformers and loading its tokenizer and
-model classes took 6.6 s here (2.3 s import, 4.3 s first load; bench/RESULTS.md, "CPU, one run of the suite",
-Start-up); these modules and tokenizer.json load from the cache in 0.4 s. They mirror transformers' module
+model classes takes several seconds (bench/RESULTS.md, "Speed on this CPU", "Cold start"); these modules and
+tokenizer.json load from the cache in a fraction of that. They mirror transformers' module
 tree and parameter names, and the attributes TorchBackend reads (``base_model``, ``layers``, ``norm``,
 ``get_output_embeddings``), so the backend drives both the same way; tests/test_plain.py holds them to
 transformers' own outputs. Configs they do not cover (RoPE types other than default and llama3,
@@ -293,8 +293,8 @@ class DecoderLayer(nn.Module):
     in float32 and hand the branches float16, and the branches' normalized outputs join it unrounded. Gemma 3
     270M's stream passes float16's largest value, 65,504, in its later layers (up to about 104,000, in one of its
     640 dimensions at two tokens of the README's sample): summed in float16 it turns infinite, and clipped to the
-    range, as mlx-lm's Gemma 3 does, it moved cuts on 5 of 24 streams (bench/RESULTS.md, "float16 and Gemma's
-    residual")."""
+    range, as mlx-lm's Gemma 3 does, it moved cuts on 5 of 24 streams (bench/RESULTS.md, "float16 on Gemma 3
+    (torch and MLX)")."""
 
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
@@ -423,7 +423,7 @@ def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "
             f"weights do not match the config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
     # On a CPU the embedding table keeps the checkpoint's dtype (memory-mapped): it is 63% of Gemma 3's weights, whose
-    # cast took 0.3-0.8 s of a command's cold start, and a text gathers a few thousand of its 262k rows
+    # cast would be a large part of a command's cold start, and a text gathers a few thousand of its 262k rows
     table = "model.embed_tokens.weight"
     lazy = device == "cpu" and weights[table].dtype != dtype
     model.load_state_dict(

@@ -281,8 +281,8 @@ class TorchBackend:
 
         On a CPU the logits are formed in [CPU_ROWS, CPU_VOCAB] tiles that stay in cache, with a running
         max and sum (and running top tokens) across vocabulary tiles: the elementwise passes over a [rows, V]
-        block are memory-bound and cost as much as the head's matmul (1.5× faster on SmolLM2's head,
-        bench/RESULTS.md). A GPU gets large row chunks of the whole vocabulary instead, which keep it busy
+        block are memory-bound and cost as much as the head's matmul, and tiles that stay in cache avoid most of
+        that traffic. A GPU gets large row chunks of the whole vocabulary instead, which keep it busy
         with few launches.
         """
         out = torch.empty(rows.shape[0], dtype=torch.float32, device=rows.device)
@@ -358,8 +358,8 @@ class TorchBackend:
 def quantize_int8(model: nn.Module) -> None:
     """Dynamic int8 for the decoder's linear layers: int8 weights, activations quantized per call (PyTorch's
     fbgemm/oneDNN kernels). The LM head stays float32: LR's log-normalizer reads its weights in cache-sized
-    tiles, and its logits are where int8 rounding would show most. bench/RESULTS.md ("Presets") gives the
-    speed and the score drift this buys on a CPU."""
+    tiles, and its logits are where int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU",
+    "Levers and runtimes") gives the speed and the score drift this buys on a CPU."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 

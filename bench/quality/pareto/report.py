@@ -176,3 +176,36 @@ def write(
     """The Presets section; ``semantic_peers=False`` leaves out the peers that embed (their recovery on the same
     streams is in the Quality section), for a report that must not wait minutes for MiniLM."""
     write_section(report, "presets", render(streams, out, semantic_peers=semantic_peers))
+
+
+def summary(
+    streams: list[Stream], names: list[str], out: Path, embedding: bool, against: str | None = None
+) -> dict[str, dict]:
+    """Evaluation recovery and partition F1 [95% CI] of each option with end-to-end chunks; with ``embedding`` the
+    paired gap to the embedding boundary (calibrated as ours; minutes of MiniLM), with ``against`` the paired gap to
+    that option: a row of the Presets table without rerendering it, for options added after the table's other caches
+    are gone."""
+    evaluation = [s for s in streams if s.split == "eval"]
+    calibration = [s for s in streams if s.split == "cal"]
+    indices = bootstrap_indices([s.domain for s in evaluation], RESAMPLES, seed=0)
+    every = lm_rows(evaluation, out)
+    rows = {name: per_stream for name, per_stream in every.items() if name in names}
+    compared = np.array([r["clean_unit_recovery"] for r in every[against]]) if against else None
+    reference = None
+    if embedding:
+        others, _ = baseline_rows(calibration, evaluation, semantic_peers=False)
+        reference = np.array([r["clean_unit_recovery"] for r in others["embedding-boundary"]])
+    result = {}
+    for name, per_stream in rows.items():
+        recovery = np.array([r["clean_unit_recovery"] for r in per_stream])
+        row = {
+            "recovery": interval(recovery, indices),
+            "partition_f1": interval(np.array([r["partition_f1"] for r in per_stream]), indices),
+        }
+        if compared is not None and name != against:
+            row[f"vs_{against}"] = interval(recovery - compared, indices)
+        if reference is not None:
+            row["vs_embedding_boundary"] = interval(recovery - reference, indices)
+            row["embedding_boundary"] = interval(reference, indices)
+        result[name] = row
+    return result

@@ -8,16 +8,18 @@ rerun only does what is missing:
 1. ``score --split cal``: each option's scores on the calibration streams (``Chunker.score``; one file per
    option and stream, with the readout values and the product's utility).
 2. ``calibrate``: ρ per option on those scores, by the quality benchmark's rule (bench.quality.calibration:
-   best mean clean-unit recovery on the calibration streams); then the preset rule: ``quality`` is the option
-   with the best calibration recovery, ``balanced`` and ``fast`` the best among options at least 3× and 10×
-   the default's speed (speed from step 5, measured in one run).
+   best mean clean-unit recovery on the calibration streams); then the preset rule (``pick_presets``), with the
+   speeds of step 5, measured in one run.
 3. ``chunk``: each option end to end on the evaluation streams with its calibrated ρ; the chunks
    (character spans) are what the metrics score.
 4. ``drift``: each int8 option's readouts and cuts against float32 on the same text (Spearman, max difference).
 5. ``speed``: source tokens/s of every option and of the peers on the same evaluation text, one process, a
    warm-up call each, best of ``--repeats``; ratios of process CPU time against the default in the same run.
 6. ``report``: recovery [95% CI] on the evaluation streams, paired gaps against the default and the embedding
-   boundary, speed; written to the "Presets" section, bench/notebook/presets.md.
+   boundary, speed; written to bench/notebook/presets.md. ``summary``: the same recovery rows for a few options,
+   printed, without rerendering the table.
+
+This module holds the options and the steps; ``report`` renders the table and ``command`` is the command line.
 
     python -m bench.quality.pareto score --split cal [--options a,b] && python -m bench.quality.pareto calibrate
     python -m bench.quality.pareto speed && python -m bench.quality.pareto drift
@@ -28,7 +30,6 @@ Run each under the CPU lock (``flock /tmp/rr_cpu.lock ...``): they are CPU-bound
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -40,7 +41,7 @@ from bench.common import BENCH_MODEL, REPO_ROOT, save_scores
 from bench.engine import research_chunker
 from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
-from bench.quality.streams import Stream, read_streams
+from bench.quality.streams import Stream
 
 OUT = REPO_ROOT / "bench" / "out" / "pareto"
 STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
@@ -59,6 +60,8 @@ BASE = {
 GEMMA_BF16_STEP64 = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16"}
 GEMMA_FOCUSED = {**GEMMA_BF16_STEP64, "normalizer": "focused"}
 GEMMA_ATTENTION = {**GEMMA_BF16_STEP64, "readout": "attention", "window": 128}
+SMOLLM2_ATTENTION = {"model": "smollm2-135m", "readout": "attention", "window": 192}
+DISTILLED = REPO_ROOT / "bench" / "out" / "distill"  # recipes python -m rr_fast.distill wrote (bench.quality.crossfit)
 RESET_WINDOW_ONLY = ("skip", "normalizer")  # BASE's options that the attention readout, with no reset window, refuses
 # An option runs as ``research_chunker(**option_config(name))`` (bench.engine): the product's Chunker, with the
 # research options (skip, reset prefixes, the shortlist) that only the benchmarks take
@@ -124,8 +127,8 @@ OPTIONS: dict[str, dict] = {
     # the focused normalizer: each reset window's lr normalized over the full pass's most probable tokens there
     "gemma3-270m:lr@w128-step64-bf16-focused": {**GEMMA_FOCUSED, "window": 128},
     "gemma3-270m:lr@w64-step64-bf16-focused": {**GEMMA_FOCUSED, "window": 64},
-    # the one-pass student: no reset windows, a head on the full pass's attention across each edge, distilled from
-    # the default's scores (bench.quality.student); on the default's candidates, and on every 8th word boundary
+    # the one-pass readout: no reset windows, a head on the full pass's attention across each edge, distilled from
+    # lr's scores (python -m rr_fast.distill); on the default's candidates, and on every 8th word boundary
     "gemma3-270m:attention-bf16": GEMMA_ATTENTION,
     "gemma3-270m:attention": {**GEMMA_ATTENTION, "dtype": "float32"},  # where bf16 is not native: the bf16 head
     # the same readout on MLX (its CPU backend here): speed only, its scores match torch's (tests/test_mlx.py)
@@ -134,10 +137,23 @@ OPTIONS: dict[str, dict] = {
     "gemma3-270m:attention-step8-bf16": {**GEMMA_ATTENTION, "step": 8},
     "gemma3-270m:attention-L9-bf16": {**GEMMA_ATTENTION, "layer": 9},  # the head on the first 9 of 18 layers
     "gemma3-270m:attention-L9-step8-bf16": {**GEMMA_ATTENTION, "layer": 9, "step": 8},
+    # Gemma 3's heads refitted with python -m rr_fast.distill on the calibration streams' text (bench.quality.crossfit's
+    # docstring), the way SmolLM2's were made: against the shipped heads
+    "gemma3-270m:attention-refit-bf16": {**GEMMA_ATTENTION, "recipe": str(DISTILLED / "gemma3-270m.json")},
+    "gemma3-270m:attention-refit-step8-bf16": {
+        **GEMMA_ATTENTION,
+        "recipe": str(DISTILLED / "gemma3-270m.json"),
+        "step": 8,
+    },
+    # SmolLM2's heads (Apache-2.0), distilled the same way from its own lr at W 192 skipping 4, float32 as its recipe
+    "smollm2-135m:attention-step64": {**SMOLLM2_ATTENTION, "step": 64},
+    "smollm2-135m:attention": SMOLLM2_ATTENTION,  # every 8th word boundary
+    "smollm2-135m:attention-L15-step64": {**SMOLLM2_ATTENTION, "layer": 15, "step": 64},
+    "smollm2-135m:attention-L15": {**SMOLLM2_ATTENTION, "layer": 15},
 }
-# Each student option's calibration scores cross-fitted (each stream scored by a head fitted without it, written by
-# bench.quality.student): their calibration recovery is the honest one, since the shipped head has seen the
-# calibration streams; there is nothing to run on evaluation streams, where the option itself is the student.
+# Each attention option's calibration scores cross-fitted (each stream scored by a head fitted without it, written by
+# bench.quality.crossfit): their calibration recovery is the honest one, since the shipped head has seen the
+# calibration streams; there is nothing to run on evaluation streams, where the option itself is the head.
 CROSS_FITTED = {f"{name}-crossfit": name for name in OPTIONS if ":attention" in name and "-mlx" not in name}
 OPTIONS |= {crossfit: OPTIONS[name] for crossfit, name in CROSS_FITTED.items()}
 # The product's default (ChunkerConfig(); a test keeps the two equal) and the paper-faithful exact configuration
@@ -168,7 +184,7 @@ def score(streams: list[Stream], names: list[str], out: Path, device: str = "cpu
             scores = chunker.score(stream.text)
             save_scores(folder / f"{stream.id}.npz", scores, utility=scores.utility, **scores.readouts)
             tokens += scores.num_tokens
-        _log(f"{name}: {len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
+        log(f"{name}: {len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
 def load_scores(name: str, streams: list[Stream], out: Path) -> dict[str, EdgeScores]:
@@ -230,13 +246,14 @@ def chunk(
             spans = [(c.start, c.end) for c in result]
             (folder / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.config.penalty}))
             tokens += sum(c.token_count for c in result)
-        _log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
+        log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
 # one speed run each, newest first; the report takes a row from the first file that has it
 SPEED_FILES = (
+    "distill_speed.json",  # heads distilled by python -m rr_fast.distill (SmolLM2's, Gemma 3's refitted)
     "mlx_cpu_speed.json",  # the attention readout on MLX's CPU backend beside torch's
-    "student_speed.json",  # the one-pass students against the two-pass configurations
+    "student_speed.json",  # the one-pass heads against the two-pass configurations
     "focused_speed.json",  # the focused normalizer against the exact configurations
     "gemma_presets_speed.json",  # Gemma 3 on coarser grids, shorter windows and bf16
     "speed.json",
@@ -360,10 +377,10 @@ def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[s
     whose calibration recovery is within the measured noise of the best (``calibration_noise``: the widest of the
     options' own 95% half-widths that were measured): the calibration streams cannot tell it from the best, and
     it costs a fraction of it. ``fast`` is the option with the best calibration recovery among those at least
-    FAST_FLOOR times the default's speed. Exact ties go to the faster. A one-pass student counts with its
+    FAST_FLOOR times the default's speed. Exact ties go to the faster. A distilled head counts with its
     cross-fitted calibration recovery.
     """
-    # a student's own calibration scores come from a head fitted on those streams: it is judged by its cross-fitted
+    # a head's own calibration scores come from a head fitted on those streams: it is judged by its cross-fitted
     # ones (CROSS_FITTED), as a head that never saw them would score
     timed = {n: penalties.get(f"{n}-crossfit", row) for n, row in penalties.items() if n in speeds}
     if not timed:
@@ -379,102 +396,5 @@ def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[s
     return picks
 
 
-def summary(streams: list[Stream], names: list[str], out: Path, embedding: bool) -> dict[str, dict]:
-    """Evaluation recovery and partition F1 [95% CI] of each option with end-to-end chunks, and with ``embedding``
-    the paired gap to the embedding boundary (calibrated as ours; minutes of MiniLM): a row of the Presets table
-    without rerendering it, for options added after the table's other caches are gone."""
-    from bench.quality.pareto_report import RESAMPLES, baseline_rows, lm_rows
-
-    evaluation = [s for s in streams if s.split == "eval"]
-    calibration = [s for s in streams if s.split == "cal"]
-    indices = bootstrap_indices([s.domain for s in evaluation], RESAMPLES, seed=0)
-    rows = {name: per_stream for name, per_stream in lm_rows(evaluation, out).items() if name in names}
-    reference = None
-    if embedding:
-        others, _ = baseline_rows(calibration, evaluation, semantic_peers=False)
-        reference = np.array([r["clean_unit_recovery"] for r in others["embedding-boundary"]])
-    result = {}
-    for name, per_stream in rows.items():
-        recovery = np.array([r["clean_unit_recovery"] for r in per_stream])
-        row = {
-            "recovery": interval(recovery, indices),
-            "partition_f1": interval(np.array([r["partition_f1"] for r in per_stream]), indices),
-        }
-        if reference is not None:
-            row["vs_embedding_boundary"] = interval(recovery - reference, indices)
-            row["embedding_boundary"] = interval(reference, indices)
-        result[name] = row
-    return result
-
-
-def _log(message: str) -> None:
+def log(message: str) -> None:
     print(f"[pareto] {message}", file=sys.stderr, flush=True)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.quality.pareto", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "drift", "summary", "report"))
-    parser.add_argument("--options", default=",".join(OPTIONS), help="comma-separated option names")
-    parser.add_argument("--split", default="cal", choices=("cal", "eval"))
-    parser.add_argument("--streams", type=Path, default=STREAMS)
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--no-peers", action="store_true", help="speed: rr-fast options only")
-    parser.add_argument("--speed-file", default=SPEED_FILES[0], choices=SPEED_FILES, help="speed: where the run goes")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    parser.add_argument(
-        "--device", default="cpu", choices=("cpu", "cuda"), help="score, chunk: where the model runs (speed: CPU)"
-    )
-    parser.add_argument(
-        "--no-semantic-peers", action="store_true", help="report: leave out the peers that embed (minutes of MiniLM)"
-    )
-    parser.add_argument(
-        "--embedding", action="store_true", help="summary: the paired gap to the embedding boundary (MiniLM)"
-    )
-    args = parser.parse_args(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    names = [n for n in args.options.split(",") if n]
-    unknown = set(names) - set(OPTIONS)
-    if unknown:
-        parser.error(f"unknown options {sorted(unknown)}; known: {', '.join(OPTIONS)}")
-    streams = read_streams(args.streams)
-    calibration = [s for s in streams if s.split == "cal"]
-    evaluation = [s for s in streams if s.split == "eval"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    penalty_file = args.out / "penalties.json"
-    if args.device == "cuda":
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 scores, as on the CPU (bf16 options stay bf16)
-    if args.step == "score":
-        score(calibration if args.split == "cal" else evaluation, names, args.out, args.device)
-    elif args.step == "calibrate":
-        # options without calibration scores here keep an entry already there (the default's, from bench.quality)
-        penalties = json.loads(penalty_file.read_text()) if penalty_file.exists() else {}
-        penalties.update(calibrated_penalties(calibration, names, args.out))
-        penalty_file.write_text(json.dumps(penalties, indent=1))
-        for name, row in penalties.items():
-            _log(f"{name}: ρ {row['penalty']}, calibration recovery {row['calibration_recovery']:.3f}")
-    elif args.step == "chunk":
-        chunk(evaluation, names, json.loads(penalty_file.read_text()), args.out, args.device)
-    elif args.step == "drift":
-        for row in drift(evaluation[0].text, names, args.out):
-            _log(json.dumps(row))
-    elif args.step == "summary":
-        result = summary(streams, names, args.out, args.embedding)
-        (args.out / "summary.json").write_text(json.dumps(result, indent=1))
-        print(json.dumps(result, indent=1))
-    elif args.step == "speed":
-        for row in speed(evaluation[0].text, names, args.repeats, args.out, not args.no_peers, args.speed_file):
-            _log(json.dumps(row))
-    else:
-        from bench.quality.pareto_report import write
-
-        write(streams, args.out, semantic_peers=not args.no_semantic_peers)
-
-
-if __name__ == "__main__":
-    main()

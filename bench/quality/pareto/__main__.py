@@ -1,0 +1,5 @@
+"""``python -m bench.quality.pareto``: ``bench.quality.pareto.command``."""
+
+from bench.quality.pareto.command import main
+
+main()
