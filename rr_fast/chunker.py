@@ -73,8 +73,13 @@ class Chunker:
         self.tokenizer, self.scorer = _load(self.folder, self.resolved, self.timings, tokenizer)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
         self.preparer = Preparer(self.tokenizer, cfg, self.limits, self.timings)
-        self.notes = (*self.resolved.notes, *self.scorer.backend.notes)  # every result repeats them as warnings
         self.timings["model load"] += time.perf_counter() - started
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the configuration and the backend say about these results: every result repeats them as warnings.
+        Read at each call, since a backend may learn something while it runs (a GPU kernel that would not compile)."""
+        return (*self.resolved.notes, *self.scorer.backend.notes)
 
     def chunk(self, text: str, progress: bool = False) -> ChunkResult:
         """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""

@@ -10,10 +10,15 @@ visibly change the states.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+# Triton kernels run in Triton's interpreter here, on the CPU (tests/test_fused_attention.py). Triton reads this when
+# it is first imported, so it is set before any test imports it.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TINY_KINDS = ("llama", "qwen3", "gemma3", "gpt2")
 

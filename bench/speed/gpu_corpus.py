@@ -21,8 +21,14 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
     engine       the default's scorer (score_many) over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
                  FLOPs (the lr readout's exclude the focused window head: a lower bound)
-    engine_tile256  the same with the attention's queries in tiles of 256 as on a CPU (the scorer's ``tile``),
+                 (on CUDA with Triton through the fused kernel, rr_fast.kernels.crossing_attention; the row says)
+    engine_explicit  the same through the explicit probabilities (torch_crossing), in the same process: the fused
+                 kernel's speed-up and the scores' largest difference from the engine row's
+    engine_tile256  the explicit attention with its queries in tiles of 256 as on a CPU (the scorer's ``tile``),
                  and the scores' largest difference from the engine row's
+    engine_x4, engine_x16  the engine over the corpus repeated 4 and 16 times (~460k, ~1.84M tokens)
+    cuts         the prepared flattened-record streams chunked through both paths: identical cuts, largest score
+                 difference (random weights: a check of the arithmetic, not of recovery)
     profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
     balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state; on CUDA a helper
                  process reads, tokenizes and prepares the documents after the first megabyte (--prepare auto), so
@@ -45,6 +51,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import shutil
 import sys
@@ -331,6 +338,36 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tu
     }, scores
 
 
+@contextmanager
+def attention_path(backend, fused: bool) -> Iterator[None]:
+    """The backend's attention readout through the fused kernel or the explicit probabilities, for a block."""
+    before = backend.fused_attention
+    backend.fused_attention = fused
+    try:
+        yield
+    finally:
+        backend.fused_attention = before
+
+
+def largest_difference(a: list, b: list) -> float:
+    """The largest |difference| of the attention readout's scores between two runs over the same documents."""
+    from rr_fast.scoring.crossing import ATTENTION
+
+    return max(float(np.nanmax(np.abs(x[ATTENTION] - y[ATTENTION]))) for x, y in zip(a, b))
+
+
+def cuts_row(chunker, streams: list[str]) -> dict:
+    """The flattened-record streams chunked through the fused kernel and through the explicit probabilities: how
+    many streams are cut alike, and the scores' largest difference."""
+    runs = {}
+    for fused in (True, False):
+        with attention_path(chunker.scorer.backend, fused):
+            runs[fused] = [chunker.explain(text) for text in streams]
+    same = sum([c.end for c in a[0]] == [c.end for c in b[0]] for a, b in zip(runs[True], runs[False]))
+    diff = largest_difference([a[1].readouts for a in runs[True]], [b[1].readouts for b in runs[False]])
+    return {"streams": len(streams), "identical_cuts": same, "scores_max_abs_diff": diff}
+
+
 def profile_row(chunker, texts: list[str], device: str, path: Path) -> dict:
     """cProfile of chunk_many over the texts (the host's side): top 25 by tottime and by cumtime into ``path``."""
     import cProfile
@@ -398,7 +435,7 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     from bench.speed.flops import ModelShape, matmul_shapes
     from rr_fast.models.recipes import DEFAULT_MODEL
     from rr_fast.scoring.backends.torch import LOGIT_BUDGET
-    from rr_fast.scoring.crossing import ATTENTION
+    from rr_fast.scoring.backends.torch_crossing import fused_attention_available
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     out = Path(args.out) if args.out else inputs / "results"
@@ -450,6 +487,8 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
 
     default = Chunker(preset="balanced", model=str(folder), backend="torch", device=device)
     batch = default.scorer.batch_tokens
+    if args.smoke and os.environ.get("TRITON_INTERPRET") == "1" and fused_attention_available():
+        default.scorer.backend.fused_attention = True  # the fused kernel's rows, in Triton's interpreter on the CPU
 
     def row(data: Path, preset: str, prepare: str = "auto", **changes) -> dict:
         return corpus_row(data, preset, device, scratch, folder, batch, prepare, **changes)
@@ -457,18 +496,38 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     result["balanced"] = row(corpus, "balanced")
     save("balanced")
     wall = result["balanced"]["wall_s"]
+    backend = default.scorer.backend
+    fused = backend.fused_attention
     if fits("engine", 2 * wall):
         texts = [r["text"] for r in rows]
-        result["engine"], tiled_scores = engine_row(default, texts, device, shape, peak)
+        result["engine"], engine_scores = engine_row(default, texts, device, shape, peak)
+        fused = backend.fused_attention  # False now if the kernel failed and the backend fell back (its notes say why)
+        result["engine"]["attention"] = "fused kernel" if fused else "explicit probabilities"
+        result["engine"]["backend_notes"] = list(backend.notes)
         save("engine")
-        default.scorer.tile = base.ATTENTION_TILE  # the attention in tiles of 256, as on a CPU
-        try:
-            result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
-        finally:
-            default.scorer.tile = None
-        diff = max(float(np.nanmax(np.abs(a[ATTENTION] - b[ATTENTION]))) for a, b in zip(tiled_scores, scores))
-        result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = diff
+        with attention_path(backend, fused=False):
+            if fused and fits("engine_explicit", 4 * result["engine"]["wall_s"]):
+                result["engine_explicit"], scores = engine_row(default, texts, device, shape, peak)
+                result["engine_explicit"]["scores_max_abs_diff_vs_engine"] = largest_difference(engine_scores, scores)
+                result["engine_explicit"]["engine_speedup_of_fused"] = (
+                    result["engine"]["tokens_per_s"] / result["engine_explicit"]["tokens_per_s"]
+                )
+                save("engine_explicit")
+            default.scorer.tile = base.ATTENTION_TILE  # the explicit attention in tiles of 256, as on a CPU
+            try:
+                result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
+            finally:
+                default.scorer.tile = None
+        result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = largest_difference(engine_scores, scores)
         save("engine_tile256")
+        for times in (REPEAT, 4 * REPEAT):  # the engine alone over ~460k and ~1.84M tokens
+            name = f"engine_x{times}"
+            if fits(name, times * result["engine"]["wall_s"] * 1.5):
+                result[name], _ = engine_row(default, texts * times, device, shape, peak)
+                save(name)
+    if fused and fits("cuts", 2 * wall):
+        result["cuts"] = cuts_row(default, json.loads((inputs / "streams.json").read_text(encoding="utf-8")))
+        save("cuts")
     if fits("profile", wall * PROFILE_TOKENS / 100_000 * 2):
         texts = [r["text"] for r in first(PROFILE_TOKENS)]
         result["profile"] = profile_row(default, texts, device, out / "profile.txt")
@@ -518,11 +577,17 @@ def print_table(result: dict, peak: float) -> None:
             print(f"{name:22} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
     if "quality" in result:
         print(f"quality: {result['quality']['note']}")
-    for name in ("engine", "engine_tile256"):
+    for name in ("engine", "engine_explicit", "engine_tile256", f"engine_x{REPEAT}", f"engine_x{4 * REPEAT}"):
         if name in result:
             e = result[name]
-            print(f"{name} (balanced, score_many): {e['tokens_per_s']:,.0f} tok/s, {e['tflops_per_s']:.2f} TFLOP/s "
-                  f"= {e['fraction_of_peak']:.2%} of peak ({e['flops_counted']})")  # fmt: skip
+            diff = e.get("scores_max_abs_diff_vs_engine")
+            print(f"{name} (balanced, score_many): {e['source_tokens']:,} tokens, {e['tokens_per_s']:,.0f} tok/s, "
+                  f"{e['tflops_per_s']:.2f} TFLOP/s = {e['fraction_of_peak']:.2%} of peak ({e['flops_counted']})"
+                  + ("" if diff is None else f"; scores within {diff:.2e} of the engine row's"))  # fmt: skip
+    if "cuts" in result:
+        c = result["cuts"]
+        print(f"cuts: fused against explicit, {c['identical_cuts']} of {c['streams']} streams cut alike, scores "
+              f"within {c['scores_max_abs_diff']:.2e}")  # fmt: skip
     if "profile" in result:
         p = result["profile"]
         print(f"profile ({p['source_tokens']:,} tokens, {p['wall_s_profiled']:.1f} s profiled), top tottime:")

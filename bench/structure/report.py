@@ -45,8 +45,9 @@ def priors(heading: float, line: float, paragraph: float | None = None):
 class ConstantEngine:
     """No model: every edge gets the same score, so only the structure, priors and lengths choose."""
 
-    def __init__(self, readout: str):
-        self.names = readout.split("+")
+    def __init__(self, replaced):
+        self.names = replaced.names
+        self.backend = replaced.backend  # the Scorer interface's; it runs nothing here, its notes still reach results
         self.timings = {}
 
     def score(self, ids, edges, progress=None):
@@ -75,7 +76,7 @@ def methods(args, limits) -> dict:
     options = _cached_options(args)
     rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, **options) for s in ("auto", "none")}
     plain = cached_chunker(args.out, args.window, args.device, "auto", limits, **options)
-    plain.scorer = ConstantEngine(plain.config.readout)
+    plain.scorer = ConstantEngine(plain.scorer)
     out = {
         "rr-fast auto": lambda t: [c.start for c in rr["auto"].chunk(t)[1:]],
         "rr-fast none": lambda t: [c.start for c in rr["none"].chunk(t)[1:]],

@@ -1,5 +1,9 @@
 """Compiled inner loops, isolated so the rest of the package stays plain Python.
 
+- ``dp``: the segmentation DPs, compiled by Numba (below);
+- ``crossing_attention``: causal attention and the attention readout's crossing masses in one Triton kernel, used on
+  CUDA (``scoring.backends.torch_crossing``); it imports Triton, so nothing imports it elsewhere.
+
 The DP kernels (``dp``) are plain Python that Numba compiles. Importing Numba and loading its cached machine code
 costs a fresh process far more than interpreting the DP of a page, so a process
 interprets its first problems and loads Numba once they add up to ``INTERPRETED_STEPS`` inner-loop steps: a

@@ -9,6 +9,7 @@ so both kinds of model go through the same code here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -21,7 +22,7 @@ from rr_fast.errors import RRFastError, UsageError
 from rr_fast.models.hf import quiet_transformers
 from rr_fast.scoring.backends import plain
 from rr_fast.scoring.backends.base import Crossing, Forward, length_dependent_rope
-from rr_fast.scoring.backends.torch_crossing import CrossingMasses
+from rr_fast.scoring.backends.torch_crossing import CrossingMasses, fused_attention_available
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
@@ -119,6 +120,10 @@ class TorchBackend:
         self.prefers_device_readouts = device != "cpu"
         self._views: dict[int, nn.Module] = {}
         self.notes: tuple[str, ...] = ()
+        # the attention readout's attention on CUDA: one fused Triton kernel (rr_fast.kernels.crossing_attention),
+        # where Triton is installed; elsewhere the explicit probabilities of torch_crossing. An attribute, so that a
+        # benchmark can time both paths on one loaded model.
+        self.fused_attention = device.startswith("cuda") and fused_attention_available()
 
     @classmethod
     def load(
@@ -228,10 +233,25 @@ class TorchBackend:
             request.spans,
             host_edges=edges,
             tile=request.tile,
+            fused=self.fused_attention,
         )
         ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
         pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(self.device)
-        out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
+        try:
+            out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
+        except Exception as error:
+            if not (masses.fused and _is_triton_error(error)):
+                raise
+            # A GPU the kernel was never compiled for may refuse it (shared memory, registers): the explicit path
+            # computes the same masses, so the run goes on there, and every result says so.
+            self.fused_attention = False
+            said = (str(error).splitlines() or [""])[0][:200]
+            self.notes += (
+                f"the fused attention kernel failed on this GPU ({type(error).__name__}: {said}); "
+                "the attention readout runs its explicit path instead, at that path's speed",
+            )
+            masses = dataclasses.replace(masses, fused=False)
+            out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
         return out.crossing.cpu().numpy()
 
     def observed_logprobs(self, final: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
@@ -389,6 +409,11 @@ def _require_safetensors(folder: Path, allow_pickle: bool) -> None:
             "convert them to safetensors, or pass --allow-pickle if you trust their source"
         )
     raise RRFastError(f"{folder} has no model weights (*.safetensors)")
+
+
+def _is_triton_error(error: Exception) -> bool:
+    """An error raised by Triton itself (compiling or launching a kernel), not by the model or the data."""
+    return type(error).__module__.split(".")[0] == "triton" or str(error).startswith("Triton Error")
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -3,7 +3,10 @@
 The decoder modules (``plain.Attention``) call ``crossing_attention`` in place of SDPA when a forward carries a
 ``CrossingMasses`` request; the MLX backend has its own (``mlx.crossing_attention``), and tests/test_mlx.py holds the
 two together. Probabilities are formed explicitly in float32, a tile of queries at a time (``base.attention_tile``;
-a sliding-window layer forms only the keys its window reaches), and only the masses leave a tile.
+a sliding-window layer forms only the keys its window reaches), and only the masses leave a tile. On CUDA with
+Triton the request asks for the fused kernel instead (``rr_fast.kernels.crossing_attention``), which computes the
+same output and masses without forming the probabilities in memory; tests/test_fused_attention.py holds the two
+together.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class CrossingMasses:
     spans: tuple[int, ...]
     host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
     tile: int | None = None  # queries per tile (``base.Crossing.tile``)
+    fused: bool = False  # the fused Triton kernel (``rr_fast.kernels.crossing_attention``) instead of explicit tiles
 
     @cached_property
     def _ordered_edges(self) -> np.ndarray:
@@ -45,6 +49,13 @@ class CrossingMasses:
         return (ends - self.edges[..., None]).clamp(min=1)[:, None]
 
 
+def fused_attention_available() -> bool:
+    """Whether the fused kernel can run: Triton importable (it comes with PyTorch's CUDA wheels on Linux)."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
 def crossing_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None, request: CrossingMasses
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,6 +67,11 @@ def crossing_attention(
     1 − p(BOS) − Σ p(key) over keys [edge, query]: a running sum over those few keys' probabilities, not over every
     key of the row.
     """
+    if request.fused:
+        from rr_fast.kernels.crossing_attention import crossing_attention as fused
+
+        out, mass = fused(q, k, v, scale, window, request.edges, request.lengths, request.spans)
+        return out, mass / request.counted
     batch, heads, length, _ = q.shape
     if k.shape[1] != heads:
         k = k.repeat_interleave(heads // k.shape[1], dim=1)

@@ -1,0 +1,89 @@
+"""The default's speed on this machine in this tree against another commit's, measured in the same run.
+
+    python -m bench.speed.against_commit d12e3a7 [--rounds 5] [--repeat 4] [--text FILE] [--options JSON]
+
+A change meant to leave the CPU path alone (a GPU-only kernel, a refactor) should show a ratio near 1. The commit
+is checked out with ``git worktree add --detach`` into a temporary folder (removed afterwards); the two trees then
+run in alternating fresh processes, each with its tree first on ``PYTHONPATH``, so a slow stretch of a shared
+machine falls on both. Each process loads ``Chunker(**options)`` (the default unless ``--options``), chunks the text
+once to warm up, and times ``repeat`` more calls by wall clock. The result is each tree's median source tokens/s
+over its rounds and the ratio of this tree's to the commit's, printed and written to
+bench/out/against_commit.json. Both trees share the model cache (``~/.cache/rr_fast``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "out" / "against_commit.json"
+
+WORKER = """
+import json, sys, time
+from rr_fast import Chunker
+text = open(sys.argv[1], encoding="utf-8").read()
+chunker = Chunker(**json.loads(sys.argv[3]))
+tokens = sum(chunk.token_count for chunk in chunker.chunk(text))
+start = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    chunker.chunk(text)
+print(json.dumps({"tokens_per_s": tokens * int(sys.argv[2]) / (time.perf_counter() - start), "tokens": tokens}))
+"""
+
+
+def time_tree(tree: Path, text: Path, repeat: int, options: dict) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    args = [sys.executable, "-c", WORKER, str(text), str(repeat), json.dumps(options)]
+    done = subprocess.run(args, env=env, cwd=tree, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(commit: str, text: Path, rounds: int, repeat: int, options: dict) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), commit], cwd=ROOT, check=True, capture_output=True
+        )
+        try:
+            runs: dict[str, list[float]] = {"this tree": [], commit: []}
+            for _ in range(rounds):
+                for name, tree in (("this tree", ROOT), (commit, base)):
+                    runs[name].append(time_tree(tree, text, repeat, options)["tokens_per_s"])
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+    medians = {name: statistics.median(values) for name, values in runs.items()}
+    return {
+        "commit": commit,
+        "text": str(text),
+        "options": options,
+        "rounds": runs,
+        "median_tokens_per_s": medians,
+        "ratio": medians["this tree"] / medians[commit],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("commit", help="the commit to compare against (anything git rev-parse accepts)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating processes per tree")
+    parser.add_argument("--repeat", type=int, default=4, help="timed chunk calls per process")
+    parser.add_argument("--text", type=Path, default=ROOT / "examples" / "flattened_abstracts.txt")
+    parser.add_argument("--options", type=json.loads, default={}, help='Chunker keywords, e.g. \'{"preset": "fast"}\'')
+    args = parser.parse_args(argv)
+    result = compare(args.commit, args.text.resolve(), args.rounds, args.repeat, args.options)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    for name, value in result["median_tokens_per_s"].items():
+        print(f"{name}: {value:,.0f} source tokens/s (median of {args.rounds})")
+    print(f"ratio: {result['ratio']:.3f}  ({OUT.relative_to(ROOT)})")
+
+
+if __name__ == "__main__":
+    main()
