@@ -90,6 +90,24 @@ def test_a_file_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
     assert document.text is None and "cannot read" in document.error
 
 
+def test_a_folder_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
+    """The open follows links in the folders on a file's path; the inode recorded at listing catches the swap."""
+    from rr_fast.corpus.files import entry_record
+
+    docs = tmp_path / "docs"
+    (docs / "notes").mkdir(parents=True)
+    (docs / "notes" / "a.txt").write_text("harmless")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a.txt").write_text(SECRET)
+    (entry,) = folder_entries(docs)
+    (docs / "notes" / "a.txt").unlink()
+    (docs / "notes").rmdir()
+    (docs / "notes").symlink_to(tmp_path / "elsewhere")
+    document = entry_record(entry)
+    assert document.text is None and "not the file that was listed" in document.error
+    assert SECRET not in document.error
+
+
 @pytest.mark.parametrize(
     "line, reason",
     [

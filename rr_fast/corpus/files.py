@@ -184,6 +184,7 @@ class FolderEntry:
     doc_id: str  # its path inside the folder
     path: Path | None  # the regular file to read (a link's target); None when skipped
     skipped: str | None = None  # why it is not read
+    inode: int | None = None  # the file's inode when listed: a file or folder swapped since then is not read
 
 
 def folder_entries(folder: Path, follow_symlinks: bool = False) -> list[FolderEntry]:
@@ -215,7 +216,8 @@ def folder_entries(folder: Path, follow_symlinks: bool = False) -> list[FolderEn
             try:
                 link = entry.is_symlink()
                 target = path.resolve(strict=True)  # canonical, so that each real folder is entered once
-                kind = os.stat(target).st_mode
+                info = os.stat(target)
+                kind = info.st_mode
             except (OSError, RuntimeError):  # a dangling link, a loop of links
                 if text:
                     entries.append(FolderEntry(doc_id, None, "a symbolic link that does not resolve"))
@@ -238,7 +240,7 @@ def folder_entries(folder: Path, follow_symlinks: bool = False) -> list[FolderEn
                 walk(path, prefix + entry.name + "/")
             elif text:
                 if stat.S_ISREG(kind):
-                    entries.append(FolderEntry(doc_id, target))
+                    entries.append(FolderEntry(doc_id, target, inode=info.st_ino))
                 else:
                     entries.append(FolderEntry(doc_id, None, "not a regular file (a FIFO, device or socket)"))
 
@@ -246,15 +248,19 @@ def folder_entries(folder: Path, follow_symlinks: bool = False) -> list[FolderEn
     return entries
 
 
-def read_regular_file(path: Path) -> bytes:
+def read_regular_file(path: Path, inode: int | None = None) -> bytes:
     """A regular file's bytes. The file is opened without following a last symbolic link and without blocking, and
     checked to be regular once open: a file swapped for a link or a FIFO since the folder was listed is refused
-    rather than read (or waited on)."""
+    rather than read (or waited on). With the ``inode`` it had when listed, the open file must be that file: a folder
+    on its path swapped for a link since then, which the open would follow, is refused too."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     handle = os.open(path, flags)
     try:
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
+        opened = os.fstat(handle)
+        if not stat.S_ISREG(opened.st_mode):
             raise OSError(0, "not a regular file")
+        if inode is not None and opened.st_ino != inode:
+            raise OSError(0, "not the file that was listed (it or a folder on its path was replaced since)")
         with os.fdopen(handle, "rb", closefd=False) as stream:
             return stream.read()
     finally:
@@ -277,7 +283,7 @@ def entry_record(entry: FolderEntry) -> Record:
     if entry.skipped is not None:
         return Record(_checked_id(entry.doc_id)[0], None, entry.skipped)
     try:
-        data = read_regular_file(entry.path)
+        data = read_regular_file(entry.path, entry.inode)
     except OSError as error:
         return Record(_checked_id(entry.doc_id)[0], None, f"cannot read: {error.strerror or error}")
     return file_record(entry.doc_id, data)

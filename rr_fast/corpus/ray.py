@@ -103,7 +103,8 @@ class ParsedRecords:
 
 def _folder_records(batch):
     """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``corpus_files.folder_entries``) → documents,
-    each file read in the Ray task, as ``rr_fast.corpus`` reads it."""
+    each file read in the Ray task, as ``rr_fast.corpus`` reads it but for the inode check: a task may run on another
+    machine, whose view of a shared filesystem need not number inodes as the driver's does."""
     entries = zip(*(batch.column(name).to_pylist() for name in ("doc_id", "path", "skipped")))
     return _record_table([entry_record(FolderEntry(i, p and Path(p), why)) for i, p, why in entries])
 
