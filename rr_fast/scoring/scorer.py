@@ -20,6 +20,7 @@ shaped matrix products. A new readout is a new scorer here; a new backend implem
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
@@ -100,7 +101,7 @@ def blocks(count: int, context: int) -> Iterator[tuple[int, int, int]]:
         out_start = out_end
 
 
-class FullPassScorer:
+class FullPassScorer(ABC):
     """The full pass both scorers run: documents in flight, blocks, rows packed across documents (module docstring).
 
     A scorer says what a row is (``row_end``), what to do with a batch of rows (``run_rows``), what else is ready to
@@ -172,9 +173,9 @@ class FullPassScorer:
 
     # --- what each scorer decides -----------------------------------------------------------------------------------
 
+    @abstractmethod
     def edges_in_flight(self) -> int:
         """Edges to keep open across documents: enough for a few forward calls."""
-        raise NotImplementedError
 
     def open(self, ids: np.ndarray, edges: np.ndarray, index: int) -> InFlight:
         return InFlight(ids, edges, self.context, index)
@@ -183,9 +184,9 @@ class FullPassScorer:
         """Where a full-pass row of ``block`` ends (its output end, unless the scorer reads past it)."""
         return block[2]
 
+    @abstractmethod
     def run_rows(self, jobs: list[tuple[InFlight, tuple[int, int, int]]]) -> None:
         """One forward call over these blocks' rows, and what the scorer takes from it."""
-        raise NotImplementedError
 
     def run_ready(self, open_docs: deque[InFlight]) -> bool:
         """Work that is ready between full passes (one forward call at most); whether there was any."""
