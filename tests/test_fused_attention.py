@@ -108,7 +108,8 @@ def test_soft_capped_scores_and_head_dims_that_are_no_power_of_two(kernel):
     k = torch.randn(1, 2, 90, 24, generator=rng) * 3
     v = torch.randn(1, 2, 90, 24, generator=rng)
     edges = torch.tensor([[4, 40, 70]])
-    out, mass = kernel.crossing_attention(q, k, v, 0.3, None, edges, torch.tensor([90]), (8, 32), softcap=5.0)
+    plan = kernel.plan_edges(edges, torch.tensor([90]), (8, 32), 90)
+    out, mass = kernel.crossing_attention(q, k, v, 0.3, None, plan, softcap=5.0)
     want = brute_force(q, k, 0.3, None, [[4, 40, 70]], [90], (8, 32), softcap=5.0)
     counted = torch.tensor([[8, 32], [8, 32], [8, 20]], dtype=torch.float64)
     assert torch.allclose(mass.double() / counted, want, atol=1e-5)
@@ -173,7 +174,9 @@ def test_a_kernel_the_gpu_refuses_falls_back_to_the_explicit_path_and_says_so(ti
     ids, edges = np.random.default_rng(2).integers(3, 512, 120), np.arange(1, 120, 4)
     explicit = scorer.score(ids, edges)[ATTENTION]
     monkeypatch.setitem(
-        sys.modules, "rr_fast.kernels.crossing_attention", types.SimpleNamespace(crossing_attention=refuse)
+        sys.modules,
+        "rr_fast.kernels.crossing_attention",
+        types.SimpleNamespace(crossing_attention=refuse, plan_edges=lambda *args: None),
     )
     backend.fused_attention = True
     np.testing.assert_array_equal(scorer.score(ids, edges)[ATTENTION], explicit)
@@ -196,7 +199,9 @@ def test_other_errors_in_the_fused_path_are_not_hidden(tiny_model_factory, monke
     head = _random_head(backend)
     scorer = CrossingScorer(backend, [1], CrossingSettings(backend.depth, head.span, 64, None), head)
     monkeypatch.setitem(
-        sys.modules, "rr_fast.kernels.crossing_attention", types.SimpleNamespace(crossing_attention=broken)
+        sys.modules,
+        "rr_fast.kernels.crossing_attention",
+        types.SimpleNamespace(crossing_attention=broken, plan_edges=lambda *args: None),
     )
     backend.fused_attention = True
     with pytest.raises(IndexError):

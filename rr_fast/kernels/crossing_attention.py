@@ -22,6 +22,7 @@ grouped-query heads and, where a model has it, tanh soft-capping of the scores. 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -75,7 +76,6 @@ def _crossing_attention(
     HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     DIM: tl.constexpr,
-    BAND: tl.constexpr,
     SPAN0: tl.constexpr,
     SPAN1: tl.constexpr,
     SPAN2: tl.constexpr,
@@ -195,38 +195,57 @@ def _tanh(x):
 MAX_SPANS = 4
 
 
+@dataclass(frozen=True)
+class EdgePlan:
+    """Where a forward's edges lie among the query blocks. Every layer's launch reads the same, so it is formed once
+    per forward (``backends.torch_crossing.CrossingMasses.fused_plan``), not in every layer."""
+
+    ordered: torch.Tensor  # [B, E] the edges, each padding (-1) moved past every real edge of its row
+    ranges: torch.Tensor  # [B, 2 * blocks] per query block: the first and one past the last edge column it reaches
+    lengths: torch.Tensor  # [B] real tokens per row
+    spans: tuple[int, ...]
+    slots: int  # query blocks one edge's band can touch
+
+
+def plan_edges(edges: torch.Tensor, lengths: torch.Tensor, spans: tuple[int, ...], length: int) -> EdgePlan:
+    """The plan for rows of ``length`` tokens: ``edges`` [B, E] the row index of the first token right of each edge,
+    increasing in a row, -1 for padding; ``lengths`` [B] real tokens per row; ``spans`` up to four, increasing."""
+    if len(spans) > MAX_SPANS or list(spans) != sorted(spans):
+        raise ValueError(f"at most {MAX_SPANS} increasing spans, got {spans}")
+    band = max(spans)
+    ordered = torch.where(edges > 0, edges, torch.iinfo(torch.int64).max).to(torch.int64).contiguous()
+    starts = torch.arange(triton.cdiv(length, BLOCK_M), device=edges.device, dtype=torch.int64) * BLOCK_M
+    bounds = torch.stack([starts - band + 1, starts + BLOCK_M], dim=-1).reshape(1, -1).expand(edges.shape[0], -1)
+    return EdgePlan(
+        ordered,
+        torch.searchsorted(ordered, bounds.contiguous()).contiguous(),
+        lengths.to(torch.int64).contiguous(),
+        tuple(spans),
+        (BLOCK_M - 1 + band - 1) // BLOCK_M + 1,
+    )
+
+
 def crossing_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     scale: float,
     window: int | None,
-    edges: torch.Tensor,
-    lengths: torch.Tensor,
-    spans: tuple[int, ...],
+    plan: EdgePlan,
     softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention's output [B, heads, T, head_dim] and the summed crossing masses [B, heads, E, spans] (divided
     by each span's token count by the caller, as ``backends.torch_crossing`` does).
 
     q: [B, heads, T, d]; k, v: [B, kv_heads, T, d]; ``window``: a sliding-window layer's width, None for full
-    attention; ``edges``: [B, E] the row index of the first token right of each edge, -1 for padding; ``lengths``:
-    [B] real tokens per row; ``spans``: up to four, increasing.
+    attention; ``plan``: the edges, from ``plan_edges`` for rows of T tokens.
     """
     batch, heads, length, head_dim = q.shape
-    if len(spans) > MAX_SPANS or list(spans) != sorted(spans):
-        raise ValueError(f"at most {MAX_SPANS} increasing spans, got {spans}")
-    band, dim = max(spans), max(16, triton.next_power_of_2(head_dim))
+    spans, dim = plan.spans, max(16, triton.next_power_of_2(head_dim))
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    if k.stride(-1) != 1 or q.stride(-1) != 1:
-        raise ValueError("the last dimension must be contiguous")
     blocks = triton.cdiv(length, BLOCK_M)
-    ordered = torch.where(edges > 0, edges, torch.iinfo(torch.int64).max).to(torch.int64).contiguous()
-    starts = torch.arange(blocks, device=q.device, dtype=torch.int64) * BLOCK_M
-    bounds = torch.stack([starts - band + 1, starts + BLOCK_M], dim=-1).reshape(1, -1).expand(batch, -1)
-    edge_range = torch.searchsorted(ordered, bounds.contiguous()).contiguous()  # [B, 2 * blocks]: lo, hi per block
-    slots = (BLOCK_M - 1 + band - 1) // BLOCK_M + 1  # query blocks one edge's band can touch
-    partial = torch.zeros((batch, heads, edges.shape[1], slots, MAX_SPANS), device=q.device, dtype=torch.float32)
+    ordered, edge_range = plan.ordered, plan.ranges
+    partial = torch.zeros((batch, heads, ordered.shape[1], plan.slots, MAX_SPANS), device=q.device, dtype=torch.float32)
     out = torch.empty_like(q)
     padded = [*spans, *[0] * (MAX_SPANS - len(spans))]
     _crossing_attention[(blocks, batch * heads)](
@@ -237,7 +256,7 @@ def crossing_attention(
         partial,
         ordered,
         edge_range,
-        lengths.to(torch.int64).contiguous(),
+        plan.lengths,
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -264,7 +283,6 @@ def crossing_attention(
         HEADS=heads,
         HEAD_DIM=head_dim,
         DIM=dim,
-        BAND=band,
         SPAN0=padded[0],
         SPAN1=padded[1],
         SPAN2=padded[2],

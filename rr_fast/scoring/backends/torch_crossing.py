@@ -11,7 +11,7 @@ together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -32,6 +32,7 @@ class CrossingMasses:
     host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
     tile: int | None = None  # queries per tile (``base.Crossing.tile``)
     fused: bool = False  # the fused Triton kernel (``rr_fast.kernels.crossing_attention``) instead of explicit tiles
+    _fused_plans: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # by row length
 
     @cached_property
     def _ordered_edges(self) -> np.ndarray:
@@ -40,6 +41,15 @@ class CrossingMasses:
     def columns(self, first: int, last: int) -> tuple[int, int]:
         """The edge columns a tile of queries [first, last) reads (``base.edge_columns``)."""
         return edge_columns(self._ordered_edges, max(self.spans), first, last)
+
+    def fused_plan(self, length: int):
+        """The fused kernel's plan of these edges for rows of ``length`` tokens
+        (``kernels.crossing_attention.plan_edges``): the same in every layer, so formed once per forward."""
+        if length not in self._fused_plans:
+            from rr_fast.kernels.crossing_attention import plan_edges
+
+            self._fused_plans[length] = plan_edges(self.edges, self.lengths, self.spans, length)
+        return self._fused_plans[length]
 
     @cached_property
     def counted(self) -> torch.Tensor:
@@ -70,7 +80,7 @@ def crossing_attention(
     if request.fused:
         from rr_fast.kernels.crossing_attention import crossing_attention as fused
 
-        out, mass = fused(q, k, v, scale, window, request.edges, request.lengths, request.spans)
+        out, mass = fused(q, k, v, scale, window, request.fused_plan(q.shape[2]))
         return out, mass / request.counted
     batch, heads, length, _ = q.shape
     if k.shape[1] != heads:
