@@ -4,7 +4,7 @@ This file exists for ``python -m`` alone: importing ``rr_fast.chunk`` as a modul
 function on the package, so code imports ``rr_fast.cli``.
 """
 
-from rr_fast.cli import chunk_entry
+from rr_fast.interrupts import run_command_process
 
 if __name__ == "__main__":
-    chunk_entry()
+    run_command_process("rr_fast.cli")

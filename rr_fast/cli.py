@@ -7,31 +7,28 @@ exit 2 for usage errors, 1 otherwise, 130 on Ctrl-C (143 on SIGTERM). stdout car
 what a library prints while the model loads and runs goes to stderr. Input and output live in ``rr_fast.io``.
 
 The other commands (``rr_fast.corpus``, ``rr_fast.distill``) take their parser, config flags and one-line report of a
-failure from here; ``rr-fast corpus ...`` and ``rr-fast distill ...`` run them (``entry``).
+failure from here; ``rr-fast corpus ...`` and ``rr-fast distill ...`` run them (``rr_fast.__main__``). Each runs in a
+process that answers Ctrl-C and SIGTERM from its first line to its last (``rr_fast.interrupts``).
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import math
 import os
 import re
-import signal
 import sys
-import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext, redirect_stdout
+from contextlib import nullcontext, redirect_stdout
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import NoReturn
 
 from rr_fast.chunker import Chunk, Chunker, Scores
-from rr_fast.config import PRESET_NAMES, ChunkerConfig, Resolved, chunker_config
+from rr_fast.config import CHECKS, PRESET_NAMES, ChunkerConfig, Resolved, chunker_config
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.interrupts import interrupted_status, sigterm_as_interrupt
 from rr_fast.io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
 from rr_fast.models.cache import ready_folder, resolve
 from rr_fast.scoring.backends import check_backend
@@ -71,13 +68,11 @@ def size_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-_positive = _checked(int, lambda value: value >= 1, "must be a positive integer")
-_non_negative_int = _checked(int, lambda value: value >= 0, "must be an integer >= 0")
-_finite = _checked(float, math.isfinite, "must be a finite number")
-_fraction = _checked(float, lambda value: 0 < value <= 1, "must be a fraction in (0, 1]")
-
-
-CHECK_TYPES = {"positive": _positive, "non_negative": _non_negative_int, "finite": _finite, "fraction": _fraction}
+# each ChunkerConfig check as an argparse type: the text converted (a count to int, the rest to float), then checked
+CHECK_TYPES = {
+    name: _checked(int if name in ("positive", "non_negative") else float, passes, words)
+    for name, (passes, words) in CHECKS.items()
+}
 GROUP_TITLES = {"lengths": "chunk lengths (in --length-unit, model tokens by default)"}
 
 
@@ -138,7 +133,7 @@ def report(error: BaseException, debug: bool = False, interrupted: str = "interr
         return int(error.code or 0) if isinstance(error.code, int) or error.code is None else 1
     if isinstance(error, KeyboardInterrupt):
         sys.stderr.write(f"{PROG}: {interrupted}\n")
-        return 143 if isinstance(error, Terminated) else 130
+        return interrupted_status(error)
     if isinstance(error, BrokenPipeError):  # `... | head`: the reader left; not worth a message
         _silence_stdout()
         return 1
@@ -158,24 +153,6 @@ def report(error: BaseException, debug: bool = False, interrupted: str = "interr
     return 2 if isinstance(error, UsageError) else 1
 
 
-def exit_without_teardown(status: int) -> NoReturn:
-    """End the process with ``status`` once stdout and stderr are flushed and the atexit handlers have run,
-    skipping the interpreter's teardown.
-
-    That teardown frees the loaded tokenizer's vocabulary and torch's modules object by object: about a second
-    on this CPU, after the result was written, in a command whose whole run takes three. Nothing of ours needs it:
-    the output is committed (or removed) before ``main`` returns, and the atexit handlers, which close what
-    libraries opened, still run.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a reader that left, a closed stream: the result was flushed already
-            status = status or 1
-    atexit._run_exitfuncs()
-    os._exit(status)
-
-
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colours: Ray's errors carry them
 
 
@@ -184,26 +161,6 @@ def one_line(error: BaseException) -> str:
     text = " ".join(ANSI_ESCAPE.sub("", str(error)).split()) or type(error).__name__
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate cannot be written
     return text if len(text) <= 500 else text[:497] + "..."
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so every cleanup (temporary output, conversion staging) runs."""
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _silence_stdout() -> None:
@@ -272,35 +229,14 @@ def run_command(
     interrupted: str = "interrupted (nothing written)",
 ) -> int:
     """Every command's boundary: parse ``argv``, run ``work`` with SIGTERM taken as an interrupt, and turn whatever
-    it raises into one line and an exit status (``report``); ``work``'s own status, else 0, when it returns."""
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:  # --help, or a usage error already printed as one line
-        return int(stop.code or 0)
+    either raises into one line and an exit status (``report``); ``work``'s own status, else 0, when it returns."""
     with sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
+        args = None
         try:
+            args = parser.parse_args(argv)
             return work(args) or 0
-        except BaseException as error:  # whatever happened, one line and an exit status
-            return report(error, debugging(args), interrupted=interrupted)
-
-
-COMMANDS = {"corpus": "rr_fast.corpus.command", "distill": "rr_fast.distill.command"}
-
-
-def entry() -> NoReturn:
-    """``python -m rr_fast`` and the ``rr-fast`` script: the chunk command, or with a first argument ``corpus`` or
-    ``distill`` that command; then the process ends without the interpreter's teardown (``exit_without_teardown``)."""
-    argv = sys.argv[1:]
-    if argv and argv[0] in COMMANDS and not Path(argv[0]).exists():  # a file named "corpus" is still chunked
-        import importlib
-
-        exit_without_teardown(importlib.import_module(COMMANDS[argv[0]]).main(argv[1:]))
-    exit_without_teardown(main(argv))
-
-
-def chunk_entry() -> NoReturn:
-    """``python -m rr_fast.chunk``: the chunk command alone, ended as ``entry`` ends it."""
-    exit_without_teardown(main())
+        except BaseException as error:  # whatever happened (--help and parse errors are SystemExit): a status
+            return report(error, args is not None and debugging(args), interrupted=interrupted)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -380,6 +316,17 @@ def _check_num_chunks_fits(num_chunks: int, text: str, config: ChunkerConfig) ->
             f"--num-chunks {num_chunks} is more than this text can hold ({len(text)} characters, "
             f"chunks of at least --min-tokens {config.min_tokens}): ask for fewer chunks"
         )
+    if config.length_unit == "chars":  # the chunks tile the text: in characters their lengths are known already
+        too_long = num_chunks * config.max_tokens < len(text)
+        if too_long:  # only a stretch with no possible cut may pass the maximum, and a token spans at most a word and
+            # the whitespace before it: where each such piece fits, no stretch passes it
+            pieces = re.finditer(r"\s*\S+|\s+", text)
+            too_long = max(m.end() - m.start() for m in pieces) <= config.max_tokens
+        if too_long or num_chunks * config.min_tokens > len(text):
+            raise UsageError(
+                f"--num-chunks {num_chunks} cannot split {len(text)} characters into chunks of "
+                f"{config.min_tokens}-{config.max_tokens} characters: change --num-chunks or the length limits"
+            )
 
 
 def format_chunks(chunks: list[Chunk], fmt: str, separator: str = "-----") -> Iterator[str]:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any
 
-from rr_fast.errors import RRFastError, UsageError
+from rr_fast.errors import RRFastError, UsageError, shown
 from rr_fast.models.recipes import DEFAULT_MODEL, Recipe, bundled_recipes, recipe_for
 from rr_fast.scoring import READOUT_CHOICES
 from rr_fast.scoring.backends import BACKENDS, DTYPES
@@ -37,12 +37,17 @@ LARGEST = 10**12
 CHECKS = {
     "positive": (lambda v: isinstance(v, Integral) and v >= 1, "must be a positive integer"),
     "non_negative": (lambda v: isinstance(v, Integral) and v >= 0, "must be an integer >= 0"),
-    "finite": (lambda v: isinstance(v, Real) and math.isfinite(v), "must be a finite number"),
-    "finite_non_negative": (
-        lambda v: isinstance(v, Real) and math.isfinite(v) and v >= 0,
-        "must be a finite number >= 0",
-    ),
+    "finite": (lambda v: _finite(v), "must be a finite number"),
+    "finite_non_negative": (lambda v: _finite(v) and v >= 0, "must be a finite number >= 0"),
 }
+
+
+def _finite(value: Any) -> bool:
+    """A real number that is not NaN or infinite, and that a float holds (not an integer of 400 digits)."""
+    try:
+        return isinstance(value, Real) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def option(default: Any, group: str, help: str, check: str | None = None, choices: tuple | None = None) -> Any:
@@ -175,7 +180,7 @@ class ChunkerConfig:
         for spec in fields(self):
             value = getattr(self, spec.name)
             if value is not None or spec.default is not None:  # None only where it means "the recipe's default"
-                _check(self, spec.name, value)
+                check_option(spec.name, value)
         recipe = self.recipe_used()
         readout = self.readout or recipe.readout
         step = self.step if self.step is not None else recipe.step
@@ -198,7 +203,7 @@ class ChunkerConfig:
         for spec in fields(config):
             value = getattr(config, spec.name)
             if value is not None:
-                _check(config, spec.name, value)
+                check_option(spec.name, value)
         for holds, words in RULES:
             if not holds(config):
                 raise UsageError(words(config))
@@ -252,16 +257,17 @@ class Resolved:
 # A preset's options that belong to its scorer: with another kind of readout given (the attention readout for reset
 # windows, or back) they mean something else or nothing, so the preset's values give way to the recipe's defaults
 SCORER_OPTIONS = ("window", "normalizer", "layer", "penalty")
+# The options a recipe's preset may set: how its model reads boundaries, and nothing else. A recipe may come with a
+# downloaded model folder, so which model, recipe, backend and device run, whether pickle weights load, the lengths
+# and every path stay the user's to choose: a recipe whose preset sets one of them is refused (``check_preset``)
+PRESET_OPTIONS = ("readout", *SCORER_OPTIONS, "step", "context", "dtype", "length_weight")
+PRESET_NAMES = ("quality", "balanced", "fast")  # what --preset offers: every bundled model's; a recipe may name fewer
 
 
 def presets(model: str = DEFAULT_MODEL, recipe: str | None = None) -> dict[str, ChunkerConfig]:
     """A model's named configurations, from its recipe (``rr_fast.PRESETS``: the default model's)."""
     found = recipe_for(model, recipe)
     return {name: ChunkerConfig(model=model, recipe=recipe, **options) for name, options in found.presets.items()}
-
-
-PRESETS: dict[str, ChunkerConfig] = presets()
-PRESET_NAMES = tuple(PRESETS)  # what --preset offers; a model's recipe may name fewer
 
 
 def paper_scoring(**changes: Any) -> WindowSettings:
@@ -307,19 +313,56 @@ def _preset(name: str, options: dict[str, Any]) -> ChunkerConfig:
     return replace(preset, **{option: None for option in dropped if option not in options})
 
 
-def _check(config: ChunkerConfig, name: str, value: Any) -> None:
-    spec = config.__dataclass_fields__[name]
-    meta = spec.metadata
+def check_preset(options: Any, label: str) -> dict[str, Any]:
+    """A recipe's preset, checked (``label`` names it in the error): an object that sets only PRESET_OPTIONS, each
+    to a value its option takes, or to None where that means the recipe's default."""
+    if not isinstance(options, dict):
+        raise UsageError(f"{label} must be an object of options, got {shown(options)}")
+    for name, value in options.items():
+        if name not in PRESET_OPTIONS:
+            raise UsageError(f"{label} sets {shown(name)}; a preset may set only {', '.join(PRESET_OPTIONS)}")
+        if value is not None or ChunkerConfig.__dataclass_fields__[name].default is not None:
+            check_option(name, value, f"{label}: {name}")
+    return dict(options)
+
+
+def check_option(name: str, value: Any, label: str | None = None) -> None:
+    """``value`` is one that option ``name`` takes: its type, its choices and its check (None is not); else a
+    UsageError naming ``label`` (the option's name by default) and showing the value in part (``errors.shown``)."""
+    spec = ChunkerConfig.__dataclass_fields__[name]
+    meta, label = spec.metadata, label or name
     if isinstance(spec.default, bool) and not isinstance(value, bool):
-        raise UsageError(f"{name} must be a bool, got {value!r}")
+        raise UsageError(f"{label} must be a bool, got {shown(value)}")
     text = isinstance(spec.default, str) or name == "recipe"
     if text and not isinstance(value, (str, os.PathLike)):  # a name, or a path
-        raise UsageError(f"{name} must be a str, got {value!r}")
+        raise UsageError(f"{label} must be a str, got {shown(value)}")
     if meta["choices"] is not None and value not in meta["choices"]:
-        raise UsageError(f"{name} must be one of {', '.join(meta['choices'])}, got {value!r}")
+        raise UsageError(f"{label} must be one of {', '.join(meta['choices'])}, got {shown(value)}")
     if meta["check"] is not None:
-        passes, words = CHECKS[meta["check"]]
-        if isinstance(value, bool) or not passes(value):
-            raise UsageError(f"{name} {words}, got {value!r}")
-    if isinstance(value, Integral) and not isinstance(value, bool) and value > LARGEST:
-        raise UsageError(f"{name} must be at most 10**12 (more than any text holds), got {value}")
+        check_value(meta["check"], label, value)
+
+
+def check_value(check: str, label: str, value: Any) -> None:
+    """``value`` passes ``CHECKS[check]`` (a bool is no number) and is at most LARGEST in size: a count beyond it is
+    more than any text holds, and a price or weight beyond it overflows the chunking objective's sums. Else a
+    UsageError naming ``label``. Recipes check their numbers with it too (``models.recipes``)."""
+    passes, words = CHECKS[check]
+    if isinstance(value, bool) or not passes(value):
+        raise UsageError(f"{label} {words}, got {shown(value)}")
+    if isinstance(value, Integral) and value > LARGEST:
+        raise UsageError(f"{label} must be at most 10**12 (more than any text holds), got {shown(value)}")
+    if isinstance(value, Real) and abs(value) > LARGEST:
+        raise UsageError(f"{label} must be between -10**12 and 10**12, got {shown(value)}")
+
+
+def _default_presets() -> dict[str, ChunkerConfig]:
+    """The default model's presets; none where its bundled recipe is damaged, so that importing rr-fast still works
+    and a run of the default model says what is wrong in one line."""
+    try:
+        return presets()
+    except RRFastError:
+        return {}
+
+
+# Last: reading a recipe checks its presets with the checks above
+PRESETS: dict[str, ChunkerConfig] = _default_presets()

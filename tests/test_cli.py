@@ -131,3 +131,21 @@ def test_length_unit_and_overlap_flags(tiny, sample, capsys):
     assert rows[1]["context_before"] and rows[0]["text"].endswith(rows[1]["context_before"])
     code, _, err = run_cli([sample, "--model", tiny, "--backend", "torch", "--length-unit", "/nope.json"], capsys)
     assert code == 1 and err.count("\n") == 1 and "length unit" in err
+
+
+def test_every_checked_flag_takes_a_valid_number():
+    """Each option with a numeric check parses to a number its check passes (a flag whose text stayed a string
+    would be refused by the configuration whatever the user wrote)."""
+    from dataclasses import fields
+
+    from rr_fast.cli import build_parser
+    from rr_fast.config import CHECKS, ChunkerConfig
+
+    valid = {"positive": "3", "non_negative": "0", "finite": "-0.5", "finite_non_negative": "0.5"}
+    for spec in fields(ChunkerConfig):
+        check = spec.metadata["check"]
+        if check is None:
+            continue
+        flag = "--" + spec.name.replace("_", "-")
+        value = getattr(build_parser().parse_args(["in.txt", flag, valid[check]]), spec.name)
+        assert CHECKS[check][0](value), (flag, value)

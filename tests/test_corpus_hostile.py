@@ -1,16 +1,12 @@
 """Hostile corpus inputs and outputs: folders that link outside themselves or hold special files, records that
 no parser can read, JSON that is not JSON Lines, shard numbers past 99,999, a user's own files in the output
-folder, an output that is a loop of links, Ctrl-C with workers. Each is a correct result or one line with the right
+folder, an output that is a loop of links. Each is a correct result or one line with the right
 exit status, and the rest of the run goes on (tiny model, real tokenizer)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -216,25 +212,6 @@ def test_each_document_carries_its_warnings_and_the_summary_counts_them(tiny, tm
     assert any("over max_tokens=24" in w for w in long_rows[0]["warnings"])
     assert json.loads((out / "manifest.json").read_text())["warned"] == 1
     assert "1 with warnings" in capsys.readouterr().err
-
-
-def test_ctrl_c_with_worker_processes_is_one_line_and_no_worker_traceback(tiny, tmp_path):
-    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(40) * 500)]
-    data = write_jsonl(tmp_path / "a.jsonl", records)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "rr_fast.corpus", str(data), "-o", str(tmp_path / "out"), "--workers", "2"]
-        + ["--shard-docs", "64", *options(tiny)],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not list((tmp_path / "out").glob("part-*.parquet")) and time.monotonic() < deadline:
-        time.sleep(0.2)  # both workers are chunking once a shard is done
-    os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C does: the whole process group
-    err = run.communicate(timeout=120)[1].decode()
-    assert run.returncode == 130, err
-    assert err.strip().splitlines() == ["rr-fast: interrupted; continue with --resume"]
 
 
 def test_the_warnings_column_is_in_every_shard(tiny, tmp_path):

@@ -105,10 +105,10 @@ def test_a_tokenizer_failing_in_the_helper_is_one_line(tiny, sample, tmp_path, c
 def test_the_command_ends_without_teardown_but_with_its_output_and_atexit_handlers():
     script = (
         "import atexit, sys\n"
-        "from rr_fast.cli import exit_without_teardown\n"
+        "from rr_fast.interrupts import end_process\n"
         "atexit.register(lambda: sys.stderr.write('handler ran'))\n"
         "sys.stdout.write('x' * 1_000_000)\n"
-        "exit_without_teardown(3)\n"
+        "end_process(3)\n"
         "sys.stdout.write('never')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

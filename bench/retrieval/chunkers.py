@@ -26,7 +26,8 @@ import numpy as np
 from bench.common import save_npz
 from bench.quality.metrics import partition
 from bench.quality.peers import align
-from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits, chunker_config
+from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits
+from rr_fast.config import chunker_config
 
 Spans = list[tuple]  # (start, end), or (start, end, what is embedded before the chunk's text)
 # rr-fast's limits sweep, (min, target, max) tokens and λ (None: the configuration's): retrieval-sized chunks up to

@@ -21,7 +21,8 @@ Rows, in this order, each saved to DIR/result.json when it finishes (a timeout k
                  clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
     engine       the default's scorer (score_many) over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
                  FLOPs (the lr readout's exclude the focused window head: a lower bound)
-                 (on CUDA with Triton through the fused kernel, rr_fast.kernels.crossing_attention; the row says)
+                 (on CUDA with Triton through the fused kernel, rr_fast.kernels.crossing_attention, which is off by
+                 default: this script sets RR_FAST_FUSED_ATTENTION=1 unless it is set already; the row says)
     engine_explicit  the same through the explicit probabilities (torch_crossing), in the same process: the fused
                  kernel's speed-up and the scores' largest difference from the engine row's
     engine_tile256  the explicit attention with its queries in tiles of 256 as on a CPU (the scorer's ``tile``),
@@ -435,9 +436,11 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     from bench.speed.flops import ModelShape, matmul_shapes
     from rr_fast.models.recipes import DEFAULT_MODEL
     from rr_fast.scoring.backends.torch import LOGIT_BUDGET
-    from rr_fast.scoring.backends.torch_crossing import fused_attention_available
+    from rr_fast.scoring.backends.torch_crossing import FUSED_ATTENTION_SWITCH, fused_attention_available
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
+    # the fused kernel is off unless switched on; its rows measure it (the corpus rows' workers inherit the switch)
+    os.environ.setdefault(FUSED_ATTENTION_SWITCH, "1")
     out = Path(args.out) if args.out else inputs / "results"
     out.mkdir(parents=True, exist_ok=True)
     settings = json.loads((folder / "config.json").read_text())

@@ -1,7 +1,6 @@
-"""``python -m rr_fast.corpus``: the corpus command (``rr_fast.corpus.command``)."""
+"""``python -m rr_fast.corpus``: the corpus command (``rr_fast.corpus.command``), in a process that answers Ctrl-C
+and SIGTERM in one line from its start (``rr_fast.interrupts``)."""
 
-import sys
+from rr_fast.interrupts import run_command_process
 
-from rr_fast.corpus.command import main
-
-sys.exit(main())
+run_command_process("rr_fast.corpus.command")

@@ -310,18 +310,25 @@ def jsonl_records(lines: Iterable[bytes], name: str, id_field: str, text_field: 
         if not raw.strip():
             continue
         where = printable(f"{name}:{number}")
-        try:
-            record = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            yield Record(where, None, f"not a JSON line: {error}")
-            continue
-        except RecursionError:
-            yield Record(where, None, "not a JSON line: nested too deeply to parse")
-            continue
-        except Exception as error:  # the parser's limits, e.g. an integer of more than 4,300 digits
-            yield Record(where, None, f"not a JSON line: {_reason(error)}")
+        record, reason = json_line(raw)
+        if reason is not None:
+            yield Record(where, None, reason)
             continue
         yield parse_record(record, where, id_field, text_field)
+
+
+def json_line(raw: bytes) -> tuple[Any, str | None]:
+    """One raw line's JSON value, or None and why no parser reads it (not UTF-8, not JSON, nested too deep for the
+    parser, a number too long to convert): the rule for every JSON line rr-fast reads, so that a bad line is one
+    reason, never a failed run (rr_fast.distill.calibrate reads its streams through this too)."""
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return None, f"not a JSON line: {error}"
+    except RecursionError:
+        return None, "not a JSON line: nested too deeply to parse"
+    except Exception as error:  # the parser's limits, e.g. an integer of more than 4,300 digits
+        return None, f"not a JSON line: {_reason(error)}"
 
 
 def _read_parquet(path: Path, id_field: str, text_field: str) -> Iterator[Record]:

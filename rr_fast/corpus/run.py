@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -41,6 +41,7 @@ from rr_fast.corpus.files import (
 )
 from rr_fast.errors import RRFastError
 from rr_fast.helper import Helper, die_with, exit_if_orphaned
+from rr_fast.interrupts import signals_deferred
 
 
 def run(
@@ -297,59 +298,73 @@ def _prepare_in_helper(inbox: Connection, outbox: Connection) -> None:
 
 
 def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: Scan) -> dict[str, float]:
+    """The workers as processes, each reporting on a pipe of its own: progress, then done or failed. The first failure
+    ends the run at once, in one line; a worker that ends without a word (killed, out of memory) closes its pipe, which
+    is such a failure, rather than a run that waits for it forever."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // workers)
     parent = os.getpid()
+    pipes = [context.Pipe(duplex=False) for _ in range(workers)]
     processes = [
         context.Process(
             target=_process_main,
-            args=(config, w, workers, devices[w], threads, queue, found, parent),
+            args=(config, w, workers, devices[w], threads, pipes[w][1], found, parent),
             daemon=True,
         )
         for w in range(workers)
     ]
-    with _interrupts_held():  # workers start with Ctrl-C blocked: the run answers it, in one line, and ends them
+    try:
+        with signals_deferred(block_sigint_in_children=True):  # the run answers Ctrl-C, in one line, and ends them
+            for process in processes:
+                process.start()
+        for _, sending in pipes:
+            sending.close()  # the worker's end: a worker that dies closes the last copy, and its pipe reads as ended
+        return _gathered(processes, [receiving for receiving, _ in pipes], bar)
+    finally:  # done, failed or interrupted: no worker outlives the run (a finished one has exited already)
         for process in processes:
-            process.start()
-    running, failure, timings = workers, None, {}
-    while running:
-        kind, *payload = queue.get()
-        if kind == "progress":
-            bar.update(*payload)
-        elif kind == "done":
-            running -= 1
-            for name, seconds in payload[0].items():
-                timings[name] = timings.get(name, 0.0) + seconds
-        else:  # "failed"
-            running -= 1
-            failure = failure or payload[0]
-    for process in processes:
-        process.join()
-    if failure:
-        raise RRFastError(failure)
+            if process.pid is not None:
+                process.terminate()
+                process.join()
+
+
+def _gathered(processes: list, pipes: list, bar) -> dict[str, float]:
+    """The workers' reports until each is done; their Chunkers' seconds per stage, added up."""
+    from multiprocessing.connection import wait
+
+    waiting = dict(zip(pipes, range(len(pipes))))
+    timings: dict[str, float] = {}
+    while waiting:
+        for pipe in wait(list(waiting)):
+            worker = waiting.pop(pipe)
+            try:
+                kind, *payload = pipe.recv()
+            except EOFError:
+                processes[worker].join()
+                ended = f"worker {worker} ended unexpectedly (exit code {processes[worker].exitcode})"
+                kind, payload = "failed", [ended]
+            if kind == "progress":
+                bar.update(*payload)
+                waiting[pipe] = worker
+            elif kind == "done":
+                for name, seconds in payload[0].items():
+                    timings[name] = timings.get(name, 0.0) + seconds
+            else:  # the run fails now: the other workers' finished shards stay, for --resume
+                raise RRFastError(payload[0])
     return timings
 
 
-@contextmanager
-def _interrupts_held():
-    """SIGINT blocked in this thread while the block runs, so that processes started in it inherit the blocked
-    signal (a signal mask survives fork and exec) and never print a traceback of their own on Ctrl-C: Ctrl-C
-    reaches every process of the terminal's group, the parent reports it, and the workers end with it."""
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no process group signal to hold back
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _process_main(config, worker, workers, device, threads, queue, found, parent) -> None:
+def _process_main(config, worker, workers, device, threads, pipe, found, parent) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and ends this process (started blocked)
     die_with(parent)
+
+    def report(*message) -> None:
+        try:
+            pipe.send(message)
+        except OSError:  # the run stopped listening: it has ended, or is ending this process
+            os._exit(1)
+
     if device is None or device == "cpu":
         import torch
 
@@ -360,13 +375,13 @@ def _process_main(config, worker, workers, device, threads, queue, found, parent
             worker,
             workers,
             device,
-            lambda d, t: queue.put(("progress", d, t)),
+            lambda documents, tokens: report("progress", documents, tokens),
             found,
             before_commit=lambda: exit_if_orphaned(parent),
         )
-        queue.put(("done", timings))
+        report("done", timings)
     except Exception as error:  # reported as the run's one-line error by the parent
-        queue.put(("failed", f"worker {worker}: {error}"))
+        report("failed", f"worker {worker}: {error}")
 
 
 class _Progress:

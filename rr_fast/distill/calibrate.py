@@ -9,14 +9,19 @@ belongs to neither). Ties go to the smaller ρ. The streams must not be the ones
 
 from __future__ import annotations
 
-import json
+import os
+import stat
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from rr_fast.errors import RRFastError
+from rr_fast.corpus.files import json_line, read_regular_file
+from rr_fast.errors import RRFastError, UsageError, shown
+from rr_fast.text.edges import lone_surrogate, printable
 
 GRID = tuple(round(0.05 * i, 2) for i in range(25))  # 0.00 .. 1.20: past 1 a cut costs more than any percentile earns
 CLEAN = 0.9
@@ -28,26 +33,73 @@ class Stream:
     cuts: tuple[int, ...]  # where each true unit after the first starts
 
 
-def read_streams(path: str | Path) -> list[Stream]:
-    """The labelled streams of a JSONL file; a line that is not one is an error naming the line."""
-    streams = []
-    with Path(path).open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
+def read_streams(path: str | Path, warn: Callable[[str], None] = lambda line: None) -> list[Stream]:
+    """The labelled streams of a JSONL file, read before the model loads. Lines are read by the corpus command's rule
+    (``json_line``): a line that is not a labelled stream (not JSON, nested too deep, a cut that is not an offset
+    inside its text) is left out and said through ``warn`` with its line number and why. A file that is not a regular
+    file is refused before it is read (a FIFO would block, /dev/zero never ends), and a file with no labelled stream
+    is one usage error naming its first bad line."""
+    name = printable(str(path))
+    try:
+        found = os.stat(path)
+    except OSError as error:
+        raise RRFastError(f"--calibrate {name}: {error.strerror or error}") from None
+    if stat.S_ISDIR(found.st_mode):
+        raise UsageError(f"--calibrate {name} is a folder: give a JSONL file of labelled streams")
+    if not stat.S_ISREG(found.st_mode):
+        raise UsageError(f"--calibrate {name} is not a regular file (a FIFO, device or socket)")
+    try:
+        data = read_regular_file(Path(os.path.realpath(path)))
+    except OSError as error:
+        raise RRFastError(f"cannot read --calibrate {name}: {error.strerror or error}") from None
+    streams, left_out = [], []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        value, reason = json_line(raw)
+        if reason is None:
             try:
-                record = json.loads(line)
-                text, cuts = record["text"], sorted(int(c) for c in record["cuts"])
-                if not isinstance(text, str) or any(not 0 < c < len(text) for c in cuts):
-                    raise ValueError("cuts must be offsets inside the text")
-            except (ValueError, KeyError, TypeError) as error:
-                raise RRFastError(
-                    f'{path}:{number}: not a labelled stream ({{"text": ..., "cuts": [offsets]}}): {error}'
-                ) from None
-            streams.append(Stream(text, tuple(cuts)))
+                streams.append(labelled_stream(value))
+                continue
+            except ValueError as error:
+                reason = str(error)
+        left_out.append((number, reason))
     if not streams:
-        raise RRFastError(f"{path} holds no labelled stream")
+        first = f" (line {left_out[0][0]}: {left_out[0][1]})" if left_out else ""
+        raise UsageError(f'--calibrate {name} holds no labelled stream {{"text": ..., "cuts": [offsets]}}{first}')
+    for number, reason in left_out:
+        warn(f"{name}:{number}: {reason}; left out of the calibration")
     return streams
+
+
+def labelled_stream(record: Any) -> Stream:
+    """One JSON value as a labelled stream: a text and its cuts, each an integer offset strictly inside it (a bool is
+    not one); the cuts in any order, none twice. ValueError says what is wrong, showing a value only in part."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{shown(record)}, not an object")
+    for field in ("text", "cuts"):
+        if field not in record:
+            raise ValueError(f"no {field!r} field")
+    text, cuts = record["text"], record["cuts"]
+    if not isinstance(text, str):
+        raise ValueError(f"'text' is {shown(text)}, not a string")
+    surrogate = lone_surrogate(text)
+    if surrogate is not None:
+        raise ValueError(f"'text' is not valid Unicode: a lone surrogate at character {surrogate}")
+    if not text.strip():
+        raise ValueError("'text' is blank")
+    if not isinstance(cuts, list):
+        raise ValueError(f"'cuts' is {shown(cuts)}, not a list of offsets")
+    for cut in cuts:
+        if isinstance(cut, bool) or not isinstance(cut, int):
+            raise ValueError(f"cut {shown(cut)} is not an integer offset")
+        if not 0 < cut < len(text):
+            raise ValueError(f"cut {shown(cut)} is not inside the text (1 to {len(text) - 1})")
+    ordered = sorted(cuts)
+    for before, after in zip(ordered, ordered[1:]):
+        if before == after:
+            raise ValueError(f"cut {after} is given twice")
+    return Stream(text, tuple(ordered))
 
 
 def recovery(stream: Stream, chunk_cuts: list[int]) -> float:
@@ -60,10 +112,14 @@ def recovery(stream: Stream, chunk_cuts: list[int]) -> float:
         return list(zip(bounds, bounds[1:]))
 
     units, chunks = spans(stream.cuts), spans(chunk_cuts)
+    starts = [c for c, _ in chunks]
     recovered = 0
     for a, b in units:
         size = solid[b] - solid[a]
-        for c, d in chunks:
+        first = max(0, bisect_right(starts, a) - 1)  # the chunk holding the unit's start: those before cannot hold it
+        for c, d in chunks[first:]:
+            if c >= b:
+                break
             shared = solid[min(b, d)] - solid[max(a, c)] if min(b, d) > max(a, c) else 0
             if size and shared >= CLEAN * size and shared >= CLEAN * (solid[d] - solid[c]):
                 recovered += 1

@@ -1,27 +1,36 @@
 """``python -m rr_fast.distill INPUT... --model MODEL -o RECIPE`` (or ``rr-fast distill``): the one-pass readout for
 any model the torch backend runs, distilled from the model's own ``lr`` readout on the user's unlabelled text.
 
-Inputs are read as the corpus command reads them (text files, folders of .txt/.md files, JSONL, Parquet). Each text
-is tokenized and given the candidate edges of ``--step``; the model's ``lr`` readout (its recipe's window, skip and
-normalizer: the teacher) and the crossing masses of one full pass (the features) are computed for every edge, with a
-progress bar, and kept in the cache so that an interrupted run continues (``fit``). One head is fitted per
-``--layers`` count and the recipe is written: the model's recipe (``--recipe``, else its own) with the heads, each
-with the fingerprint of the weights it was fitted on and its cross-fitted agreement with the teacher, and the
-attention readout as its default. Without labelled streams the heads carry the teacher's ρ; with ``--calibrate
-STREAMS`` (texts with their true cuts) each head's ρ is calibrated there.
+Inputs are read as the corpus command reads them (.txt/.md files, folders of them, JSONL, Parquet), before the model
+loads: a text that cannot be read is left out with a warning naming it. The output and the labelled streams are
+checked before that too (``checked_output``, ``calibrate.read_streams``). Each text is tokenized and given the
+candidate edges of ``--step``; the model's ``lr`` readout (its recipe's window, skip and normalizer: the teacher) and
+the crossing masses of one full pass (the features) are computed for every edge, with a progress bar, and kept in the
+cache so that an interrupted run continues (``fit``). One head is fitted per ``--layers`` count and the recipe is
+written: the model's recipe (``--recipe``, else its own) with the heads, each with the fingerprint of the weights it
+was fitted on and its cross-fitted agreement with the teacher, and the attention readout as its default. Without
+labelled streams the heads carry the teacher's ρ; with ``--calibrate STREAMS`` (texts with their true cuts) each
+head's ρ is calibrated there.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from rr_fast.cli import PROG, OneLineParser, run_command
+from rr_fast.corpus.files import Record
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.text.edges import printable
 
 DEFAULT_SPANS = (8, 32)  # with the teacher's window: the tokens right of an edge whose attention the head reads
 
@@ -32,7 +41,7 @@ def build_parser() -> OneLineParser:
         description="Fit the attention readout's head for a model, from its own lr readout on unlabelled text, and "
         "write a recipe that runs it.",
     )
-    parser.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt, .jsonl, .parquet, or a folder of .txt/.md")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md, .jsonl, .parquet, a folder of .txt/.md")
     parser.add_argument("--model", required=True, help="bundled name, local HF folder or .gguf file")
     parser.add_argument("--output", "-o", required=True, help="the recipe file to write (rr_fast_recipe.json, say)")
     parser.add_argument("--recipe", help="the recipe to start from (default: the model's own, else the paper's)")
@@ -47,7 +56,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--follow-symlinks", action="store_true", help="follow links out of a folder input")
     parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, mps")
     parser.add_argument("--dtype", default="auto", help="as the chunk command's --dtype (default: the recipe's)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary (warnings still show)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
     return parser
 
@@ -79,7 +88,6 @@ def distill(args) -> dict:
     """The command's work (module docstring); returns the report it prints."""
     from rr_fast.chunker import Chunker
     from rr_fast.config import ChunkerConfig
-    from rr_fast.corpus.files import checked_inputs, read_records
     from rr_fast.distill.fit import MIN_DOCUMENTS, MIN_EDGES, MassesScorer, examples, fit_head, work_folder
     from rr_fast.models.recipes import recipe_for, write_recipe
     from rr_fast.models.weights import weights_fingerprint
@@ -87,15 +95,20 @@ def distill(args) -> dict:
     layers_asked, spans = _counts(args.layers, "layers"), _counts(args.spans, "spans")
     if args.step < 1:
         raise UsageError(f"--step must be a positive integer, got {args.step}")
-    output = Path(args.output)
-    if output.is_dir() or not output.parent.is_dir():
-        raise UsageError(f"--output {output} must be a file in an existing folder")
+    say = (lambda line: None) if args.quiet else (lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
+
+    def warn(line: str) -> None:  # even with --quiet, which hides the progress: text left out is never silent
+        print(f"{PROG}: warning: {line}", file=sys.stderr, flush=True)
+
+    # everything that can be refused is, before the model loads
+    destination = checked_output(args.output, [*args.inputs, *([args.calibrate] if args.calibrate else [])], args.model)
     checked_inputs(args.inputs)
     streams = None
     if args.calibrate:
         from rr_fast.distill.calibrate import read_streams
 
-        streams = read_streams(args.calibrate)
+        streams = read_streams(args.calibrate, warn)
+    readable = readable_texts(read_inputs(args.inputs, args.id_field, args.text_field, args.follow_symlinks), warn)
     options = {"model": args.model, "recipe": args.recipe, "readout": "lr", "step": args.step, "backend": "torch"}
     try:
         resolved = ChunkerConfig(**options, device=args.device, dtype=args.dtype).resolve()
@@ -109,10 +122,15 @@ def distill(args) -> dict:
     if max(layers_asked) > backend.depth:
         raise UsageError(f"--layers {max(layers_asked)}: {args.model} has {backend.depth} layers")
     features = MassesScorer(backend, chunker.scorer.prefix.tolist(), spans, teacher.context, teacher.batch_tokens)
-    say = (lambda line: None) if args.quiet else (lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
 
-    texts = [r.text for r in read_records(args.inputs, args.id_field, args.text_field, args.follow_symlinks) if r.text]
-    documents = [d for d in chunker.preparer.prepare(texts, "return", []) if not isinstance(d, RRFastError)]
+    documents, left_out = [], len(readable.unreadable)
+    for name, document in zip(readable.names, chunker.preparer.prepare(readable.texts, "return", [])):
+        if isinstance(document, RRFastError):
+            warn(f"{name}: {document}; left out")
+            left_out += 1
+        else:
+            documents.append(document)
+    labelled = None if streams is None else labelled_documents(chunker, streams, warn)
     tokens = sum(len(d.tokens) for d in documents)
     edges = sum(len(d.scored.tokens) for d in documents)
     if len(documents) < MIN_DOCUMENTS or edges < MIN_EDGES:
@@ -122,13 +140,15 @@ def distill(args) -> dict:
         )
     settings = {"teacher": repr(teacher), "dtype": resolved.config.dtype, "spans": spans, "step": args.step}
     folder = work_folder(chunker.folder, settings)
+    unread = f" ({left_out} left out: see the warnings)" if left_out else ""
     say(
-        f"{len(documents)} texts, {tokens:,} tokens, {edges:,} candidate edges; teacher lr at W {teacher.window} "
-        f"(skip {teacher.skip}, {teacher.normalizer} normalizer, {resolved.config.dtype}); kept in {folder}"
+        f"{len(documents)} texts{unread}, {tokens:,} tokens, {edges:,} candidate edges; teacher lr at W "
+        f"{teacher.window} (skip {teacher.skip}, {teacher.normalizer} normalizer, {resolved.config.dtype}); "
+        f"kept in {folder}"
     )
     started = time.perf_counter()
     bar = _bar(tokens, args.quiet)
-    found = list(examples(documents, chunker.scorer, features, folder, bar.update))
+    found = list(examples(documents, chunker.scorer, features, folder, bar.update, warn))
     bar.close()
     say(f"teacher and features in {time.perf_counter() - started:.0f} s")
 
@@ -146,7 +166,7 @@ def distill(args) -> dict:
         )
         head["trained_on"] = f"{fitted['documents']} texts, {fitted['edges']} scored edges, no labels"
         head["fitted_at"] = f"{date.today().isoformat()}, rr-fast {_commit()}"
-        rho, where = _penalty(base, teacher, args.step, head, streams, chunker, layers)
+        rho, where = _penalty(base, teacher, args.step, head, labelled, chunker, layers)
         if layers == max(layers_asked):  # ρ is looked up by readout, window and step: the default head's
             penalties["attention", max(spans), args.step] = rho
         head["penalty"] = {"value": rho, "from": where}
@@ -157,6 +177,7 @@ def distill(args) -> dict:
             f"head on {layers} layers: cross-fitted Spearman {agreement['cross_fitted_spearman']:.3f}, top-quarter "
             f"agreement {agreement['cross_fitted_top_quarter']:.3f} (ridge {head['ridge_alpha']}); ρ {rho} ({where})"
         )
+    output = printable(args.output)
     note = (
         f" Heads distilled with python -m rr_fast.distill on {len(documents)} texts ({tokens:,} tokens), "
         f"{date.today().isoformat()}."
@@ -164,7 +185,7 @@ def distill(args) -> dict:
     recipe = replace(
         base,
         model=args.model,
-        source=str(output),
+        source=str(Path(args.output)),
         readout="attention",
         window=max(spans),
         step=args.step,
@@ -172,15 +193,21 @@ def distill(args) -> dict:
         heads=heads,
         about=(base.about + note).strip(),
     )
-    write_recipe(recipe, output)
+    try:
+        write_recipe(recipe, destination)
+    except OSError as error:
+        with suppress(OSError):
+            destination.with_name(f".{destination.name}.tmp").unlink(missing_ok=True)  # write_recipe's temporary
+        raise RRFastError(f"cannot write --output {output}: {error.strerror or error}") from None
     say(f"wrote {output}: python -m rr_fast.chunk FILE --model {args.model} --recipe {output}")
-    return {"documents": len(documents), "tokens": tokens, "edges": edges, "heads": reports}
+    return {"documents": len(documents), "left_out": left_out, "tokens": tokens, "edges": edges, "heads": reports}
 
 
-def _penalty(base, teacher, step, head, streams, chunker, layers) -> tuple[float, str]:
-    """ρ for the head: calibrated on the labelled streams where given, else the teacher's own (``base``'s ρ for
-    lr at the teacher's window and this step), which ranks edges as the head learned to."""
-    if streams is None:
+def _penalty(base, teacher, step, head, labelled, chunker, layers) -> tuple[float, str]:
+    """ρ for the head: calibrated on the labelled streams where given (``labelled``: each with its prepared
+    document), else the teacher's own (``base``'s ρ for lr at the teacher's window and this step), which ranks edges
+    as the head learned to."""
+    if labelled is None:
         rho, _ = base.penalty("lr", teacher.window, step)
         return rho, f"the teacher's: lr at W {teacher.window}, step {step}; not calibrated on labelled text"
     from rr_fast.distill.calibrate import calibrate
@@ -188,10 +215,10 @@ def _penalty(base, teacher, step, head, streams, chunker, layers) -> tuple[float
     from rr_fast.segmentation import cut_document
     from rr_fast.segmentation.calibration import utility
 
+    streams, documents = [s for s, _ in labelled], [d for _, d in labelled]
     head_scorer = CrossingHead.from_dict(head)
     settings = CrossingSettings(layers, head_scorer.span, teacher.context, teacher.batch_tokens)
     scorer = CrossingScorer(chunker.scorer.backend, chunker.scorer.prefix.tolist(), settings, head_scorer)
-    documents = list(chunker.preparer.prepare([s.text for s in streams], "raise", []))
     values = list(scorer.score_many((d.tokens.ids, d.scored.tokens) for d in documents))
     utilities = [utility(v, "attention") for v in values]
 
@@ -207,6 +234,155 @@ def _penalty(base, teacher, step, head, streams, chunker, layers) -> tuple[float
     rho, table = calibrate(cuts_at, streams)
     best = max(row["recovery"] for row in table)
     return rho, f"calibrated on {len(streams)} labelled streams: recovery {best:.3f}"
+
+
+def labelled_documents(chunker, streams: list, warn: Callable[[str], None]) -> list[tuple]:
+    """Each labelled stream with its prepared document, before the teacher runs: a stream the tokenizer refuses is
+    said and left out, and none left is an error now rather than after the run."""
+    kept, reasons = [], []
+    for number, (stream, document) in enumerate(
+        zip(streams, chunker.preparer.prepare([s.text for s in streams], "return", [])), start=1
+    ):
+        if isinstance(document, RRFastError):
+            reasons.append(f"labelled stream {number}: {document}")
+        else:
+            kept.append((stream, document))
+    if not kept:
+        raise RRFastError(f"--calibrate: no labelled stream can be tokenized ({reasons[0]})")
+    for reason in reasons:
+        warn(f"{reason}; left out of the calibration")
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------- inputs and output
+
+
+def checked_output(output: str, reads: list[str], model: str) -> Path:
+    """The file the recipe will replace, checked before any work, so that a run neither destroys what it reads nor
+    fails at its end: refused are a file the run reads (the same path, a link to it, or another name of the same
+    file), a path inside an input folder, one of a local model's own files (its recipe file aside), anything but a
+    regular file (a folder, a FIFO, /dev/null, which the final rename would replace), and a folder that does not
+    exist or cannot be written (tried by creating a file there and removing it). A link is followed, as cp does."""
+    from rr_fast.models.recipes import RECIPE_FILE
+
+    name = printable(output)
+    destination = Path(os.path.realpath(output))
+    if destination.is_symlink():  # realpath stops at a link it cannot resolve: a loop
+        raise UsageError(f"--output {name} is a symbolic link that does not resolve")
+    exists = destination.exists()
+    if exists and not destination.is_file():
+        kind = "a folder" if destination.is_dir() else "not a regular file"
+        raise UsageError(f"--output {name} is {kind}: give the recipe file to write")
+    for read in reads:
+        if "://" in read:
+            continue
+        source = Path(os.path.realpath(read))
+        if source.is_dir() and source in destination.parents:
+            raise UsageError(
+                f"--output {name} is inside the input folder {printable(read)}: write the recipe elsewhere"
+            )
+        if not source.is_dir() and (destination == source or (exists and _same_file(destination, source))):
+            raise UsageError(f"--output {name} is the input {printable(read)}: write the recipe elsewhere")
+    weights = Path(os.path.realpath(model))  # a local model folder or file; a bundled or hub name is no path here
+    ours = weights in destination.parents or _same_file(destination, weights)
+    if exists and ours and destination.name != RECIPE_FILE:
+        raise UsageError(f"--output {name} is one of the model's files: write the recipe elsewhere")
+    folder = destination.parent
+    if not folder.is_dir():
+        raise UsageError(f"--output {name}: folder {printable(str(folder))} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{destination.name}.", suffix=".probe"):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise UsageError(f"--output {name}: cannot write in {printable(str(folder))} ({reason})") from None
+    return destination
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def input_kind(name: str) -> str:
+    """``text`` for a .txt or .md file, else the corpus command's kind of input (``corpus.files.input_kind``); a file
+    of another kind is one error listing what distill reads."""
+    from rr_fast.corpus.files import JSONL_SUFFIXES, TEXT_SUFFIXES
+    from rr_fast.corpus.files import input_kind as corpus_kind
+
+    path = Path(name)
+    if "://" not in name and path.exists() and not path.is_dir():
+        if path.suffix in TEXT_SUFFIXES:
+            return "text"
+        if path.suffix not in (".parquet", *JSONL_SUFFIXES):
+            raise RRFastError(
+                f"unknown input type {printable(name)}: give .txt, .md, .jsonl, .parquet or a folder of .txt/.md files"
+            )
+    return corpus_kind(name)
+
+
+def checked_inputs(inputs: list[str]) -> None:
+    """Every input exists and is of a kind distill reads, before the model loads."""
+    for name in inputs:
+        input_kind(name)
+
+
+def read_inputs(inputs: list[str], id_field: str, text_field: str, follow_symlinks: bool) -> Iterator[tuple[str, Any]]:
+    """Every document of the inputs with the name a message gives it, read as the corpus command reads them
+    (``corpus.files.read_records``: JSONL, Parquet, folders with their rules for links and special files), and a
+    .txt or .md file named on the command line as one document. A document that cannot be read carries its reason
+    (``Record.error``), as it would in the corpus command's errors.jsonl."""
+    from rr_fast.corpus.files import file_record, read_records, read_regular_file
+
+    for name in inputs:
+        kind = input_kind(name)
+        if kind == "text":
+            try:  # the user named it: a link is followed; a FIFO or device is refused once open, never waited on
+                record = file_record(name, read_regular_file(Path(os.path.realpath(name))))
+            except OSError as error:
+                record = Record(printable(name), None, f"cannot read: {error.strerror or error}")
+            yield printable(name), record
+            continue
+        for record in read_records([name], id_field, text_field, follow_symlinks):
+            if kind == "folder":
+                yield printable(str(Path(name) / record.doc_id)), record
+            elif record.doc_id.startswith(f"{printable(Path(name).name)}:"):  # named by its line: file:line
+                yield printable(name) + record.doc_id[len(printable(Path(name).name)) :], record
+            else:
+                yield f"{printable(name)} (id {_cut(record.doc_id)})", record
+
+
+def _cut(doc_id: str, most: int = 60) -> str:
+    return doc_id if len(doc_id) <= most else doc_id[: most - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Readable:
+    """The texts of the inputs that could be read, with their names, and the reasons of those that could not."""
+
+    names: list[str]
+    texts: list[str]
+    unreadable: list[str]
+
+
+def readable_texts(found: Iterable[tuple[str, Any]], warn: Callable[[str], None]) -> Readable:
+    """The readable documents; each one that is not is said through ``warn`` with its name and reason, and the run
+    goes on without it. None readable is one error (naming the first reason) instead."""
+    names, texts, unreadable = [], [], []
+    for name, record in found:
+        if record.error is None:
+            names.append(name)
+            texts.append(record.text)
+        else:
+            unreadable.append(f"{name}: {record.error}")
+    if not texts:
+        first = f" ({len(unreadable)} unreadable; {unreadable[0]})" if unreadable else ""
+        raise RRFastError(f"no readable text in the inputs{first}")
+    for line in unreadable:
+        warn(f"{line}; left out")
+    return Readable(names, texts, unreadable)
 
 
 def _commit() -> str:

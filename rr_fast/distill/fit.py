@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ ALPHAS = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)  # ridge stren
 FOLDS = 5
 TOP = 0.25  # the agreement on each document's best-scored quarter of edges
 MIN_DOCUMENTS, MIN_EDGES = 2 * FOLDS, 200  # below this a cross-fitted strength means nothing
+MASS_SLACK = 1e-3  # rounding a stored mass may show past [0, 1]; a stored value further out is damage
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ class MassesScorer(CrossingScorer):
     def values(self, masses: np.ndarray) -> dict[str, np.ndarray]:
         return {"masses": masses.astype(np.float32)}
 
+    def masses_shape(self, edges: int) -> tuple[int | None, ...]:
+        """The shape of a document's masses: [edges, layers, attention heads, spans] (None: a backend that does not
+        say how many heads its layers have)."""
+        heads = getattr(getattr(self.backend, "config", None), "num_attention_heads", None)
+        return (edges, self.backend.depth, heads, len(self.head.spans))
+
 
 def examples(
     documents: Iterable[Document],
@@ -65,10 +73,12 @@ def examples(
     features: MassesScorer,
     folder: Path,
     done: Callable[[int], None] = lambda tokens: None,
+    warn: Callable[[str], None] = lambda line: None,
 ) -> Iterator[Example]:
     """The teacher's values and the masses of each document's scored edges, from ``folder`` where an earlier run
     stored them, else computed (and stored); ``done`` is called with each document's tokens. A document with fewer
-    than two candidate edges teaches no ranking and is passed over."""
+    than two candidate edges teaches no ranking and is passed over. A stored entry is used only when it holds what
+    this run would compute (``stored_example``); a damaged one is said through ``warn`` and computed again."""
     folder.mkdir(parents=True, exist_ok=True)
     for document in documents:
         if len(document.scored.tokens) < 2:
@@ -77,18 +87,47 @@ def examples(
         path = folder / (hashlib.sha256(document.text.encode("utf-8", "surrogatepass")).hexdigest()[:24] + ".npz")
         ids, edges = document.tokens.ids, document.scored.tokens
         if path.exists():
-            with np.load(path) as saved:
-                if np.array_equal(saved["edges"], edges):
-                    done(len(ids))
-                    yield Example(saved["teacher"], saved["masses"])
-                    continue
+            scored = teacher.must_score(len(ids), edges)
+            try:
+                found = stored_example(path, edges, scored, features.masses_shape(len(edges)))
+            except ValueError as error:
+                warn(f"cache entry {path} is damaged ({error}): computing it again")
+            else:
+                done(len(ids))
+                yield found
+                continue
         lr = teacher.score(ids, edges)["lr"]
         masses = features.score(ids, edges)["masses"]
-        temporary = path.with_name(f".{path.stem}.tmp.npz")
+        temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")  # one per process: runs may share a folder
         np.savez(temporary, edges=edges, teacher=lr, masses=masses)
         temporary.replace(path)
         done(len(ids))
         yield Example(lr, masses)
+
+
+def stored_example(path: Path, edges: np.ndarray, scored: np.ndarray, masses_shape: tuple[int | None, ...]) -> Example:
+    """A document's values as an earlier run stored them, checked against what this run would compute: the same
+    edges, the teacher's values finite exactly where it scores an edge (``scored``), the masses of this model's
+    shape, each a share of attention in [0, 1]. The file is the cache's, not trusted: it is never unpickled, and a
+    truncated, garbage or edited one raises ValueError with the reason."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            stored = {name: saved[name] for name in ("edges", "teacher", "masses")}
+    except Exception as error:  # numpy and zipfile fail on a damaged file in many ways; each means compute again
+        raise ValueError(f"not readable: {type(error).__name__}") from None
+    if stored["edges"].dtype.kind not in "iu" or not np.array_equal(stored["edges"], edges):
+        raise ValueError("other edges than this text's")
+    teacher, masses = stored["teacher"], stored["masses"]
+    if teacher.dtype.kind != "f" or teacher.shape != edges.shape:
+        raise ValueError(f"teacher values of shape {teacher.shape}, not {edges.shape}")
+    if not np.array_equal(np.isfinite(teacher), scored):
+        raise ValueError("teacher values missing or not finite")
+    expected = tuple(size if want is None else want for size, want in zip(masses.shape, masses_shape))
+    if masses.dtype.kind != "f" or masses.shape != expected or masses.ndim != len(masses_shape):
+        raise ValueError(f"masses of shape {masses.shape}, not {masses_shape}")
+    if not (np.isfinite(masses).all() and (masses >= -MASS_SLACK).all() and (masses <= 1 + MASS_SLACK).all()):
+        raise ValueError("masses not finite or not shares of attention")
+    return Example(teacher, masses)
 
 
 def work_folder(folder: str | Path, settings: dict) -> Path:

@@ -11,19 +11,23 @@ RECIPE_FILE); else the RECIPE_FILE inside a local model folder; else the bundled
 configuration (``PAPER``), which has no heads. A recipe is never looked up by name beside a model folder.
 
 A recipe file is JSON (``SCHEMA``, below ``Recipe.from_dict``). One that cannot be read, has another schema, or does
-not fit its model is refused in one line naming the file.
+not fit its model is refused in one line naming the file. A recipe may come inside a downloaded model folder, so it is
+data and nothing more: its presets set only how the model reads boundaries (``config.PRESET_OPTIONS``), never which
+model, files or code run, and every number in it is checked.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import os
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rr_fast.errors import RRFastError
+from rr_fast.errors import RRFastError, shown
 
 SCHEMA = 1
 RECIPE_FILE = "rr_fast_recipe.json"  # the recipe inside a model folder, or inside a folder --recipe names
@@ -130,68 +134,155 @@ class Recipe:
     @classmethod
     def from_dict(cls, data: Any, source: str) -> Recipe:
         """A recipe from its JSON (``to_dict``'s layout), every field checked: a wrong one is one RecipeError naming
-        the file and the field."""
+        the file and the field. A recipe may come with a downloaded model, so nothing in it may widen what the user
+        allowed: its presets set only ``config.PRESET_OPTIONS``, and every number is of its type, finite and in
+        range (``config.check_value``), shown in a message only in part (``errors.shown``)."""
 
         def fail(what: str) -> RecipeError:
             return RecipeError(f"recipe {source} is not usable: {what}")
 
         if not isinstance(data, dict):
             raise fail("not a JSON object")
-        if data.get("schema") != SCHEMA:
-            raise fail(f"schema {data.get('schema')!r}, this rr-fast reads schema {SCHEMA}")
+        schema = data.get("schema")
+        if schema != SCHEMA or isinstance(schema, bool):
+            raise fail(f"schema {shown(schema)}, this rr-fast reads schema {SCHEMA}")
         try:
-            defaults = data.get("defaults", {})
-            penalties = {
-                (str(readout), int(window), int(step)): _finite(value, "penalty")
-                for readout, windows in data.get("penalties", {}).items()
-                for window, steps in windows.items()
-                for step, value in steps.items()
-            }
-            heads = {}
-            for head in data.get("heads", []):
-                heads[int(head["layers"])] = _checked_head(head)
-            layer = defaults.get("layer")
-            recipe = cls(
-                model=str(data["model"]),
-                source=source,
-                readout=str(defaults.get("readout", PAPER_READOUT)),
-                window=int(defaults.get("window", PAPER_WINDOW)),
-                skips={int(w): int(s) for w, s in defaults.get("skips", {}).items()},
-                step=int(defaults.get("step", PAPER_STEP)),
-                normalizer=str(defaults.get("normalizer", "full")),
-                layer=None if layer is None else int(layer),
-                bfloat16=bool(defaults.get("bfloat16", False)),
-                penalties=penalties,
-                presets={str(name): dict(options) for name, options in data.get("presets", {}).items()},
-                heads=heads,
-                bundled=data.get("bundled"),
-                about=str(data.get("about", "")),
-            )
-        except RecipeError as error:
+            recipe = cls._checked(data, source)
+        except RRFastError as error:
             raise fail(str(error)) from None
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise fail(f"{type(error).__name__}: {error}") from None
         if recipe.readout == "attention" and not recipe.heads:
             raise fail("its default readout is attention, but it has no heads")
         return recipe
 
+    @classmethod
+    def _checked(cls, data: dict[str, Any], source: str) -> Recipe:
+        """``from_dict``'s recipe, each field checked in turn: the first that fails raises, naming it."""
+        from rr_fast.config import check_option, check_preset  # lazily: config reads this module
 
-def _finite(value: Any, what: str) -> float:
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{what} {value!r} is not a finite number")
-    return number
+        _only(data, FIELDS, "the recipe")
+        defaults = _object(data.get("defaults", {}), "defaults")
+        _only(defaults, DEFAULT_FIELDS, "defaults")
+        chosen = {
+            "readout": defaults.get("readout", PAPER_READOUT),
+            "window": defaults.get("window", PAPER_WINDOW),
+            "step": defaults.get("step", PAPER_STEP),
+            "normalizer": defaults.get("normalizer", "full"),
+        }
+        for name, value in chosen.items():
+            check_option(name, value, f"defaults: {name}")
+        layer = defaults.get("layer")  # None: 75% of depth
+        if layer is not None:
+            check_option("layer", layer, "defaults: layer")
+        if not isinstance(defaults.get("bfloat16", False), bool):
+            raise RecipeError(f"defaults: bfloat16 must be true or false, got {shown(defaults['bfloat16'])}")
+        skips = {
+            _count_key(window, "defaults: skips"): _count(skip, f"defaults: skips[{shown(window)}]")
+            for window, skip in _object(defaults.get("skips", {}), "defaults: skips").items()
+        }
+        penalties = {}
+        for readout, windows in _object(data.get("penalties", {}), "penalties").items():
+            check_option("readout", readout, "penalties: a readout")
+            where = f"penalties[{shown(readout)}]"
+            for window, steps in _object(windows, where).items():
+                width, inner = _count_key(window, where), f"{where}[{shown(window)}]"
+                for step, value in _object(steps, inner).items():
+                    penalties[readout, width, _count_key(step, inner)] = _number(value, f"{inner}[{shown(step)}]")
+        presets = {}
+        for name, options in _object(data.get("presets", {}), "presets").items():
+            presets[name] = check_preset(options, f"preset {shown(name)}")
+        heads: dict[int, dict[str, Any]] = {}
+        stored = data.get("heads", [])
+        if not isinstance(stored, list):
+            raise RecipeError(f"heads must be a list, got {shown(stored)}")
+        for index, head in enumerate(stored):
+            checked = _checked_head(_object(head, f"heads[{index}]"), f"heads[{index}]")
+            if checked["layers"] in heads:
+                raise RecipeError(f"two heads read {checked['layers']} layers")
+            heads[checked["layers"]] = checked
+        return cls(
+            model=_text(data.get("model"), "model"),
+            source=source,
+            **chosen,
+            skips=skips,
+            layer=layer,
+            bfloat16=defaults.get("bfloat16", False),
+            penalties=penalties,
+            presets=presets,
+            heads=heads,
+            bundled=_checked_bundled(data.get("bundled")),
+            about=_text(data.get("about", ""), "about"),
+        )
 
 
-def _checked_head(head: dict[str, Any]) -> dict[str, Any]:
+# The longest span a head may read right of an edge: every row of the full pass reads that far past its block, so a
+# span of a billion tokens would allocate for a billion; heads are distilled at a reset window's length (192 here)
+MAX_SPAN = 1 << 16
+FIELDS = ("schema", "model", "about", "defaults", "penalties", "presets", "heads", "bundled")  # a recipe's keys
+DEFAULT_FIELDS = ("readout", "window", "skips", "step", "normalizer", "layer", "bfloat16")
+
+
+def _only(found: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Refuse a key ``found`` has that is not ``known``: a misspelt field would be ignored, silently."""
+    for key in found:
+        if key not in known:
+            raise RecipeError(f"{where} has an unknown field {shown(key)}; its fields are {', '.join(known)}")
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RecipeError(f"{what} must be an object, got {shown(value)}")
+    return value
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise RecipeError(f"{what} must be a string, got {shown(value)}")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    """A positive integer of JSON (not true, not 8.0), no larger than an option takes."""
+    from rr_fast.config import check_value
+
+    check_value("positive", what, value)
+    return value
+
+
+def _count_key(key: str, what: str) -> int:
+    """A positive integer written as an object's key ("192")."""
+    if not (key.isascii() and key.isdigit() and len(key) <= 13):
+        raise RecipeError(f"{what} has the key {shown(key)}, which is not a positive integer")
+    return _count(int(key), f"{what}[{shown(key)}]")
+
+
+def _number(value: Any, what: str) -> float:
+    """A finite number of JSON (not true, not "1.5", not NaN or Infinity, which Python's json reads)."""
+    from rr_fast.config import check_value
+
+    check_value("finite", what, value)
+    return float(value)
+
+
+def _numbers(values: Any, what: str) -> list[float]:
+    if not isinstance(values, list):
+        raise RecipeError(f"{what} must be a list of numbers, got {shown(values)}")
+    return [_number(value, f"{what}[{index}]") for index, value in enumerate(values)]
+
+
+def _checked_head(head: dict[str, Any], where: str) -> dict[str, Any]:
     """A stored head whose arrays agree in length and hold finite numbers, and that names its weights."""
-    layers, spans = int(head["layers"]), [int(s) for s in head["spans"]]
-    if layers < 1 or not spans or min(spans) < 1:
-        raise RecipeError(f"a head with layers {layers} and spans {spans}")
-    arrays = {key: [_finite(v, key) for v in head[key]] for key in ("mean", "scale", "weights")}
+    layers = _count(head.get("layers"), f"{where}: layers")
+    spans = head.get("spans")
+    if not isinstance(spans, list) or not spans:
+        raise RecipeError(f"{where}: spans must be a list of positive integers, got {shown(spans)}")
+    spans = [_count(span, f"{where}: spans[{index}]") for index, span in enumerate(spans)]
+    if max(spans) > MAX_SPAN:
+        raise RecipeError(f"{where}: a span must be at most {MAX_SPAN} tokens, got {shown(max(spans))}")
+    arrays = {key: _numbers(head.get(key), f"{where}: {key}") for key in ("mean", "scale", "weights")}
     size = len(arrays["weights"])
-    if {len(values) for values in arrays.values()} != {size} or size % (layers * len(spans)):
-        raise RecipeError(f"the head on {layers} layers has arrays of lengths {[len(v) for v in arrays.values()]}")
+    if {len(values) for values in arrays.values()} != {size} or not size or size % (layers * len(spans)):
+        lengths = [len(values) for values in arrays.values()]
+        raise RecipeError(f"the head on {layers} layers has arrays of lengths {lengths}")
     if any(value <= 0 for value in arrays["scale"]):
         raise RecipeError(f"the head on {layers} layers has a scale that is not positive")
     if not isinstance(head.get("weights_sha256"), str):
@@ -199,23 +290,57 @@ def _checked_head(head: dict[str, Any]) -> dict[str, Any]:
     return {**head, "layers": layers, "spans": spans, **arrays}
 
 
+def _checked_bundled(bundled: Any) -> dict[str, Any] | None:
+    """A bundled model's record (wheel, install, licence: text; conversion: file name to sha256), or None."""
+    if bundled is None:
+        return None
+    for key, value in _object(bundled, "bundled").items():
+        if key == "conversion":
+            for name, digest in _object(value, "bundled: conversion").items():
+                _text(digest, f"bundled: conversion[{shown(name)}]")
+        else:
+            _text(value, f"bundled: {shown(key)}")
+    return bundled
+
+
 def load_recipe(path: str | Path) -> Recipe:
-    """The recipe in a file, or in the RECIPE_FILE of a folder; read once per process and version of the file."""
+    """The recipe in a file, or in the RECIPE_FILE of a folder; read once per process and version of the file.
+
+    Only a regular file of at most MAX_RECIPE_BYTES is read: a FIFO would block the run and a device (/dev/zero)
+    never ends, so anything else is refused before it is opened."""
     where = Path(path).expanduser()
-    if where.is_dir():
-        where = where / RECIPE_FILE
+    return _load_file(where / RECIPE_FILE if where.is_dir() else where)
+
+
+def _load_file(path: Path) -> Recipe:
+    """The recipe in the file ``path`` (a folder there is refused, not looked into)."""
     try:
-        found = where.stat()
-    except OSError:
-        inside = f" (no {RECIPE_FILE} in that folder)" if Path(path).expanduser().is_dir() else ""
-        raise RecipeError(f"recipe {path}: no such file{inside}") from None
-    return _read(str(where.resolve()), found.st_mtime_ns, found.st_size)
+        found = path.stat()
+    except (OSError, ValueError):
+        raise RecipeError(f"recipe {path}: no such file") from None
+    _check_file(found, path)
+    return _read(str(path.resolve()), found.st_mtime_ns, found.st_size)
+
+
+# The largest recipe file read: a head is a few numbers per layer and attention head (a 70B model's, about 1 MB)
+MAX_RECIPE_BYTES = 16 << 20
+
+
+def _check_file(found: os.stat_result, path: Path | str) -> None:
+    if not stat.S_ISREG(found.st_mode):
+        raise RecipeError(f"recipe {path} is not a regular file (a FIFO, a device or a socket): give a recipe file")
+    if found.st_size > MAX_RECIPE_BYTES:
+        raise RecipeError(f"recipe {path} is {found.st_size >> 20} MB, more than a recipe holds (16 MB at most)")
 
 
 @cache
 def _read(path: str, mtime_ns: int, size: int) -> Recipe:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        # without blocking, and checked once open: the file may have been swapped for a FIFO since it was looked at
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(handle, "rb") as file:
+            _check_file(os.fstat(handle), path)
+            data = json.loads(file.read(MAX_RECIPE_BYTES + 1).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise RecipeError(f"recipe {path} is not readable JSON: {' '.join(str(error).split())[:200]}") from None
     return Recipe.from_dict(data, path)
@@ -241,10 +366,35 @@ def _layout(value: Any, indent: str = "") -> str:
     return "{\n" + ",\n".join(items) + "\n" + indent + "}"
 
 
-@cache
-def bundled_recipes() -> dict[str, Recipe]:
-    """The bundled models' recipes, by model name."""
-    return {path.stem: load_recipe(str(path)) for path in sorted(BUNDLED_RECIPES.glob("*.json"))}
+class BundledRecipes(Mapping[str, Recipe]):
+    """The bundled models' recipes by model name (``BUNDLED``): every file in BUNDLED_RECIPES is named at once, and
+    read when its model is first used. A damaged one (a broken install) then stops only the runs that use it, with one
+    line that names the file and says to reinstall, and importing rr-fast still works."""
+
+    def names(self) -> list[str]:
+        return sorted(path.stem for path in BUNDLED_RECIPES.glob("*.json"))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def __getitem__(self, name: str) -> Recipe:
+        if name not in self:
+            raise KeyError(name)
+        try:
+            return _load_file(BUNDLED_RECIPES / f"{name}.json")
+        except RecipeError as error:
+            raise RecipeError(f"{error} (a file of rr-fast itself, which is damaged: reinstall rr-fast)") from None
+
+
+def bundled_recipes() -> BundledRecipes:
+    """The bundled models' recipes, by model name (``BUNDLED``)."""
+    return BUNDLED
 
 
 def recipe_for(model: str, recipe: str | None = None) -> Recipe:
@@ -252,15 +402,15 @@ def recipe_for(model: str, recipe: str | None = None) -> Recipe:
     own RECIPE_FILE, else the bundled model's, else the paper's configuration."""
     if recipe is not None:
         return load_recipe(str(recipe))
-    if model in bundled_recipes():
-        return bundled_recipes()[model]
-    folder = Path(model).expanduser()
-    if (folder / RECIPE_FILE).is_file():
-        return load_recipe(str(folder))
+    if model in BUNDLED:
+        return BUNDLED[model]
+    inside = Path(model).expanduser() / RECIPE_FILE
+    if inside.exists() or inside.is_symlink():  # anything by that name is read, or refused in one line
+        return _load_file(inside)
     return Recipe(model=model, source="the paper's configuration")
 
 
 PAPER = Recipe(model="", source="the paper's configuration")
 
 
-BUNDLED: dict[str, Recipe] = bundled_recipes()  # the bundled models' recipes, by name
+BUNDLED = BundledRecipes()  # the bundled models' recipes, by name

@@ -22,7 +22,11 @@ from rr_fast.errors import RRFastError, UsageError
 from rr_fast.models.hf import quiet_transformers
 from rr_fast.scoring.backends import plain
 from rr_fast.scoring.backends.base import Crossing, Forward, length_dependent_rope
-from rr_fast.scoring.backends.torch_crossing import CrossingMasses, fused_attention_available
+from rr_fast.scoring.backends.torch_crossing import (
+    CrossingMasses,
+    fused_attention_available,
+    fused_attention_requested,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once on a GPU: 64 MiB in fp32, whatever the vocabulary
@@ -120,10 +124,11 @@ class TorchBackend:
         self.prefers_device_readouts = device != "cpu"
         self._views: dict[int, nn.Module] = {}
         self.notes: tuple[str, ...] = ()
-        # the attention readout's attention on CUDA: one fused Triton kernel (rr_fast.kernels.crossing_attention),
-        # where Triton is installed; elsewhere the explicit probabilities of torch_crossing. An attribute, so that a
-        # benchmark can time both paths on one loaded model.
-        self.fused_attention = device.startswith("cuda") and fused_attention_available()
+        # the attention readout's attention: on CUDA with Triton and RR_FAST_FUSED_ATTENTION=1, one fused Triton
+        # kernel (rr_fast.kernels.crossing_attention); else the explicit probabilities of torch_crossing. An
+        # attribute, so that a benchmark can time both paths on one loaded model.
+        cuda = device.startswith("cuda")
+        self.fused_attention = cuda and fused_attention_requested() and fused_attention_available()
 
     @classmethod
     def load(

@@ -4,13 +4,14 @@ The decoder modules (``plain.Attention``) call ``crossing_attention`` in place o
 ``CrossingMasses`` request; the MLX backend has its own (``mlx.crossing_attention``), and tests/test_mlx.py holds the
 two together. Probabilities are formed explicitly in float32, a tile of queries at a time (``base.attention_tile``;
 a sliding-window layer forms only the keys its window reaches), and only the masses leave a tile. On CUDA with
-Triton the request asks for the fused kernel instead (``rr_fast.kernels.crossing_attention``), which computes the
-same output and masses without forming the probabilities in memory; tests/test_fused_attention.py holds the two
-together.
+Triton, where ``RR_FAST_FUSED_ATTENTION=1`` switches it on, the request asks for the fused kernel instead
+(``rr_fast.kernels.crossing_attention``), which computes the same output and masses without forming the probabilities
+in memory; tests/test_fused_attention.py holds the two together.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -57,6 +58,15 @@ class CrossingMasses:
         depends only on the request, so it is formed once per forward, not in every layer."""
         ends = torch.stack([torch.minimum(self.edges + span, self.lengths[:, None]) for span in self.spans], dim=-1)
         return (ends - self.edges[..., None]).clamp(min=1)[:, None]
+
+
+FUSED_ATTENTION_SWITCH = "RR_FAST_FUSED_ATTENTION"  # =1: the fused kernel, on CUDA with Triton
+
+
+def fused_attention_requested() -> bool:
+    """Whether the fused kernel was switched on (``RR_FAST_FUSED_ATTENTION=1``). It is off unless asked for: it has
+    been checked against the explicit path only in Triton's interpreter on a CPU, never run on a real GPU."""
+    return os.environ.get(FUSED_ATTENTION_SWITCH, "").strip() not in ("", "0")
 
 
 def fused_attention_available() -> bool:

@@ -1,0 +1,189 @@
+"""Ctrl-C and SIGTERM stop a command at any moment of its life: while Python imports it, before the workers start,
+while they start, while they write shards, and as the run ends. Each is one line on stderr and exit 130 (143 for
+SIGTERM), no worker's traceback, and a corpus run so stopped finishes with --resume as an uninterrupted run would.
+
+The signal goes to the whole process group, as a terminal's Ctrl-C does. The commands run with SIGINT at its
+default, as a terminal's foreground job has it: a shell starts a background job with SIGINT ignored, its children
+inherit that, and Python (like any program) then never sees Ctrl-C; a suite started in the background would
+otherwise fail here for a reason outside rr-fast."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow")
+from test_corpus import make_texts, options, read_output, write_jsonl  # noqa: E402
+
+from rr_fast.corpus.command import main as corpus_main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESUME = "rr-fast: interrupted; continue with --resume"
+NOTHING_WRITTEN = "rr-fast: interrupted (nothing written)"
+AFTER_THE_END = "rr-fast: interrupted after the command had finished; its output is complete"
+STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def foreground() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def handles_sigterm(pid: int) -> bool:
+    """Whether the process has a handler of its own for SIGTERM (its first line installs one; Python's start-up,
+    before it, is Python's own and not rr-fast's to answer)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        caught = next(line for line in status if line.startswith("SigCgt"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+class Run:
+    """The corpus command in its own process group; its stderr lines gathered as they come."""
+
+    def __init__(self, data: Path, out: Path, tiny: str, workers: int, *more: str):
+        command = [sys.executable, "-m", "rr_fast.corpus", str(data), "-o", str(out), "--workers", str(workers)]
+        self.process = subprocess.Popen(
+            [*command, "--shard-docs", "16", *more, *options(tiny)],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=foreground,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.lines.append(line.decode("utf-8", "replace").rstrip("\n"))
+
+    def signal(self, signum: int) -> bool:
+        """Whether the signal was sent: the group may be gone already."""
+        try:
+            os.killpg(self.process.pid, signum)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def wait(self) -> tuple[int, list[str]]:
+        try:
+            status = self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            pytest.fail(f"no exit 120 s after the signal; stderr so far: {self.lines[-20:]}")
+        self.reader.join(timeout=30)
+        return status, self.lines
+
+
+def reach(run: Run, moment: str, out: Path) -> None:
+    """Wait until the run reaches ``moment`` (at most 120 s)."""
+    deadline = time.monotonic() + 120
+    reached = {
+        "importing": lambda: handles_sigterm(run.process.pid),  # its first line ran; the command is importing
+        "locked": lambda: out.exists() and any(out.iterdir()),  # the output folder taken, no worker yet
+        "workers starting": lambda: len(children(run.process.pid)) >= 2,  # the resource tracker and a worker
+        "first shard": lambda: any(out.glob("part-*.parquet")),
+        "ending": lambda: any(line.startswith("rr-fast: ") and " documents, " in line for line in run.lines),
+    }[moment]
+    while not reached() and run.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("corpora")
+
+    def corpus(name: str, repeats: int) -> Path:
+        return write_jsonl(folder / name, [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(40) * repeats)])
+
+    # long enough that a signal sent at the first shard finds the run going; short enough to end soon
+    return {"long": corpus("long.jsonl", 100), "short": corpus("short.jsonl", 4)}
+
+
+CASES = [
+    ("importing", signal.SIGINT, 2),
+    ("locked", signal.SIGINT, 2),
+    ("workers starting", signal.SIGINT, 2),
+    ("first shard", signal.SIGINT, 2),
+    ("first shard", signal.SIGTERM, 2),
+    ("first shard", signal.SIGINT, 1),
+    ("first shard", signal.SIGTERM, 1),
+    ("ending", signal.SIGINT, 2),
+    ("ending", signal.SIGTERM, 1),
+]
+
+
+@pytest.mark.parametrize("moment, signum, workers", CASES, ids=[f"{m}-{s.name}-{w}" for m, s, w in CASES])
+def test_a_signal_at_any_moment_stops_the_run_in_one_line(tiny, corpora, tmp_path, moment, signum, workers):
+    data = corpora["short" if moment == "ending" else "long"]
+    out = tmp_path / "out"
+    run = Run(data, out, tiny, workers)
+    reach(run, moment, out)
+    sent = run.signal(signum)
+    status, lines = run.wait()
+    if moment == "ending":  # the run had finished: its summary stands, and the signal is answered after it
+        assert lines[:1] and " documents, " in lines[0], lines
+        if sent and status != 0:
+            assert (status, lines[1:]) == (STATUS[signum], [AFTER_THE_END])
+        else:
+            assert (status, lines[1:]) == (0, [])
+        return
+    assert status == STATUS[signum], lines
+    assert len(lines) == 1 and lines[0] in (RESUME, NOTHING_WRITTEN), lines
+    if out.exists() and any(out.iterdir()):  # the run had begun: --resume finishes it, as one run would have
+        assert corpus_main([str(data), "-o", str(out), "--shard-docs", "16", "-q", "--resume", *options(tiny)]) == 0
+        assert len(read_output(out)) > 0
+
+
+def test_a_worker_that_dies_fails_the_run_at_once_in_one_line(tiny, corpora, tmp_path):
+    out = tmp_path / "out"
+    run = Run(corpora["long"], out, tiny, 2)
+    reach(run, "first shard", out)
+    workers = [c for c in children(run.process.pid) if b"multiprocessing.spawn" in _cmdline(c)]
+    assert workers
+    os.kill(workers[0], signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    status, lines = run.wait()
+    assert status == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("rr-fast: error: worker ") and "ended unexpectedly (exit code -9)" in lines[0]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_ctrl_c_under_ray_is_one_line_and_resumable(tiny, corpora, tmp_path):
+    """A local Ray instance started by the run: Ray's own progress lines come first, the last is rr-fast's; no
+    traceback from the driver or a Ray worker, and --resume on one machine finishes the run."""
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    run = Run(corpora["long"], out, tiny, 1, "--ray", "local")
+    deadline = time.monotonic() + 120
+    while not any("Starting execution" in line for line in run.lines) and time.monotonic() < deadline:
+        time.sleep(0.01)  # Ray is reading or chunking the documents
+    run.signal(signal.SIGINT)
+    status, lines = run.wait()
+    assert status == 130 and lines[-1] == RESUME, lines[-5:]
+    assert not any("Traceback" in line for line in lines), lines
+    data = corpora["long"]
+    assert corpus_main([str(data), "-o", str(out), "--shard-docs", "16", "-q", "--resume", *options(tiny)]) == 0
+    assert len({row["doc_id"] for row in read_output(out)}) == 4000
