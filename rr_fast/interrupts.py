@@ -94,8 +94,9 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
         end_process(interrupted_status(interrupt))
     try:
         status = main(argv)
-    except KeyboardInterrupt as interrupt:  # the command had finished and said so; it was ending
-        status = _after_the_end(interrupted_status(interrupt))
+    except KeyboardInterrupt as interrupt:  # just before or after the command's own boundary (``run_command``)
+        _say("interrupted")
+        status = interrupted_status(interrupt)
     end_process(status)
 
 

@@ -140,8 +140,8 @@ def test_a_signal_at_any_moment_stops_the_run_in_one_line(tiny, corpora, tmp_pat
     status, lines = run.wait()
     if moment == "ending":  # the run had finished: its summary stands, and the signal is answered after it
         assert lines[:1] and " documents, " in lines[0], lines
-        if sent and status != 0:
-            assert (status, lines[1:]) == (STATUS[signum], [AFTER_THE_END])
+        if sent and status != 0:  # almost always after the command returned; else as it left its boundary
+            assert status == STATUS[signum] and lines[1:] in ([AFTER_THE_END], ["rr-fast: interrupted"]), lines
         else:
             assert (status, lines[1:]) == (0, [])
         return
