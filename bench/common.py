@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Where the report modules write their generated sections (bench/notebook/NAME.md); bench/RESULTS.md, the current
+# Where the report modules write their generated sections (bench/notebook/*.md); bench/RESULTS.md, the current
 # record, is written by hand from them and no generator writes it.
 NOTEBOOK = REPO_ROOT / "bench" / "notebook"
 # The model of the benchmarks' unprefixed options and their token unit (chunk lengths, the peers' chunk sizes):

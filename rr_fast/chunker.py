@@ -43,7 +43,7 @@ class Chunker:
     ``options`` override its fields by name; or ``config`` is a ``Resolved`` that a caller (the CLI, the corpus
     command, an adapter) resolved already, used as is. ``folder``: the model's folder, where the caller has
     resolved the model name already; ``tokenizer``: the model's tokenizer where the caller loads it (the command line
-    loads it in a helper process while torch imports: ``rr_fast.tokenizer.TokenizerProcess``). The defaults come
+    loads it in a helper process while torch imports: ``rr_fast.text.tokenizer.TokenizerProcess``). The defaults come
     from the quality benchmark (bench/RESULTS.md): the bundled model, its readout, window and calibrated cut
     penalty. ``num_chunks`` switches from the open-count
     objective to a fixed count. Every option is checked before the model loads.

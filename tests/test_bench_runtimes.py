@@ -1,5 +1,5 @@
 """The optimised-runtime benchmark (bench/speed/runtimes.py) on a tiny random Llama: the exported decoder runs
-in ONNX Runtime and OpenVINO inside the unchanged engine and gives torch's scores and chunks. No timing is
+in ONNX Runtime and OpenVINO inside the unchanged ``WindowScorer`` and gives torch's scores and chunks. No timing is
 asserted; the real numbers are in bench/results/cpu_runtimes.json."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rr_fast
+import rr_fast.chunker
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text.edges import clean_edges
 from rr_fast.text.tokens import tokenize
@@ -27,19 +27,34 @@ PROSE = (
 )
 
 
+def assert_tiles(text: str, chunks) -> None:
+    """The chunks' offsets are their text's, and they tile ``text``: each starts where the one before ended, the
+    first at 0 and the last at its end, none empty."""
+    assert chunks and chunks[0].start == 0 and chunks[-1].end == len(text)
+    assert all(before.end == after.start for before, after in zip(chunks, chunks[1:]))
+    assert all(text[c.start : c.end] == c.text and c.start < c.end for c in chunks)
+
+
 def test_chunks_are_verbatim_with_offsets(chunker):
     chunks = chunker.chunk(PROSE)
     assert "".join(c.text for c in chunks) == PROSE
     assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert_tiles(PROSE, chunks)
     for chunk in chunks:
-        assert PROSE[chunk.start : chunk.end] == chunk.text
         assert 4 <= chunk.token_count <= 24
     assert sum(c.token_count for c in chunks) == len(tokenize(chunker.tokenizer, PROSE))
     assert all(c.score is not None for c in chunks[:-1]) and chunks[-1].score is None
 
 
-def test_deterministic(chunker):
-    assert chunker.chunk(PROSE) == chunker.chunk(PROSE)
+def test_deterministic(tiny):
+    """Two Chunkers built apart with the same options (each loading the model) give the same chunks and scores."""
+    options = {"model": tiny, "backend": "torch", "limits": Limits(4, 24, 12, 0.02), "penalty": 0.5}
+    one, other = Chunker(**options), Chunker(**options)
+    assert one.chunk(PROSE) == other.chunk(PROSE)
+    first, second = one.score(PROSE), other.score(PROSE)
+    assert np.array_equal(first.chars, second.chars) and first.readouts.keys() == second.readouts.keys()
+    for name, values in first.readouts.items():
+        np.testing.assert_array_equal(values, second.readouts[name])
 
 
 def test_fixed_count(tiny):
@@ -47,14 +62,32 @@ def test_fixed_count(tiny):
     assert len(chunks) == 5 and "".join(c.text for c in chunks) == PROSE
 
 
-def test_api_functions_reuse_the_model(tiny):
-    first = rr_fast.chunk(PROSE, model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
-    again = rr_fast.chunk(PROSE, model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
-    assert first == again
-    scores = rr_fast.score(PROSE, model=tiny, backend="torch", readout="rr+lr")
-    assert set(scores.readouts) == {"rr", "lr"}
-    assert np.isfinite(scores.readouts["rr"]).mean() > 0.9
-    assert all(PROSE[c - 1 : c + 1] for c in scores.chars)
+def test_api_functions_load_the_model_once_per_options(tiny, monkeypatch):
+    """rr_fast.chunk and rr_fast.score keep what they load: calls with the same options load the model once, other
+    options load it once more, and calls with either again load nothing."""
+    loads = []
+    load = rr_fast.chunker._load
+    monkeypatch.setattr(rr_fast.chunker, "_load", lambda *args, **kwargs: loads.append(args) or load(*args, **kwargs))
+    rr_fast._chunker.cache_clear()  # what earlier tests loaded, so every load of this test is counted
+    options = {"model": tiny, "backend": "torch", "limits": Limits(4, 24, 12, 0.02)}
+    first = rr_fast.chunk(PROSE, **options)
+    again = rr_fast.chunk(PROSE, **options)
+    scores = rr_fast.score(PROSE, **options)
+    assert len(loads) == 1 and first == again
+    both = rr_fast.score(PROSE, model=tiny, backend="torch", readout="rr+lr")
+    assert len(loads) == 2  # other options: another model load
+    assert rr_fast.chunk(PROSE, **options) == first
+    rr_fast.score(PROSE, model=tiny, backend="torch", readout="rr+lr")
+    assert len(loads) == 2  # both kept
+
+    assert_tiles(PROSE, first)
+    chars = scores.chars.tolist()
+    assert chars == sorted(set(chars)) and 0 < chars[0] and chars[-1] < len(PROSE)
+    cuts = {c.end for c in first[:-1] if not c.forced}
+    assert cuts and cuts <= set(chars)  # every cut the DP chose is a scored edge
+    assert set(both.readouts) == {"rr", "lr"}
+    assert np.isfinite(both.readouts["rr"]).mean() > 0.9
+    np.testing.assert_array_equal(both.chars, scores.chars)  # the same candidate edges, whatever the readout
 
 
 def test_empty_text_is_an_error(chunker):
@@ -91,7 +124,7 @@ def test_any_text_round_trips_within_limits(chunker, text):
         return
     chunks = chunker.chunk(text)
     assert "".join(c.text for c in chunks) == text
-    assert all(c.text for c in chunks)
+    assert_tiles(text, chunks)
     n = sum(c.token_count for c in chunks)
     edges = clean_edges(text, tokenize(chunker.tokenizer, text)).tokens
     if feasible(n, edges, chunker.limits):

@@ -20,6 +20,7 @@ from rr_fast.models.recipes import BUNDLED, RECIPE_FILE, load_recipe
 from rr_fast.models.weights import weights_fingerprint
 
 TRAINING = 48  # texts: enough documents and edges for the five folds
+AGREEMENT_FLOOR = 0.1  # Spearman of a distilled head with its teacher; the tiny model's measure 0.20-0.22
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,33 @@ def test_the_recipe_holds_a_head_per_layer_count_tied_to_the_weights(distilled, 
     for layers, head in recipe.heads.items():
         assert len(head["weights"]) == layers * 4 * len(head["spans"])  # 4 attention heads per layer
         assert head["weights_sha256"] == weights_fingerprint(tiny, layers)
-        assert -1 <= head["agreement"]["cross_fitted_spearman"] <= 1
+        # The head ranks edges as its teacher does, measured on documents it was not fitted on (cross-fitting). On
+        # this tiny random model both heads give a Spearman of 0.20-0.22 and share 0.50 of the teacher's best quarter
+        # of edges (chance: 0 and about 0.25); fitted to features shuffled against their edges, they give -0.04 and
+        # 0.23. The floors sit between the two, so only a head that has stopped learning its teacher fails.
+        assert head["agreement"]["cross_fitted_spearman"] >= AGREEMENT_FLOOR
+        assert head["agreement"]["cross_fitted_top_quarter"] >= 0.35
         assert "not calibrated on labelled text" in head["penalty"]["from"]
     assert recipe.penalties["attention", max(recipe.heads[4]["spans"]), 8] == recipe.heads[4]["penalty"]["value"]
+
+
+def test_the_distilled_head_agrees_with_its_teacher_on_texts_it_never_saw(distilled, tiny):
+    """The recipe's head, run by a Chunker, against the teacher run by another (the model's lr at the same step):
+    their mean per-document Spearman on 36 texts the head was not fitted on. The tiny model measures 0.21
+    (documents 0.04-0.34, chance 0); a head fitted to features shuffled against their edges measures -0.20."""
+    from scipy.stats import spearmanr
+
+    texts = make_texts(TRAINING + 36)[TRAINING:]  # make_texts repeats only after 84: these are new texts
+    documents = [" ".join(texts[k : k + 6]) for k in range(0, 36, 6)]
+    common = {"model": tiny, "backend": "torch", "step": 8}
+    student, teacher = Chunker(recipe=str(distilled), **common), Chunker(readout="lr", **common)
+    agreement = []
+    for document in documents:
+        head, lr = student.score(document), teacher.score(document)
+        assert np.array_equal(head.chars, lr.chars)  # the same candidate edges
+        scored = np.isfinite(lr.readouts["lr"])
+        agreement.append(spearmanr(head.readouts["attention"][scored], lr.readouts["lr"][scored]).statistic)
+    assert np.mean(agreement) >= AGREEMENT_FLOOR, agreement
 
 
 def test_the_recipe_runs_the_one_pass_readout_from_the_command_line(distilled, tiny, sample, capsys):

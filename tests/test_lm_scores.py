@@ -1,6 +1,6 @@
 """bench.quality.lm_scores against the paper-faithful loop, on a tiny random Llama with the SmolLM2 tokenizer.
 
-The scorer batches, re-indexes and groups what rr_fast.reference computes one edge at a time; these tests
+The scorer batches, re-indexes and groups what bench.reference computes one edge at a time; these tests
 check that the batched RR and LR equal the reference, and that KL and the passive scores equal their
 definitions computed directly from stock forward calls.
 """

@@ -313,7 +313,7 @@ def test_variants_weight_readouts_and_lift_sentence_ends():
 def test_default_rule_picks_best_calibration_and_flags_a_stale_bundled_default():
     """bench.quality.report: the default is the product option with the best calibration recovery (evaluation
     numbers never count; exact ties go to the shorter window); controls and combinations are not candidates,
-    and the report says when rr_fast.models.BUNDLED does not hold the pick."""
+    and the report says when rr_fast.models.recipes.BUNDLED does not hold the pick."""
     from bench.quality.report import bundled_method, product_options, selection_table
     from rr_fast.models.recipes import DEFAULT_MODEL
 

@@ -1,4 +1,4 @@
-"""rr_fast.ray on a local two-CPU Ray instance: the same chunks as the single-machine corpus run."""
+"""rr_fast.corpus.ray on a local two-CPU Ray instance: the same chunks as the single-machine corpus run."""
 
 from __future__ import annotations
 

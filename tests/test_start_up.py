@@ -45,10 +45,16 @@ def test_the_helper_leaves_ctrl_c_to_its_parent(tiny):
 
 
 def test_a_tokenizer_that_fails_to_load_fails_at_its_first_answer(tmp_path):
+    """The helper's load failure is raised at the first answer as the tokenizers library's own error: the one that
+    loading the file here raises, of the same type and with the same words (where in the JSON it broke)."""
     (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(Exception) as here:
+        JSONTokenizer(tmp_path / "tokenizer.json")
+    assert "line 1 column 2" in str(here.value)  # the JSON parser's words: not an error of rr-fast's own
     with TokenizerProcess(tmp_path / "tokenizer.json") as there:
-        with pytest.raises(Exception, match="expected|key"):
+        with pytest.raises(type(here.value)) as raised:
             assert there.bos_token_id is None  # never reached: the load failed
+        assert type(raised.value) is type(here.value) and str(raised.value) == str(here.value)
     with TokenizerProcess(tmp_path / "tokenizer.json") as there:
         there.helper.process.kill()
         with pytest.raises(RRFastError, match="the process loading the tokenizer ended unexpectedly"):

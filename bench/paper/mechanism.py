@@ -4,7 +4,7 @@ model's local predictions least?
 For every source (eight Gutenberg books, and the four Rust ownership files read as one source "rust") two
 deterministic passages are scored by each bundled model with bench.quality.lm_scores. Every method picks
 the same number of cuts K = round(n / 192) over the same eligible edges with the fixed-count DP
-(rr_fast.segment.segment, default hard limits), and its KL margin is
+(rr_fast.segmentation.dp.segment, default hard limits), and its KL margin is
 
     M_KL(C) = mean d_KL over eligible edges left inside chunks  -  mean d_KL over the chosen cuts C
 

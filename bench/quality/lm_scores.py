@@ -1,7 +1,7 @@
 """LM-based edge scores for the quality benchmark: RR at every layer, LR, output KL and passive baselines.
 
 For each stream and model this writes ``<out>/<model>/<stream id>.npz`` holding the candidate edges
-(``edge_tokens``, ``edge_chars``, ``num_tokens``, from ``rr_fast.text.candidate_edges(step=8)``) and one
+(``edge_tokens``, ``edge_chars``, ``num_tokens``, from ``rr_fast.text.edges.candidate_edges(step=8)``) and one
 float64 array per method over those edges, oriented so that larger means "better place to cut":
 
 - ``rr_L{l}`` for every decoder layer l (Eq. 1) and ``rr`` at the default layer (75% of depth);
@@ -11,9 +11,9 @@ float64 array per method over those edges, oriented so that larger means "better
   ``attention_isolation``.
 
 Where each score comes from: RR (every layer), LR and the reset-prefix controls are rr-fast's own
-``Engine``, extended by ``bench.engine.ResearchEngine`` (``layers``, ``ScoreConfig.reset_prefix``,
+``WindowScorer``, extended by ``bench.engine.ResearchEngine`` (``layers``, ``reset_prefix``,
 ``local_prefix``): the benchmark measures the product, not a copy of it. What is benchmark-only stays here, on
-public functions: KL reads the final states of the engine's reset windows through its ``on_windows`` observer
+public functions: KL reads the final states of ``ResearchEngine``'s reset windows through its ``on_windows`` observer
 (no second reset pass), and the uninterrupted text gets one more pass (``bench.engine.forward_layers``, in eager
 attention so that the RR layer's attention weights come with it) for the full-context distributions and the
 passive comparators.
@@ -89,7 +89,7 @@ def method_names(layers: list[int]) -> list[str]:
 
 
 class LMScorer:
-    """Scores the candidate edges of texts with one loaded model: the product engine's RR (every layer) and
+    """Scores the candidate edges of texts with one loaded model: the product scorer's RR (every layer) and
     LR, and the benchmark's KL and passive comparators from the same reset windows."""
 
     def __init__(

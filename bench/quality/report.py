@@ -234,7 +234,7 @@ PRODUCT_OPTION = re.compile(r"(?P<readout>rr\+lr|rr|lr)(?:@w(?P<window>\d+))?|rr
 def product_options(results: dict, model: str) -> list[dict]:
     """The configurations rr-fast offers for one model (readout, window, RR layer), best calibration first.
 
-    This is the rule that chooses the bundled defaults (rr_fast.models.BUNDLED): the highest mean clean-unit
+    This is the rule that chooses the bundled defaults (rr_fast.models.recipes.BUNDLED): the highest mean clean-unit
     recovery on the calibration streams at each option's own calibrated ρ. The evaluation streams play no
     part; an exact tie goes to the cheaper option (shorter window, then a plain RR readout, which skips the
     LM head). Reset-prefix controls and combinations with other models or MiniLM are not product options.

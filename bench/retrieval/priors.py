@@ -1,8 +1,8 @@
 """``python -m bench.retrieval.priors``: the structure priors against retrieval, on the published condition.
 
 The default with its heading path embedded, at its default limits (48/192/384), chunked with each variant of
-``rr_fast.structure.PRIORS`` in turn on the scores ``python -m bench.retrieval`` cached (run that first: only the DP
-runs here); recall@5 and IoU@5 on the calibration and evaluation questions, with the paired interval against the
+``rr_fast.text.structure.PRIORS`` in turn on the scores ``python -m bench.retrieval`` cached (run that first: only the
+DP runs here); recall@5 and IoU@5 on the calibration and evaluation questions, with the paired interval against the
 shipped priors. RESULTS, "Structure priors for retrieval", holds the table.
 """
 

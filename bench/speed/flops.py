@@ -108,7 +108,8 @@ def engine_work(
     batch_tokens: int | None = None,
     normalizer: str = "full",
 ) -> dict[str, Work]:
-    """Work of ``Engine.score`` on n tokens: the full pass in blocks, then one padded row per edge.
+    """Work of a scorer's ``score`` (``rr_fast.scoring``) on n tokens: the full pass in blocks, then one padded row
+    per edge.
 
     RR alone stops after ``layer`` layers and skips the LM head; any LR readout runs the whole depth and
     the head on the rows whose next token is scored. With ``batch_tokens`` the window rows are batched as
@@ -171,7 +172,7 @@ def scorer_work(scorer, n: int, edges: np.ndarray) -> dict[str, Work]:
 
 
 def reference_work(n: int, edges: np.ndarray, *, prefix: int, window: int, depth: int) -> dict[str, Work]:
-    """Work of ``rr_fast.reference.reference_scores``: one full-depth stock forward (logits at every
+    """Work of ``bench.reference.reference_scores``: one full-depth stock forward (logits at every
     position) over the whole text, then one per edge over its unpadded window."""
     full = Work()
     full.add_rows(1, prefix + n, depth, prefix + n)

@@ -12,9 +12,10 @@ Measured, all in the same run:
     correctness  fp32 tiny random Llama / Qwen3 / Gemma 3 with BOS: the engine against the per-edge reference
                  on the same device (max |Δ| per readout)
     matmul       bf16 GEMM throughput at the engine's shapes (the roof)
-    per-edge     rr_fast.reference.reference_scores: one full-depth stock forward per edge (the paper's loop),
+    per-edge     bench.reference.reference_scores: one full-depth stock forward per edge (the paper's loop),
                  the first document's full pass plus ``--loop-edges`` edges, extrapolated per edge
-    engine       rr_fast.engine.Engine, RR and LR at two window batch sizes, as a ratio to the per-edge loop
+    engine       rr_fast.scoring.windows.WindowScorer, RR and LR at two window batch sizes, as a ratio to the
+                 per-edge loop
 
 Writes ``speed_gpu.json`` into ``--out`` (default: $OUT where the device runner sets it, else bench/out).
 """

@@ -5,7 +5,7 @@
 For each size (MB of text, built into /tmp from the Gutenberg passages of the benchmark data, never into the
 repository) every measurement runs in a fresh process, so its peak RSS (``ru_maxrss``) is its own:
 
-- ``stages``: read the file (rr_fast.io), tokenize it in pieces (rr_fast.text.tokenize), find candidate and
+- ``stages``: read the file (rr_fast.io), tokenize it in pieces (rr_fast.text.tokens.tokenize), find candidate and
   fallback edges; the peak after each stage, with the SmolLM2 tokenizer.
 - ``whole``: the same file tokenized in one call (the baseline, same run: what a naive reader does).
 - ``cli``: the whole command line, ``python -m rr_fast.chunk FILE -o /tmp/...``, with a tiny random Llama behind

@@ -1,7 +1,7 @@
 """Optimised CPU runtimes (ONNX Runtime, OpenVINO) against the torch backend, end to end on benchmark streams.
 
 An optimised CPU runtime is worth adopting only if it is at least 1.5× faster for the same scores. Each arm here
-is a backend for the unchanged ``Engine``, so every arm runs exactly the engine's full-pass blocks and
+is a backend for the unchanged ``WindowScorer``, so every arm runs exactly the scorer's full-pass blocks and
 right-padded reset-window batches ([B, W], positions re-indexed from 0):
 
 - ``torch``: the plain modules in fp32, the baseline of every ratio;
@@ -121,7 +121,7 @@ def openvino_runner(path: Path, threads: int, precision: str = "f32") -> Runner:
 
 
 class RuntimeBackend:
-    """An Engine backend whose decoder runs in another runtime; its metadata and LR's head are the torch
+    """A ``WindowScorer`` backend whose decoder runs in another runtime; its metadata and LR's head are the torch
     backend's. ``runner(depth)`` gives the runtime's function for the graph that stops after ``depth`` layers."""
 
     def __init__(self, name: str, reference: TorchBackend, runner: Callable[[int], Runner]):

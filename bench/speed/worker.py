@@ -6,7 +6,7 @@ prints the result as one JSON line prefixed by ``RESULT``. Job kinds:
 
     engine     Chunker.chunk() on n tokens: model load, warm-up, one timed run, the stage split, memory,
                FLOPs, and the matmul peak measured afterwards in the same process (same dtype, threads)
-    reference  rr_fast.reference.reference_scores on the same text: the full pass plus the first
+    reference  bench.reference.reference_scores on the same text: the full pass plus the first
                ``sample_edges`` edges are timed, the rest is extrapolated per edge
     startup    import time, Chunker construction from the warm cache, no GGUF conversion
     profile    torch.profiler over the engine's scoring of n tokens, grouped by kind of op
@@ -507,7 +507,7 @@ if __name__ == "__main__":
 
 
 def capturing(score_many, captured: dict):
-    """``Engine.score_many`` that also keeps the last document's length, edges and scores in ``captured``:
+    """A scorer's ``score_many`` that also keeps the last document's length, edges and scores in ``captured``:
     the same calls and results, for the FLOP count and the agreement rows."""
 
     def run(documents, progress=None):

@@ -137,7 +137,8 @@ def _paragraphs(paragraphs, budget: int = CHAPTER_SIDE) -> list[str]:
 
 
 def word_starts(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Every place a word starts after whitespace, and the boundary ``Level`` rr_fast.structure gives a cut there."""
+    """Every place a word starts after whitespace, and the boundary ``Level`` rr_fast.text.structure gives a cut
+    there."""
     from rr_fast.text.structure import analyse, levels
 
     starts = np.array([i for i in range(1, len(text)) if text[i - 1].isspace() and not text[i].isspace()])
@@ -145,7 +146,7 @@ def word_starts(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sentence_starts(text: str) -> tuple[int, ...]:
-    """Where each sentence starts (after a sentence end or a writer's break), by rr_fast.structure's reading."""
+    """Where each sentence starts (after a sentence end or a writer's break), by rr_fast.text.structure's reading."""
     from rr_fast.text.structure import Level
 
     starts, marks = word_starts(text)

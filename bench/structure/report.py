@@ -1,7 +1,7 @@
 """Metrics, prior calibration and tables of the structured benchmark (model scores come from the cache).
 
 Passages: for every method, each cut (moved past whitespace to where the next chunk's text starts) is
-classified with rr_fast.structure's reading of the document: inside a code fence or table (split into units
+classified with rr_fast.text.structure's reading of the document: inside a code fence or table (split into units
 that fit within the maximum and units that do not), between a heading and its first block, mid-sentence
 (a word or token boundary: not a sentence end or a writer's break), or clean. Wiki-50: P_k and WindowDiff
 (segeval, sentence units, window counts pooled over documents) against the top-level sections; a cut inside

@@ -501,7 +501,7 @@ class RunConfig:
     text_field: str
     shard_docs: int
     chunker: dict  # Chunker keyword arguments, as given (JSON-able)
-    prepare: str = "auto"  # where documents are tokenized and prepared (rr_fast.corpus.PREPARE); not in the output
+    prepare: str = "auto"  # where documents are tokenized and prepared (rr_fast.corpus.run.PREPARE); not in the output
     follow_symlinks: bool = False  # folder inputs: follow links that lead outside the folder (``folder_entries``)
 
     @cached_property

@@ -102,9 +102,9 @@ class ParsedRecords:
 
 
 def _folder_records(batch):
-    """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``corpus_files.folder_entries``) → documents,
-    each file read in the Ray task, as ``rr_fast.corpus`` reads it but for the inode check: a task may run on another
-    machine, whose view of a shared filesystem need not number inodes as the driver's does."""
+    """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``rr_fast.corpus.files.folder_entries``) →
+    documents, each file read in the Ray task, as ``rr_fast.corpus`` reads it but for the inode check: a task may run
+    on another machine, whose view of a shared filesystem need not number inodes as the driver's does."""
     entries = zip(*(batch.column(name).to_pylist() for name in ("doc_id", "path", "skipped")))
     return _record_table([entry_record(FolderEntry(i, p and Path(p), why)) for i, p, why in entries])
 
@@ -140,7 +140,7 @@ class ChunkActor:
 
 
 def scan_datasets(datasets: list[Any], shard_docs: int = 1) -> Scan:
-    """``rr_fast.corpus_files.scan`` of the documents: Ray tasks hash each document, and only its id, whether it
+    """``rr_fast.corpus.files.scan`` of the documents: Ray tasks hash each document, and only its id, whether it
     was readable and its digest travel to the driver, in input order."""
 
     def entries():
@@ -183,7 +183,7 @@ def chunk_dataset(
     batch_size: int = 64,
 ) -> Any:
     """Chunk a ``ray.data.Dataset`` of documents (``id_field``, ``text_field`` columns) into a Dataset of
-    chunk rows (rr_fast.corpus.COLUMNS plus ``error``, set on one row per document that failed).
+    chunk rows (rr_fast.corpus.files.COLUMNS plus ``error``, set on one row per document that failed).
 
     chunker: Chunker keyword arguments (ChunkerConfig fields; ``limits`` may be a dict), or a ``Resolved``
     configuration; either is resolved once, here, and every actor runs that resolution. actors: the actor
@@ -242,7 +242,8 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str, follow_syml
     Parquet through Ray's reader, JSONL line by line in Ray tasks with ``rr_fast.corpus``'s own parser (a bad line
     is an error document, as on one machine; Ray's JSON reader would fail the whole run), URLs such as s3:// go to
     Ray as they are; folders' files are listed by the driver with ``rr_fast.corpus``'s rules (links and special
-    files: ``corpus_files.folder_entries``) and read in Ray tasks, one document per entry, skipped ones included.
+    files: ``rr_fast.corpus.files.folder_entries``) and read in Ray tasks, one document per entry, skipped ones
+    included.
     Not one Dataset for all: ``Dataset.union`` interleaves its inputs' rows even when told to preserve order.
     """
     ray = _ray()

@@ -194,8 +194,8 @@ def _selected(config: RunConfig, worker: int, workers: int, skip: set[int], repe
 
 
 def prepared_documents(preparer, selected: Iterable[tuple[int, Record]]) -> Iterator[tuple[int, Record, object]]:
-    """(shard, document, its ``rr_fast.document.Record`` or the error that stops it) for each selected document,
-    tokenized and prepared by ``preparer`` (an unreadable document's text is None: an error)."""
+    """(shard, document, its prepared ``rr_fast.text.documents.Document`` or the error that stops it) for each
+    selected document, tokenized and prepared by ``preparer`` (an unreadable document's text is None: an error)."""
     pending: deque = deque()
 
     def texts():

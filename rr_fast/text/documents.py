@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the configuration is resolved above this layer and handed d
     from rr_fast.config import ChunkerConfig
 
 BOM = "\ufeff"
-# texts read and tokenized together, up to this many or this many characters (the engine keeps about as many
+# texts read and tokenized together, up to this many or this many characters (a scorer keeps about as many
 # documents of a few hundred tokens open on a CPU anyway)
 PREPARE_GROUP, PREPARE_CHARS = 32, 1 << 20
 # The fixed-count DP keeps a (K + 1) × (edges + 2) float64 table; beyond this, refuse rather than thrash.

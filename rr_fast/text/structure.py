@@ -252,7 +252,7 @@ def _lines_between(structure: Structure, previous: int, line: int) -> slice:
 
 
 # Fallback tiers: the DP uses a cut of tier t only where no set of cuts of lower tiers keeps the limits
-# feasible (each tier costs more than everything below it can gain, see rr_fast.segment.segment_tiered).
+# feasible (each tier costs more than everything below it can gain, see rr_fast.segmentation.dp.segment_tiered).
 TIERS = (
     "a sentence end or a writer's break",
     "a word boundary",

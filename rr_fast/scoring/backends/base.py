@@ -17,7 +17,7 @@ import numpy as np
 @dataclass
 class Forward:
     """What one forward pass returns (None when not asked for): numpy arrays, or the backend's own device
-    arrays where the engine reads on the device (``device_readouts``).
+    arrays where the scorer reads on the device (``device_readouts``).
 
     hidden: [B, T, d] states after ``layer`` decoder layers (after the final norm when layer == depth,
         matching ``hidden_states[layer]`` of a stock forward).

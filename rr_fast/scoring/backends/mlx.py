@@ -160,7 +160,7 @@ class MLXBackend:
         self.softcap = config.get("final_logit_softcapping")
         # tokens per forward call: on a GPU 16,384, which ran the default faster than 4,096 on MLX's CUDA backend
         # (bench/RESULTS.md, "MLX"; not measured on Metal), its attention probabilities held to a tile
-        # (_ExplicitAttention); on a CPU the engine's 4,096
+        # (crossing_attention); on a CPU the scorers' default of 4,096
         self.preferred_batch_tokens = 16384 if mx.default_device() == mx.gpu else 4096
 
     @classmethod

@@ -426,7 +426,7 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 class TorchReadouts:
-    """The engine's array operations (rr_fast.readouts.HostReadouts) on torch tensors, on their device.
+    """The scorer's array operations (rr_fast.scoring.windows.HostReadouts) on torch tensors, on their device.
 
     Sums run in float32 on the device (the host path also sums in float32; it divides in float64),
     and one float per edge comes back.
