@@ -15,6 +15,9 @@
 ``ShortlistScorer`` is the two-stage scoring the benchmarks measured: cheap RR on every edge, the readout on a
 shortlist. ``research_chunker`` builds a ``Chunker`` whose scorer is one of these, for the options only the
 benchmarks take (``RESEARCH_OPTIONS``). Their ``rr`` and ``lr`` are the product's own computation.
+``research_config`` resolves the product's options with a recipe's reading options beside them (readout, window,
+penalty, ...: what a user sets in a recipe file, and the benchmarks sweep); ``paper_scoring`` is the paper's
+reset-window settings, for code that drives a ``WindowScorer`` directly.
 ``forward_layers`` is the one torch call behind layer sweeps and final states: several layers' states, the final
 states and one layer's attention weights.
 """
@@ -22,6 +25,7 @@ states and one layer's attention weights.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -30,11 +34,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
+from rr_fast.config import ChunkerConfig, Reading, Resolved
 from rr_fast.errors import UsageError
 from rr_fast.scoring.backends.base import Backend, Forward
 from rr_fast.scoring.backends.torch import TorchBackend
-from rr_fast.scoring.windows import HOST_READOUTS, WindowBatch, WindowScorer, WindowSettings, window_layout
+from rr_fast.scoring.windows import WindowBatch, WindowScorer, WindowSettings, window_layout
 from rr_fast.text.tokens import tokenize
 
 # sees each window batch and its final states at the window positions ([B, W, d], what the LM head reads;
@@ -141,9 +147,8 @@ class ResearchEngine(WindowScorer):
         if head:
             raise UsageError("the focused normalizer does not combine with layer sweeps or final states")
         layers = self.state_layers or ((self.layer,) if "rr" in self.settings.readouts else ())
-        on_device = self.ops is not HOST_READOUTS
         out = forward_layers(
-            self.backend, ids, positions, layers, targets, final=self.observer is not None, on_device=on_device
+            self.backend, ids, positions, layers, targets, final=self.observer is not None, on_device=self.on_device
         )
         if self.state_layers is None and out.hidden is not None:
             out = replace(out, hidden=out.hidden[:, :, 0])
@@ -270,35 +275,88 @@ def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, c
     return out
 
 
-# The options only the benchmarks take, beside the product's (``research_chunker``): skip (the recipe's, else the
+# The options only the benchmarks take, beside the product's (``research_chunker``): dtype int8 (``quantize_int8``),
+# skip (the recipe's, else the
 # paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with shortlist_window, and positions
 # auto|original|reindex (auto: re-index RoPE models)
 RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window", "positions")
 
 
+def research_config(**options: Any) -> Resolved:
+    """``ChunkerConfig`` options and a recipe's reading options (``rr_fast.config.Reading``: readout, window, layer,
+    step, normalizer, context, penalty, dtype, length_weight) side by side, resolved: the reading options over the
+    recipe's, checked as a recipe's preset is (``ChunkerConfig.resolve``)."""
+    reading = {name: options.pop(name) for name in list(options) if name in Reading.__dataclass_fields__}
+    return ChunkerConfig().replace(**options).resolve(reading)
+
+
+def paper_scoring(**changes: Any) -> WindowSettings:
+    """The reset-window settings the product resolves for a model without a recipe (the paper's W, s and RR, every
+    other option at its default), with ``changes``: for code that drives a ``WindowScorer`` directly."""
+    return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
+
+
 def research_chunker(**options: Any):
-    """A ``rr_fast.Chunker`` of the product's ``options``, whose scorer also takes the ``RESEARCH_OPTIONS`` given:
-    the product resolves and loads as usual, then its ``scorer`` (a public attribute: any ``Scorer``) is replaced by a
-    ``ResearchEngine`` or ``ShortlistScorer`` over the same loaded model and settings."""
+    """A ``rr_fast.Chunker`` of the product's ``options`` and reading options (``research_config``), whose scorer also
+    takes the ``RESEARCH_OPTIONS`` given: the product resolves and loads as usual, and its scorer hook
+    (``Chunker(scorer=...)``) puts a ``ResearchEngine`` or ``ShortlistScorer`` over the same loaded model and settings
+    in place of the product's scorer."""
     from rr_fast import Chunker
+    from rr_fast.models.names import resolve
+    from rr_fast.text.tokenizer import load_tokenizer
 
     research = {name: options.pop(name) for name in RESEARCH_OPTIONS if options.get(name) is not None}
-    chunker = Chunker(**options)
-    product = chunker.scorer
-    if not isinstance(product, WindowScorer):
-        if research:
-            raise UsageError(f"{', '.join(research)} run reset windows: not with the attention readout")
-        return chunker
-    settings = replace(product.settings, skip=research.get("skip", product.settings.skip))
-    prefix = reset_prefix_ids(research.get("reset_prefix", "none"), chunker.tokenizer, product.prefix.tolist())
-    reindex = {"auto": None, "original": False, "reindex": True}[research.get("positions", "auto")]
-    bos = product.prefix.tolist()
-    if research.get("shortlist") is not None:
-        window = research.get("shortlist_window", 24)
-        chunker.scorer = ShortlistScorer(product.backend, bos, settings, research["shortlist"], window)
-    elif settings != product.settings or prefix or reindex is not None:
-        chunker.scorer = ResearchEngine(product.backend, bos, settings, reset_prefix=prefix, reindex=reindex)
-    return chunker
+    int8 = options.get("dtype") == "int8"
+    resolved = research_config(**(options | ({"dtype": "float32"} if int8 else {})))
+    folder = resolve(resolved.config.model)
+    reset_prefix = research.get("reset_prefix", "none")
+    tokenizer = load_tokenizer(folder) if reset_prefix != "none" else None  # the reset prefix's ids need it first
+
+    def research_scorer(product):
+        if not isinstance(product, WindowScorer):
+            if research:
+                raise UsageError(f"{', '.join(research)} run reset windows: not with the attention readout")
+            return product
+        settings = replace(product.settings, skip=research.get("skip", product.settings.skip))
+        bos = product.prefix.tolist()
+        prefix = reset_prefix_ids(reset_prefix, tokenizer, bos)
+        reindex = {"auto": None, "original": False, "reindex": True}[research.get("positions", "auto")]
+        if research.get("shortlist") is not None:
+            window = research.get("shortlist_window", 24)
+            return ShortlistScorer(product.backend, bos, settings, research["shortlist"], window)
+        if settings != product.settings or prefix or reindex is not None:
+            return ResearchEngine(product.backend, bos, settings, reset_prefix=prefix, reindex=reindex)
+        return product
+
+    backend = None
+    if int8:  # the float32 model with its decoder's linear layers in dynamic int8, on the CPU
+        backend = TorchBackend.load(folder, dtype="float32", device="cpu")
+        quantize_int8(backend.model)
+    return Chunker(resolved, folder=folder, tokenizer=tokenizer, backend=backend, scorer=research_scorer)
+
+
+def quantize_int8(model: nn.Module) -> None:
+    """Dynamic int8 for the decoder's linear layers, a lever measured and not adopted by the product: int8 weights,
+    activations quantized per call (PyTorch's
+    fbgemm/oneDNN kernels). The LM head stays float32: LR's log-normalizer reads its weights in cache-sized
+    tiles, and its logits are where int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU",
+    "Levers and runtimes") gives the speed and the score drift this buys on a CPU."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    head = model.get_output_embeddings()
+    linears = {
+        name: module for name, module in model.named_modules() if isinstance(module, nn.Linear) and module is not head
+    }
+    if not linears:  # GPT-2's Conv1D layers, say
+        raise UsageError(f"int8 needs nn.Linear layers; {type(model).__name__} has none: use float32")
+    for module in linears.values():
+        # quantize_dynamic converts exact nn.Linear only; plain's subclass differs only in skipping random init
+        module.__class__ = nn.Linear
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works here
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, dict.fromkeys(linears, default_dynamic_qconfig), inplace=True)
+    assert all(isinstance(module, DynamicLinear) for name, module in model.named_modules() if name in linears)
 
 
 def reset_prefix_ids(name: str, tokenizer, bos: list[int]) -> tuple[int, ...]:
@@ -335,7 +393,7 @@ def forward_layers(
     attention_layer: int | None = None,
     on_device: bool = False,
 ) -> LayerForward:
-    """One full-depth call of the torch backend's decoder over right-padded rows (as ``TorchBackend.forward``):
+    """One full-depth call of the torch backend's decoder over right-padded rows (as ``TorchBackend.run``):
     the states after each of ``layers`` (stacked [B, T, L, d], in the order asked), the final normed states when
     ``final``, log-probabilities of ``targets``, and with ``attention_layer`` that layer's head-averaged attention
     weights ([B, T, T]). ``on_device`` returns torch tensors where they were computed.
@@ -356,7 +414,7 @@ def forward_layers(
     hidden = out_of(torch.stack([out.hidden_states[layer] for layer in layers], dim=2)) if layers else None
     logprobs = None
     if targets is not None:
-        logprobs = backend.observed_logprobs(out.last_hidden_state, targets)
+        logprobs = backend.head.logprobs(out.last_hidden_state, targets)[0]
         logprobs = logprobs if on_device else logprobs.cpu().numpy()
     weights = captured.get("weights")
     return LayerForward(

@@ -1,8 +1,15 @@
 """rr-fast: Right Reset chunking.
 
 A boundary is good where a causal LM's processing of the next tokens barely changes when everything before
-them is removed. ``chunk()`` and ``score()`` load the model on first use and keep it for later calls with
-the same options; ``Chunker`` gives explicit control over that lifetime.
+them is removed. ``chunk()`` and ``score()`` load the model for the call, unless a ``Chunker`` with the same
+configuration is alive (``rr_fast.chunker.shared_chunker``); hold a ``Chunker`` to keep the model loaded.
+
+Where each kind of extension goes, one module and at most one registration line each:
+- a readout: a module in ``rr_fast/scoring/`` that registers itself (``rr_fast.scoring.readouts``);
+- a backend: a module in ``rr_fast/scoring/backends/`` and its line in ``REGISTERED`` there;
+- a model family: a module in ``rr_fast/models/families/`` and its line in ``FAMILIES`` there;
+- a front end: a module that resolves a ``ChunkerConfig`` once and calls ``Chunker.chunk_many``
+  (``rr_fast/integrations/common.py`` is the whole pattern).
 
 The names below are imported when first used, not with the package: ``python -m rr_fast.corpus`` and the other
 commands import ``rr_fast`` before anything of theirs runs, and answer Ctrl-C in one line only from their own
@@ -12,45 +19,38 @@ first line on (``rr_fast.interrupts``).
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rr_fast.chunker import Chunk, Chunker, ChunkResult, Scores
-    from rr_fast.config import PRESETS, ChunkerConfig, Resolved
-    from rr_fast.errors import RRFastError
-    from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
+    from rr_fast.config import ChunkerConfig
+    from rr_fast.errors import RRFastError, UsageError
     from rr_fast.segmentation.dp import Limits
     from rr_fast.view import plot, render_html
 
+# what users call, and where it lives
 _WHERE = {
-    "BUNDLED": "rr_fast.models.recipes",
-    "DEFAULT_MODEL": "rr_fast.models.recipes",
-    "PRESETS": "rr_fast.config",
     "Chunk": "rr_fast.chunker",
     "ChunkResult": "rr_fast.chunker",
     "Chunker": "rr_fast.chunker",
     "ChunkerConfig": "rr_fast.config",
     "Limits": "rr_fast.segmentation.dp",
     "RRFastError": "rr_fast.errors",
-    "Resolved": "rr_fast.config",
     "Scores": "rr_fast.chunker",
+    "UsageError": "rr_fast.errors",
     "plot": "rr_fast.view",
     "render_html": "rr_fast.view",
 }
 
 __all__ = [
-    "BUNDLED",
-    "DEFAULT_MODEL",
-    "PRESETS",
     "Chunk",
     "ChunkResult",
     "Chunker",
     "ChunkerConfig",
     "Limits",
     "RRFastError",
-    "Resolved",
     "Scores",
+    "UsageError",
     "chunk",
     "plot",
     "render_html",
@@ -70,26 +70,26 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_WHERE])
 
 
-def chunk(text: str, *, config: ChunkerConfig | None = None, preset: str | None = None, **options: Any) -> ChunkResult:
-    """Split ``text`` into verbatim chunks with Right Reset; options are ``ChunkerConfig``'s fields.
+def chunk(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> ChunkResult:
+    """Split ``text`` into verbatim chunks with Right Reset; options are ``ChunkerConfig``'s fields (``preset="fast"``,
+    ``max_tokens=256``), over ``config`` where given.
 
-    ``preset`` names a configuration (``PRESETS``: quality, balanced, fast) that ``options`` override.
     The result is a list of ``Chunk`` with ``.warnings`` (for example a text shorter than ``min_tokens``).
+
+    The model is loaded for this call and freed after it, unless a ``Chunker`` with the same configuration is alive,
+    which is then used. For repeated use, hold one: ``chunker = Chunker(**options)``, then ``chunker.chunk(text)``
+    (while it is held, ``rr_fast.chunk`` with the same options uses it too).
     """
-    from rr_fast.config import chunker_config
+    from rr_fast.chunker import shared_chunker
+    from rr_fast.config import ChunkerConfig
 
-    return _chunker(chunker_config(preset, config, **options).resolve()).chunk(text)
-
-
-def score(text: str, *, config: ChunkerConfig | None = None, preset: str | None = None, **options: Any) -> Scores:
-    """Readout values of every candidate edge of ``text``; options are ``ChunkerConfig``'s fields."""
-    from rr_fast.config import chunker_config
-
-    return _chunker(chunker_config(preset, config, **options).resolve()).score(text)
+    return shared_chunker((config or ChunkerConfig()).replace(**options).resolve()).chunk(text)
 
 
-@lru_cache(maxsize=4)
-def _chunker(resolved: Resolved) -> Chunker:
-    from rr_fast.chunker import Chunker
+def score(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> Scores:
+    """Readout values of every candidate edge of ``text``; options are ``ChunkerConfig``'s fields. The model is loaded
+    as ``chunk`` loads it: for the call, unless a ``Chunker`` with the same configuration is alive."""
+    from rr_fast.chunker import shared_chunker
+    from rr_fast.config import ChunkerConfig
 
-    return Chunker(resolved)
+    return shared_chunker((config or ChunkerConfig()).replace(**options).resolve()).score(text)

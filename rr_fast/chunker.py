@@ -4,28 +4,34 @@ text → tokens and candidate edges (``text``) → readout values (``scoring``: 
 picks, over a backend) → utilities and the DP (``segmentation``) → chunks (``results``). The model loads once per
 ``Chunker``; ``chunk()``/``score()`` run one text and ``chunk_many()``/``score_many()`` many, with the model calls of
 several texts batched together. Every path goes through the same steps.
+
+A loaded model is shared in one place, ``shared_chunker``: ``rr_fast.chunk()``, ``rr_fast.score()`` and the adapters
+use a ``Chunker`` of the same configuration that is still alive (one a user or an adapter holds), else load one for
+as long as they hold it. Nothing keeps a model that nobody holds.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import weakref
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rr_fast.config import ChunkerConfig, Resolved, chunker_config
+from rr_fast.config import ChunkerConfig, Resolved
 from rr_fast.errors import RRFastError, UsageError, first_line
-from rr_fast.models.cache import bos_prefix, cache_dir, hub_hint, model_type, resolve
+from rr_fast.models.cache import cache_dir
+from rr_fast.models.families import bos_prefix
+from rr_fast.models.names import hub_hint, model_type, resolve
 from rr_fast.models.recipes import RecipeError
 from rr_fast.results import Chunk, ChunkResult, Scores, assemble
-from rr_fast.scoring import readout_parts
-from rr_fast.scoring.crossing import CrossingScorer, CrossingSettings, load_head
+from rr_fast.scoring import readout
+from rr_fast.scoring.backends.base import Backend
 from rr_fast.scoring.scorer import Scorer
-from rr_fast.scoring.windows import WindowScorer
 from rr_fast.segmentation import cut_document
 from rr_fast.segmentation.calibration import utility
 from rr_fast.segmentation.lengths import MODEL, LengthUnit, load_unit
@@ -37,49 +43,66 @@ __all__ = ["Chunk", "ChunkResult", "Chunker", "Scores"]
 
 
 class Chunker:
-    """Right Reset chunking with one loaded model: ``Chunker(config=None, *, preset=None, folder=None, **options)``.
+    """Right Reset chunking with one loaded model: ``Chunker(config=None, *, folder=None, **options)``.
 
-    ``config`` is a ``ChunkerConfig``, ``preset`` names one (quality, balanced, fast: ``rr_fast.PRESETS``), and
-    ``options`` override its fields by name; or ``config`` is a ``Resolved`` that a caller (the CLI, the corpus
-    command, an adapter) resolved already, used as is. ``folder``: the model's folder, where the caller has
-    resolved the model name already; ``tokenizer``: the model's tokenizer where the caller loads it (the command line
-    loads it in a helper process while torch imports: ``rr_fast.text.tokenizer.TokenizerProcess``). The defaults come
-    from the quality benchmark (bench/RESULTS.md): the bundled model, its readout, window and calibrated cut
-    penalty. ``num_chunks`` switches from the open-count
-    objective to a fixed count. Every option is checked before the model loads.
+    ``config`` is a ``ChunkerConfig`` (its defaults where None), and ``options`` override its fields by name
+    (``preset="fast"``, ``max_tokens=256``); or ``config`` is a ``Resolved`` that a caller (the CLI, the corpus
+    command, an adapter, bench's research chunker) resolved already, used as is. Every option is checked before the
+    model loads. How the model reads boundaries is its recipe's (``config.Reading``), as the quality benchmark chose
+    it (bench/RESULTS.md).
+
+    ``folder``: the model's folder, where the caller has resolved the model name already. ``tokenizer``: the model's
+    tokenizer where the caller loads it (the command line loads it in a helper process while torch imports:
+    ``rr_fast.text.tokenizer.TokenizerProcess``). ``backend``: a backend's name (the configuration's option), or a
+    loaded backend (``rr_fast.scoring.backends.base.Backend``: ``load_backend``'s, or one the caller built) to run
+    instead of loading one; the configuration's backend, dtype, device and pickle options then go unused, and the
+    tokenizer still comes from the model's folder unless ``tokenizer`` is given. ``scorer``: the research hook, a
+    function given the scorer the configuration picks and returning the one to run (a wrapper of it, or another
+    scorer over its ``backend``: the benchmarks' caches and research scorers).
+
+    Attributes: ``resolved`` (and its ``config``, ``reading`` and ``limits``), ``backend`` (the loaded model),
+    ``bos`` (the token ids in front of every row), ``scorer``, ``tokenizer``, ``timings``.
     """
 
     def __init__(
         self,
         config: ChunkerConfig | Resolved | None = None,
         *,
-        preset: str | None = None,
         folder: str | None = None,
         tokenizer: Any = None,
+        backend: str | Backend | None = None,
+        scorer: Callable[[Scorer], Scorer] | None = None,
         **options: Any,
     ):
+        if isinstance(backend, str):
+            options["backend"], backend = backend, None
         if isinstance(config, Resolved):
-            if preset or options:
-                raise UsageError("a resolved configuration takes no preset or options: resolve them in")
+            if options:
+                raise UsageError("a resolved configuration takes no options: resolve them in")
             self.resolved = config
         else:
-            self.resolved = chunker_config(preset, config, **options).resolve()
+            self.resolved = (config or ChunkerConfig()).replace(**options).resolve()
         cfg = self.config = self.resolved.config
+        self.reading = self.resolved.reading
         self.limits = self.resolved.limits
         unit = None if cfg.length_unit == MODEL else load_unit(cfg.length_unit, None)  # fails before the model
         self.timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
         self.folder = folder or resolve(cfg.model)
-        self.tokenizer, self.scorer = _load(self.folder, self.resolved, self.timings, tokenizer)
+        loaded = _load(self.folder, self.resolved, self.timings, tokenizer, backend)
+        self.tokenizer, self.bos, self.backend, product = loaded
+        self.scorer: Scorer = product if scorer is None else scorer(product)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
-        self.preparer = Preparer(self.tokenizer, cfg, self.limits, self.timings)
+        self.preparer = Preparer(self.tokenizer, self.resolved, self.timings)
         self.timings["model load"] += time.perf_counter() - started
+        if backend is None and scorer is None:  # a chunker of its configuration alone
+            _alive.setdefault(self.resolved, self)
 
     @property
     def notes(self) -> tuple[str, ...]:
         """What the configuration and the backend say about these results: every result repeats them as warnings.
         Read at each call, since a backend may learn something while it runs (a GPU kernel that would not compile)."""
-        return (*self.resolved.notes, *self.scorer.backend.notes)
+        return (*self.resolved.notes, *self.backend.notes)
 
     def chunk(self, text: str, progress: bool = False) -> ChunkResult:
         """Split ``text`` into verbatim chunks; ``"".join(c.text for c in chunks) == text``."""
@@ -134,7 +157,7 @@ class Chunker:
                 yield document
                 continue
             edges = document.scored
-            yield Scores(edges.tokens, edges.chars, values, len(document.tokens), utility(values, self.config.readout))
+            yield Scores(edges.tokens, edges.chars, values, len(document.tokens), utility(values, self.reading.readout))
         if source_failure:
             raise source_failure[0]
 
@@ -183,8 +206,8 @@ class Chunker:
     def _segment(self, document: Document, values: dict[str, np.ndarray]) -> tuple[ChunkResult, Scores]:
         """Utilities, the DP in the length unit, and the chunks with their metadata."""
         started = time.perf_counter()
-        utilities = utility(values, self.config.readout)
-        result = cut_document(document, utilities, self.config, self.limits, self.unit)
+        utilities = utility(values, self.reading.readout)
+        result = cut_document(document, utilities, self.resolved, self.unit)
         chunks = assemble(document, result, utilities, self.config, self.unit, self.notes)
         edges = document.scored
         scores = Scores(edges.tokens, edges.chars, values, len(document.tokens), utilities, chunks.warnings)
@@ -198,28 +221,47 @@ class Chunker:
         and a plausible-looking but arbitrary output).
         """
         scored = self.scorer.must_score(num_tokens, edges)
-        for name in readout_parts(self.config.readout):  # what the chunks use (a benchmark's extras may be NaN)
+        for name in readout(self.reading.readout).parts:  # what the chunks use (a benchmark's extras may be NaN)
             if not np.isfinite(values[name][scored]).all():
                 raise RRFastError(
                     f"the model computed non-finite {name} scores: its weights in {self.folder} are probably "
-                    "damaged (rebuild a cached model with --rebuild-cache) or overflow this dtype (try --dtype float32)"
+                    "damaged (rebuild a cached model with --rebuild-cache) or overflow this dtype (a recipe whose "
+                    "dtype is float32 avoids that)"
                 )
 
 
 _NO_TOKENS = np.zeros(0, dtype=np.int64)
 
+# every Chunker that someone holds, by configuration; an entry goes when its Chunker is no longer referenced
+_alive: weakref.WeakValueDictionary[Resolved, Chunker] = weakref.WeakValueDictionary()
 
-def _load(folder: str, resolved: Resolved, timings: dict[str, float], tokenizer=None) -> tuple[Any, Scorer]:
-    """The tokenizer (``tokenizer``, else the folder's) and the scorer the resolved configuration picks, over the loaded
-    backend. The weights load first: a tokenizer given by the caller may still be loading in another process (its
-    wait is the ``tokenizer load`` in ``timings``)."""
+
+def shared_chunker(resolved: Resolved) -> Chunker:
+    """A ``Chunker`` of ``resolved``: one that is alive already (held by a user or an adapter), else a new one, which
+    loads the model. It lives as long as its holders do."""
+    chunker = _alive.get(resolved)
+    return Chunker(resolved) if chunker is None else chunker
+
+
+def _load(
+    folder: str, resolved: Resolved, timings: dict[str, float], tokenizer=None, loaded: Backend | None = None
+) -> tuple[Any, list[int], Backend, Scorer]:
+    """The tokenizer (``tokenizer``, else the folder's), the BOS prefix, the backend (``loaded``, else the one the
+    configuration names, loaded) and the scorer the resolved configuration picks over it. The weights load first: a
+    tokenizer given by the caller may still be loading in another process (its wait is the ``tokenizer load`` in
+    ``timings``)."""
     from rr_fast.scoring.backends import load_backend
 
     config = resolved.config
     try:
-        loaded = load_backend(
-            config.backend, folder, dtype=config.dtype, device=config.device, allow_pickle=config.allow_pickle
-        )
+        if loaded is None:
+            loaded = load_backend(
+                config.backend,
+                folder,
+                dtype=resolved.reading.dtype,
+                device=config.device,
+                allow_pickle=config.allow_pickle,
+            )
         family = model_type(folder)
     except (RRFastError, MemoryError, KeyboardInterrupt):
         raise
@@ -235,10 +277,8 @@ def _load(folder: str, resolved: Resolved, timings: dict[str, float], tokenizer=
             f"cannot load the tokenizer of {folder}: {first_line(error)}{_cache_advice(folder)}"
         ) from None
     try:
-        if isinstance(resolved.scoring, CrossingSettings):
-            head = load_head(config.recipe_used(), resolved.scoring.layers, folder)
-            return tokenizer, CrossingScorer(loaded, bos, resolved.scoring, head)
-        return tokenizer, WindowScorer(loaded, bos, resolved.scoring)
+        chosen = readout(resolved.reading.readout)
+        return tokenizer, bos, loaded, chosen.scorer(loaded, bos, resolved.scoring, config.recipe_used(), folder)
     except RecipeError:
         raise
     except ValueError as error:

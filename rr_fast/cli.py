@@ -4,7 +4,7 @@ A thin layer over ``Chunker``: arguments, checks, errors. The model, scoring and
 ``ChunkerConfig``. Every option is checked, the output opened and the input read before the model loads; every
 failure, of any exception class, is one line on stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and
 exit 2 for usage errors, 1 otherwise, 130 on Ctrl-C (143 on SIGTERM). stdout carries the result and nothing else:
-what a library prints while the model loads and runs goes to stderr. Input and output live in ``rr_fast.io``.
+what a library prints while the model loads and runs goes to stderr. Input and output live in ``rr_fast.cli_io``.
 
 The other commands (``rr_fast.corpus``, ``rr_fast.distill``) take their parser, config flags and one-line report of a
 failure from here; ``rr-fast corpus ...`` and ``rr-fast distill ...`` run them (``rr_fast.__main__``). Each runs in a
@@ -26,11 +26,11 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from rr_fast.chunker import Chunk, Chunker, Scores
-from rr_fast.config import CHECKS, PRESET_NAMES, ChunkerConfig, Resolved, chunker_config
+from rr_fast.cli_io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
+from rr_fast.config import CHECKS, ChunkerConfig, Reading, Resolved
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.interrupts import interrupted_status, sigterm_as_interrupt
-from rr_fast.io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
-from rr_fast.models.cache import ready_folder, resolve
+from rr_fast.models.names import ready_folder, resolve
 from rr_fast.scoring.backends import check_backend
 from rr_fast.text.edges import printable
 from rr_fast.text.tokenizer import TokenizerProcess, tokenizer_file
@@ -41,8 +41,17 @@ PROG = "rr-fast"
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + message
+        reading = [flag for flag in READING_FLAGS if re.search(rf"{flag}\b", message)]
+        if message.startswith("unrecognized arguments") and reading:
+            message += (
+                f"; {reading[0]} is how the model reads boundaries, which its recipe sets: pick a --preset, or give a "
+                "recipe file that sets it (--recipe; docs/your-own-model.md)"
+            )
         sys.stderr.write(f"{PROG}: error: {message} (see --help)\n")
         sys.exit(2)
+
+
+READING_FLAGS = tuple("--" + spec.name.replace("_", "-") for spec in fields(Reading))
 
 
 def _checked(convert, passes, words: str):
@@ -77,7 +86,7 @@ GROUP_TITLES = {"lengths": "chunk lengths (in --length-unit, model tokens by def
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
-    """``--preset`` and one flag per ChunkerConfig field (``--name-with-dashes``), with its help, type and choices.
+    """One flag per ChunkerConfig field (``--name-with-dashes``), with its help, type and choices.
 
     A flag left out stays None in the parsed arguments, so ``config_from_args`` can tell "not given" (the
     preset's or the default value applies) from "given", even when given the default's value.
@@ -87,14 +96,6 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         meta = spec.metadata
         if meta["group"] not in groups:
             groups[meta["group"]] = parser.add_argument_group(GROUP_TITLES.get(meta["group"], meta["group"]))
-            if meta["group"] == "model":
-                groups["model"].add_argument(
-                    "--preset",
-                    choices=PRESET_NAMES,
-                    help="a named configuration of the model (balanced is the default; bench/RESULTS.md, 'Quality "
-                    "and presets', gives each one's measured recovery and speed); options given explicitly override "
-                    "its values",
-                )
         shown = "" if spec.default is None else f" (default {spec.default})"
         if isinstance(spec.default, bool):
             groups[meta["group"]].add_argument(
@@ -114,10 +115,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def given_options(args: argparse.Namespace) -> dict:
-    """The ChunkerConfig fields set on the command line (not their defaults), plus ``preset`` when given."""
+    """The ChunkerConfig fields set on the command line (not their defaults)."""
     given = {spec.name: getattr(args, spec.name) for spec in fields(ChunkerConfig)}
-    given = {name: value for name, value in given.items() if value is not None}
-    return given | ({"preset": args.preset} if args.preset else {})
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def debugging(args: argparse.Namespace) -> bool:
@@ -140,7 +140,7 @@ def report(error: BaseException, debug: bool = False, interrupted: str = "interr
     if isinstance(error, RRFastError):
         message = one_line(error)
     elif isinstance(error, MemoryError):
-        message = "out of memory: split the input, or lower --batch-tokens or --context (and --num-chunks, if given)"
+        message = "out of memory: split the input, or lower --batch-tokens (and --num-chunks, if given)"
     elif isinstance(error, OSError):
         where = f": {error.filename}" if error.filename else ""
         message = f"{error.strerror or one_line(error)}{where}"
@@ -261,16 +261,16 @@ def run(args: argparse.Namespace) -> None:
 def tokenizer_ahead(args: argparse.Namespace) -> TokenizerProcess | nullcontext:
     """The model's tokenizer loading in a helper process from now on, while this one imports torch and loads the
     weights (``TokenizerProcess``): the first chunk of a page comes a second sooner. Only where that pays: the
-    model's folder is ready (``models.ready_folder``), its tokenizer.json runs as written and is large enough to take
-    a while (Gemma's is 33 MB), and this process may use a second core on a POSIX system. Else a context of
-    None: the ``Chunker`` loads the tokenizer itself."""
+    model's folder is ready (``rr_fast.models.names.ready_folder``), its tokenizer.json runs as written and is large
+    enough to take a while (Gemma's is 33 MB), and this process may use a second core on a POSIX system. Else a
+    context of None: the ``Chunker`` loads the tokenizer itself."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if args.rebuild_cache or args.verify_cache or cores < 2 or os.name != "posix":  # helpers inherit pipes by fd
         return nullcontext()
     try:
         with warnings.catch_warnings():  # config_from_args says them, once
             warnings.simplefilter("ignore")
-            folder = ready_folder(chunker_config(**given_options(args)).model)
+            folder = ready_folder(ChunkerConfig(**given_options(args)).model)
         found = tokenizer_file(folder) if folder else None
     except Exception:  # a bad option or folder: the steps below say what is wrong, in order
         return nullcontext()
@@ -293,7 +293,7 @@ def result_pieces(args: argparse.Namespace, resolved: Resolved, text: str, token
         result, scores = chunker.explain(text, progress=progress)
         title = "rr-fast: " + ("stdin" if args.input == "-" else printable(Path(args.input).name))
         label = unit_label(config.length_unit)
-        pieces = [render_html(text, scores, result, chunker.limits, chunker.config.penalty, label, title)]
+        pieces = [render_html(text, scores, result, chunker.limits, chunker.reading.penalty, label, title)]
     else:
         result = chunker.chunk(text, progress=progress)
         pieces = format_chunks(result, args.format, args.separator)
@@ -354,7 +354,7 @@ def format_scores(scores: Scores, fmt: str) -> Iterator[str]:
 def config_from_args(args: argparse.Namespace) -> Resolved:
     """The options resolved once: a bad value or combination is a usage error (exit 2)."""
     try:
-        return chunker_config(**given_options(args)).resolve()
+        return ChunkerConfig(**given_options(args)).resolve()
     except RRFastError as error:
         raise UsageError(_flag_names(str(error))) from None
 

@@ -1,32 +1,36 @@
-"""Every option of rr-fast with its default, written once: ``ChunkerConfig``.
+"""What a user chooses, written once: ``ChunkerConfig``; how the model reads boundaries: its recipe's ``Reading``.
 
-The CLI builds its flags and help text from these fields, and a preset is a named ``ChunkerConfig``. Options whose
-default depends on the model (readout, layer, window, step, normalizer, dtype, penalty) are ``None`` or ``"auto"``
-here; ``resolve()`` fills them from the model's recipe (``models.recipes``: the bundled model's, a user's, or the
-paper's configuration), checks every value (``CHECKS`` per option, ``RULES`` for the lengths, and each scorer's own
-checks) and derives what the pipeline's parts take: ``Limits`` for the DP and the chosen scorer's settings, which
-declare no defaults of their own. Whatever starts the work (the CLI, the corpus command, Ray, an adapter,
-``Chunker``) resolves once and hands the ``Resolved`` down.
+``ChunkerConfig`` holds the choices of someone who chunks text: the model, its preset, a recipe file, where it runs,
+the chunk lengths and their unit, overlap, structure, a fixed chunk count. The CLI builds its flags and help text
+from these fields. How a model reads boundaries (``Reading``: readout, layer, window, step, normalizer, context, cut
+penalty, dtype, length weight) is the model's recipe's (``models.recipes``): its defaults, or a named preset of it. A
+user changes it with a recipe file of their own (``--recipe``; docs/your-own-model.md), research code by handing
+``resolve`` a reading to lay over the preset (bench's research chunker); both are checked as a recipe's preset is.
 
-To add an option: one ``option(...)`` field below (default, help, CLI group, and ``check`` or ``choices``); the CLI
-flag ``--name-with-dashes`` and its validation follow from it.
+``resolve()`` is the one resolution: it fills the reading from the recipe, asks the readout registry
+(``scoring.readouts``) for the chosen readout's settings, checks every value (``CHECKS`` per option, ``RULES`` for
+the lengths) and derives what the pipeline's parts take: ``Limits`` for the DP and the scorer's settings. Whatever
+starts the work (the CLI, the corpus command, Ray, an adapter, ``Chunker``) resolves once and hands the ``Resolved``
+down.
+
+To add a user's option: one ``option(...)`` field of ``ChunkerConfig`` (default, help, CLI group, and ``check`` or
+``choices``); the CLI flag ``--name-with-dashes`` and its validation follow from it.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any
 
 from rr_fast.errors import RRFastError, UsageError, shown
 from rr_fast.models.recipes import DEFAULT_MODEL, Recipe, bundled_recipes, recipe_for
-from rr_fast.scoring import READOUT_CHOICES
+from rr_fast.scoring import READOUTS, readout
 from rr_fast.scoring.backends import BACKENDS, DTYPES
-from rr_fast.scoring.crossing import ATTENTION, CrossingSettings, crossing_settings
-from rr_fast.scoring.windows import NORMALIZERS, WindowSettings, window_settings
+from rr_fast.scoring.windows import NORMALIZERS
 from rr_fast.segmentation.dp import Limits
 from rr_fast.text.structure import STRUCTURE_CHOICES
 
@@ -56,10 +60,14 @@ def option(default: Any, group: str, help: str, check: str | None = None, choice
     return field(default=default, metadata={"group": group, "help": help, "check": check, "choices": choices})
 
 
+PRESET_NAMES = ("quality", "balanced", "fast")  # what --preset offers: every bundled model's; a recipe may name fewer
+
+
 @dataclass(frozen=True)
 class ChunkerConfig:
-    """How rr-fast chunks: model, scoring and chunk lengths. Frozen, so a config can name a preset and key a
-    cache; derive variants with ``replace(**changes)``."""
+    """What a user chooses: the model and how it runs, the chunk lengths, structure and overlap. Frozen, so a config
+    keys a cache; derive variants with ``replace(**changes)``. How the model reads boundaries is its recipe's
+    (module docstring)."""
 
     # model
     model: str = option(
@@ -67,77 +75,35 @@ class ChunkerConfig:
         "model",
         f"bundled name ({', '.join(sorted(bundled_recipes()))}), local HF folder, .gguf file or hub id",
     )
+    preset: str | None = option(
+        None,
+        "model",
+        "a named configuration of the model's recipe: quality, balanced or fast (default: the recipe's own, which "
+        "balanced names; docs/presets.md gives what each costs and recovers)",
+        choices=PRESET_NAMES,
+    )
     recipe: str | None = option(
         None,
         "model",
-        "a recipe file (or a folder holding rr_fast_recipe.json) with the model's defaults, calibrated ρ and distilled "
-        "heads, as python -m rr_fast.distill writes it (default: the bundled model's, or the one in the model folder)",
+        "a recipe file (or a folder holding rr_fast_recipe.json): how the model reads boundaries, its calibrated ρ and "
+        "distilled heads, as python -m rr_fast.distill writes it or docs/your-own-model.md shows (default: the bundled "
+        "model's, or the one in the model folder)",
     )
     backend: str = option("auto", "model", "auto: mlx on Apple silicon, else torch", choices=BACKENDS)
-    dtype: str = option(
-        "auto",
-        "model",
-        "weights and activations; auto: bfloat16 for a model whose recipe was calibrated in it where the hardware has "
-        "it natively (CUDA, Apple silicon, x86 with AVX-512 BF16 or AMX), else float32; int8: dynamic int8 decoder "
-        "matmuls on a CPU (scores drift: see docs)",
-        choices=("auto", *DTYPES),
-    )
     device: str = option("auto", "model", "torch device: auto, cpu, cuda, mps")
     allow_pickle: bool = option(
         False, "model", "let transformers load pickle weights (pytorch_model.bin), which can run code: trusted only"
     )
-    # scoring
-    readout: str | None = option(
-        None,
-        "scoring",
-        "attention (one pass and a distilled head), lr, rr or rr+lr (reset windows: the paper's); default: the "
-        "recipe's, else rr",
-        choices=READOUT_CHOICES,
-    )
-    layer: int | None = option(
-        None,
-        "scoring",
-        "for the attention readout, the layers its head reads (default: the recipe's deepest head); for rr, the "
-        "decoder layer (default: the recipe's, else 75% of depth)",
-        "positive",
-    )
-    window: int | None = option(
-        None,
-        "scoring",
-        "reset window W in tokens (default: the recipe's, else 24); the attention readout reads its head's spans",
-        "positive",
-    )
-    step: int | None = option(
-        None,
-        "scoring",
-        "word-boundary grid step in tokens; sentence ends are candidates at any step (default: the recipe's, else 8)",
-        "positive",
-    )
-    normalizer: str | None = option(
-        None,
-        "scoring",
-        "lr's log-normalizer in the reset windows (default: the recipe's, else full): full (the whole vocabulary, "
-        "exact) or focused (the full pass's 128 most probable tokens at each window position and the window's own "
-        "tokens: far less LM-head work per window token, scores within a few hundredths of a nat)",
-        choices=NORMALIZERS,
-    )
-    context: int = option(2048, "scoring", "guaranteed left context of the full pass, in tokens", "positive")
     batch_tokens: int | None = option(
         None,
-        "scoring",
+        "model",
         "tokens per forward call (default: the backend's choice; lower it if memory runs out)",
         "positive",
     )
-    # chunk lengths, in model tokens
+    # chunk lengths
     min_tokens: int = option(48, "lengths", "shortest chunk", "positive")
     max_tokens: int = option(384, "lengths", "longest chunk (a hard limit)", "positive")
     target_tokens: int = option(192, "lengths", "length the length term pulls towards, T", "positive")
-    length_weight: float = option(
-        0.02, "lengths", "λ: how strongly lengths are pulled towards the target", "finite_non_negative"
-    )
-    penalty: float | None = option(
-        None, "lengths", "cut penalty ρ (default: the recipe's calibrated value, else 1.0)", "finite"
-    )
     num_chunks: int | None = option(None, "lengths", "exactly this many chunks (fixed-count objective)", "positive")
     length_unit: str = option(
         "model",
@@ -159,57 +125,70 @@ class ChunkerConfig:
     )
 
     def replace(self, **changes: Any) -> ChunkerConfig:
-        """A copy with some options changed; an unknown name is one clear error.
+        """A copy with some options changed; an unknown name is one clear error (one of a recipe's reading options
+        says where it belongs).
 
-        ``limits=Limits(...)`` is accepted too and sets the four length options.
+        ``limits=Limits(...)`` is accepted too and sets the three lengths; its length weight λ is the recipe's, so a
+        Limits with another one is refused rather than half applied.
         """
         limits = changes.pop("limits", None)
         if limits is not None:  # a Limits, or its fields as a dict (JSON-able options, e.g. a corpus manifest)
-            changes = {**(limits if isinstance(limits, dict) else asdict(limits)), **changes}
+            lengths = dict(limits if isinstance(limits, dict) else asdict(limits))
+            weight = lengths.pop("length_weight", None)
+            if weight is not None and weight != Reading.__dataclass_fields__["length_weight"].default:
+                changes["length_weight"] = weight  # refused below, with where λ belongs
+            changes = {**lengths, **changes}
         unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        for name in unknown:
+            if name in Reading.__dataclass_fields__:
+                raise UsageError(
+                    f"{name} is how the model reads boundaries, set by its recipe: give a recipe file that sets it "
+                    "(recipe=..., --recipe; docs/your-own-model.md), or pick a preset"
+                )
         if unknown:
             raise UsageError(f"unknown option {unknown[0]!r}; options are {', '.join(f.name for f in fields(self))}")
         return replace(self, **changes)
 
-    def resolve(self) -> Resolved:
-        """The one resolution: the recipe's choices filled in, every value and combination checked, and the
-        pipeline's parts derived. Raises ``UsageError`` naming the first option that fails.
+    def resolve(self, reading: Mapping[str, Any] | None = None) -> Resolved:
+        """The one resolution: the recipe's reading (its preset's, then ``reading`` over it) filled in, every value
+        and combination checked, and the pipeline's parts derived. Raises ``UsageError`` naming the first option that
+        fails.
 
-        The given values are checked first, since the defaults are computed from them.
+        ``reading``: options of ``Reading`` that override the recipe's, checked as a recipe's preset is. Research code
+        sweeps them (bench's research chunker); a user writes them in a recipe file instead. Where it names another
+        readout than the preset's, the preset's ρ (calibrated for its own readout) gives way to the recipe's, and
+        with a readout of another kind so do its window, layer and normalizer.
         """
         for spec in fields(self):
             value = getattr(self, spec.name)
             if value is not None or spec.default is not None:  # None only where it means "the recipe's default"
                 check_option(spec.name, value)
+        overrides = check_preset(dict(reading or {}), "reading")
         recipe = self.recipe_used()
-        readout = self.readout or recipe.readout
-        step = self.step if self.step is not None else recipe.step
-        # each scorer checks the options it reads, and refuses one given that it cannot use
-        if readout == ATTENTION:
-            scoring = crossing_settings(self, recipe)
-            filled = {"layer": scoring.layers, "window": scoring.span, "normalizer": None}
-        else:
-            scoring = window_settings(self, recipe, readout)
-            filled = {"layer": self.layer, "window": scoring.window, "normalizer": scoring.normalizer}
-        rho, note = recipe.penalty(readout, filled["window"], step)
-        config = replace(
-            self,
-            readout=readout,
+        asked = Reading(**_preset_reading(recipe, self.preset, self.model, overrides))
+        chosen = readout(asked.readout or recipe.readout)
+        scoring = chosen.settings(asked, recipe, self)
+        fixed = chosen.fixes(scoring)
+        step = asked.step if asked.step is not None else recipe.step
+        rho, note = recipe.penalty(chosen.name, fixed["window"], step)
+        filled = replace(
+            asked,
+            readout=chosen.name,
             step=step,
-            dtype=self._dtype(recipe),
-            penalty=self.penalty if self.penalty is not None else rho,
-            **filled,
+            dtype=self._dtype(recipe, asked.dtype),
+            penalty=asked.penalty if asked.penalty is not None else rho,
+            **fixed,
         )
-        for spec in fields(config):
-            value = getattr(config, spec.name)
+        for spec in fields(filled):
+            value = getattr(filled, spec.name)
             if value is not None:
                 check_option(spec.name, value)
         for holds, words in RULES:
-            if not holds(config):
-                raise UsageError(words(config))
-        limits = Limits(config.min_tokens, config.max_tokens, config.target_tokens, config.length_weight)
-        notes = (note,) if note and self.penalty is None else ()
-        return Resolved(config, notes, limits, scoring)
+            if not holds(self):
+                raise UsageError(words(self))
+        limits = Limits(self.min_tokens, self.max_tokens, self.target_tokens, filled.length_weight)
+        notes = (note,) if note and asked.penalty is None else ()
+        return Resolved(self, filled, notes, limits, scoring)
 
     def recipe_used(self) -> Recipe:
         """The model's recipe (``models.recipes.recipe_for``); one that cannot be read is a usage error."""
@@ -218,14 +197,87 @@ class ChunkerConfig:
         except RRFastError as error:
             raise UsageError(str(error)) from None
 
-    def _dtype(self, recipe: Recipe) -> str:
+    def _dtype(self, recipe: Recipe, asked: str) -> str:
         """``auto``: bfloat16 for a model whose recipe was calibrated in it, where the hardware has it natively; else
-        float32 (any other model runs the paper's exact float32 unless asked)."""
-        if self.dtype != "auto":
-            return self.dtype
+        float32 (any other model runs the paper's exact float32 unless its recipe says otherwise)."""
+        if asked != "auto":
+            return asked
         from rr_fast.scoring.backends import native_bfloat16
 
         return "bfloat16" if recipe.bfloat16 and native_bfloat16(self.backend, self.device) else "float32"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a model reads boundaries: the recipe's choices, its defaults or a named preset's (module docstring). None
+    asks for the recipe's default; a resolved reading (``Resolved.reading``) has every option its readout uses."""
+
+    readout: str | None = option(
+        None,
+        "reading",
+        "attention (one pass and a distilled head), lr, rr or rr+lr (reset windows: the paper's)",
+        choices=tuple(READOUTS),
+    )
+    layer: int | None = option(
+        None,
+        "reading",
+        "for the attention readout, the layers its head reads (its deepest head's by default); for rr, the decoder "
+        "layer (75% of depth by default)",
+        "positive",
+    )
+    window: int | None = option(
+        None, "reading", "reset window W in tokens; the attention readout reads its head's spans", "positive"
+    )
+    step: int | None = option(
+        None, "reading", "word-boundary grid step in tokens; sentence ends are candidates at any step", "positive"
+    )
+    normalizer: str | None = option(
+        None,
+        "reading",
+        "lr's log-normalizer in the reset windows: full (the whole vocabulary, exact) or focused (the full pass's 128 "
+        "most probable tokens at each window position and the window's own tokens: far less LM-head work per window "
+        "token, scores within a few hundredths of a nat)",
+        choices=NORMALIZERS,
+    )
+    context: int = option(2048, "reading", "guaranteed left context of the full pass, in tokens", "positive")
+    penalty: float | None = option(None, "reading", "cut penalty ρ (default: the recipe's calibrated value)", "finite")
+    dtype: str = option(
+        "auto",
+        "reading",
+        "weights and activations; auto: bfloat16 for a model whose recipe was calibrated in it where the hardware has "
+        "it natively (CUDA, Apple silicon, x86 with AVX-512 BF16 or AMX), else float32",
+        choices=("auto", *DTYPES),
+    )
+    length_weight: float = option(
+        0.02, "reading", "λ: how strongly lengths are pulled towards the target", "finite_non_negative"
+    )
+
+
+# The options of a Reading that belong to its readout's kind: with a readout of another kind (the attention readout
+# for reset windows, or back) they mean something else or nothing, so a preset's values give way to the recipe's
+SCORER_OPTIONS = ("window", "normalizer", "layer", "penalty")
+# What a recipe's preset (and research code's reading) may set: how its model reads boundaries, and nothing else. A
+# recipe may come with a downloaded model folder, so which model, recipe, backend and device run, whether pickle
+# weights load, the lengths and every path stay the user's to choose: a preset that sets one of them is refused
+PRESET_OPTIONS = tuple(f.name for f in fields(Reading))
+
+
+def _preset_reading(recipe: Recipe, preset: str | None, model: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The reading options ``preset`` of ``recipe`` sets (none for its defaults), with ``overrides`` over them; where
+    these name another readout, the preset's options that it makes meaningless give way (``ChunkerConfig.resolve``)."""
+    if preset is None:
+        return overrides
+    if preset not in recipe.presets:
+        owners = ", ".join(sorted(m for m, r in bundled_recipes().items() if preset in r.presets))
+        has = f"its presets are {', '.join(recipe.presets)}" if recipe.presets else "it has no presets"
+        raise UsageError(f"preset {preset!r} is a configuration of {owners}, not of {model}; {has}")
+    options = dict(recipe.presets[preset])
+    asked, named = overrides.get("readout"), options.get("readout") or recipe.readout
+    if asked is not None and asked != named:
+        other_kind = READOUTS[asked].kind != READOUTS[named].kind
+        for option_name in SCORER_OPTIONS if other_kind else ("penalty",):
+            options.pop(option_name, None)
+    return {**options, **overrides}
 
 
 # How the length options combine, checked once on a resolved config: each rule holds, or its words are the error.
@@ -244,92 +296,35 @@ class Resolved:
     Plain frozen data, so it keys caches and crosses process boundaries (corpus workers, Ray actors) as is.
     """
 
-    config: ChunkerConfig  # every option filled in and checked
+    config: ChunkerConfig  # the user's choices, checked
+    reading: Reading  # how the model reads boundaries: every option its readout uses filled in
     notes: tuple[str, ...]  # what the defaults filled in mean for the results (an uncalibrated ρ): warnings
     limits: Limits  # the DP's length rules
-    scoring: CrossingSettings | WindowSettings  # the chosen scorer's settings
+    scoring: Any  # the chosen readout's scorer settings (``scoring.readouts.Readout.settings``)
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""
         return replace(self, config=replace(self.config, device=device))
 
 
-# A preset's options that belong to its scorer: with another kind of readout given (the attention readout for reset
-# windows, or back) they mean something else or nothing, so the preset's values give way to the recipe's defaults
-SCORER_OPTIONS = ("window", "normalizer", "layer", "penalty")
-# The options a recipe's preset may set: how its model reads boundaries, and nothing else. A recipe may come with a
-# downloaded model folder, so which model, recipe, backend and device run, whether pickle weights load, the lengths
-# and every path stay the user's to choose: a recipe whose preset sets one of them is refused (``check_preset``)
-PRESET_OPTIONS = ("readout", *SCORER_OPTIONS, "step", "context", "dtype", "length_weight")
-PRESET_NAMES = ("quality", "balanced", "fast")  # what --preset offers: every bundled model's; a recipe may name fewer
-
-
-def presets(model: str = DEFAULT_MODEL, recipe: str | None = None) -> dict[str, ChunkerConfig]:
-    """A model's named configurations, from its recipe (``rr_fast.PRESETS``: the default model's)."""
-    found = recipe_for(model, recipe)
-    return {name: ChunkerConfig(model=model, recipe=recipe, **options) for name, options in found.presets.items()}
-
-
-def paper_scoring(**changes: Any) -> WindowSettings:
-    """The reset-window settings ``resolve()`` derives for a model without a recipe (the paper's W, s and RR, every
-    other option at its default), with ``changes``: for code that drives a ``WindowScorer`` directly."""
-    return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
-
-
-def chunker_config(preset: str | None = None, config: ChunkerConfig | None = None, **options: Any) -> ChunkerConfig:
-    """A preset, a given config or the defaults, with ``options`` overriding its values: what
-    ``Chunker(config, preset=..., **options)``, ``rr_fast.chunk`` and ``--preset`` build.
-
-    A preset is a model's named configuration, from its recipe: with ``model`` given, that model's preset of that
-    name. Options given with it win, and where the given ``readout`` is another than the preset's, the preset's ρ
-    (calibrated for its own readout) gives way to the recipe's, and with another kind of readout so do its other
-    scorer options."""
-    if config is not None and preset is not None:
-        raise UsageError("pass a config or a preset, not both (a preset is a ChunkerConfig: rr_fast.PRESETS)")
-    if preset is not None and preset not in PRESET_NAMES:
-        raise UsageError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {preset!r}")
-    base = _preset(preset, options) if preset else config if config is not None else ChunkerConfig()
-    return base.replace(**options)
-
-
-def _preset(name: str, options: dict[str, Any]) -> ChunkerConfig:
-    """The preset ``name`` of the model in ``options`` (the default model's where none is given), with the scorer
-    options that the given readout makes meaningless back at the recipe's defaults."""
-    model, recipe = options.get("model", DEFAULT_MODEL), options.get("recipe")
-    try:
-        named = presets(model, recipe)
-    except RRFastError as error:
-        raise UsageError(str(error)) from None
-    if name not in named:
-        owners = ", ".join(sorted(m for m, r in bundled_recipes().items() if name in r.presets))
-        has = f"its presets are {', '.join(named)}" if named else "it has no presets: give its options directly"
-        raise UsageError(f"preset {name!r} is a configuration of {owners}, not of {model}; {has}")
-    preset = named[name]
-    readout = options.get("readout")
-    if readout is None or readout == preset.readout:
-        return preset
-    other_kind = (readout == ATTENTION) != (preset.readout == ATTENTION)
-    dropped = SCORER_OPTIONS if other_kind else ("penalty",)
-    return replace(preset, **{option: None for option in dropped if option not in options})
-
-
 def check_preset(options: Any, label: str) -> dict[str, Any]:
-    """A recipe's preset, checked (``label`` names it in the error): an object that sets only PRESET_OPTIONS, each
-    to a value its option takes, or to None where that means the recipe's default."""
+    """A recipe's preset, or research code's reading, checked (``label`` names it in the error): an object that sets
+    only PRESET_OPTIONS, each to a value its option takes, or to None where that means the recipe's default."""
     if not isinstance(options, dict):
         raise UsageError(f"{label} must be an object of options, got {shown(options)}")
     for name, value in options.items():
         if name not in PRESET_OPTIONS:
             raise UsageError(f"{label} sets {shown(name)}; a preset may set only {', '.join(PRESET_OPTIONS)}")
-        if value is not None or ChunkerConfig.__dataclass_fields__[name].default is not None:
+        if value is not None or Reading.__dataclass_fields__[name].default is not None:
             check_option(name, value, f"{label}: {name}")
     return dict(options)
 
 
 def check_option(name: str, value: Any, label: str | None = None) -> None:
-    """``value`` is one that option ``name`` takes: its type, its choices and its check (None is not); else a
-    UsageError naming ``label`` (the option's name by default) and showing the value in part (``errors.shown``)."""
-    spec = ChunkerConfig.__dataclass_fields__[name]
+    """``value`` is one that option ``name`` (of ``ChunkerConfig`` or ``Reading``) takes: its type, its choices and its
+    check (None is not); else a UsageError naming ``label`` (the option's name by default) and showing the value in
+    part (``errors.shown``)."""
+    spec = {**Reading.__dataclass_fields__, **ChunkerConfig.__dataclass_fields__}[name]
     meta, label = spec.metadata, label or name
     if isinstance(spec.default, bool) and not isinstance(value, bool):
         raise UsageError(f"{label} must be a bool, got {shown(value)}")
@@ -353,16 +348,3 @@ def check_value(check: str, label: str, value: Any) -> None:
         raise UsageError(f"{label} must be at most 10**12 (more than any text holds), got {shown(value)}")
     if isinstance(value, Real) and abs(value) > LARGEST:
         raise UsageError(f"{label} must be between -10**12 and 10**12, got {shown(value)}")
-
-
-def _default_presets() -> dict[str, ChunkerConfig]:
-    """The default model's presets; none where its bundled recipe is damaged, so that importing rr-fast still works
-    and a run of the default model says what is wrong in one line."""
-    try:
-        return presets()
-    except RRFastError:
-        return {}
-
-
-# Last: reading a recipe checks its presets with the checks above
-PRESETS: dict[str, ChunkerConfig] = _default_presets()

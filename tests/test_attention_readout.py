@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from rr_fast.config import ChunkerConfig, chunker_config, paper_scoring
+from bench.engine import paper_scoring, research_config
+from rr_fast.config import ChunkerConfig
 from rr_fast.errors import UsageError
 from rr_fast.models.recipes import BUNDLED, RecipeError
 from rr_fast.scoring.backends import base
-from rr_fast.scoring.backends.base import Crossing
+from rr_fast.scoring.backends.base import Crossing, Request
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.backends.torch_crossing import CrossingMasses
 from rr_fast.scoring.crossing import ATTENTION, CrossingHead, CrossingScorer, CrossingSettings
@@ -63,7 +64,8 @@ def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, 
     ids = np.random.default_rng(0).integers(3, 512, size=41)
     ids[0] = 1
     edges = np.array([1, 2, 5, 17, 30, 38, 40])
-    got = backend.crossing(ids[None], np.arange(41)[None], backend.depth, Crossing(edges[None], np.array([41]), spans))
+    request = Request(crossing=Crossing(edges[None], np.array([41]), spans, backend.depth))
+    got = backend.run(ids[None], np.arange(41)[None], request).masses
     np.testing.assert_allclose(got[0], reference_masses(eager, ids, edges, spans), atol=2e-5)
     request = CrossingMasses(torch.from_numpy(edges[None]), torch.tensor([41]), SPANS)
     with torch.inference_mode():
@@ -108,8 +110,10 @@ def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):
     rows[0], rows[1, :23] = long, short
     edges = np.array([[4, 10, 33], [6, 20, -1]])
     depth = backend.depth
-    both = backend.crossing(rows, np.arange(40)[None], depth, Crossing(edges, np.array([40, 23]), SPANS))
-    alone = backend.crossing(short[None], np.arange(23)[None], depth, Crossing(edges[1:, :2], np.array([23]), SPANS))
+    both_request = Request(crossing=Crossing(edges, np.array([40, 23]), SPANS, depth))
+    both = backend.run(rows, np.arange(40)[None], both_request).masses
+    alone_request = Request(crossing=Crossing(edges[1:, :2], np.array([23]), SPANS, depth))
+    alone = backend.run(short[None], np.arange(23)[None], alone_request).masses
     np.testing.assert_allclose(both[1, :2], alone[0], atol=1e-5)
 
 
@@ -172,21 +176,21 @@ def test_shipped_heads_fit_gemma():
     "options, words",
     [
         ({"model": "someone/their-model", "readout": ATTENTION}, "has none: distill one"),
-        ({"readout": ATTENTION, "layer": 5}, "has heads for --layer 9, 18"),
+        ({"readout": ATTENTION, "layer": 5}, "has heads for layer 9, 18"),
         ({"readout": ATTENTION, "window": 64}, "runs no reset window"),
-        ({"normalizer": "full"}, "takes no --normalizer"),  # the default readout, given a reset-window option
-        ({"preset": "fast", "normalizer": "full"}, "takes no --normalizer"),
+        ({"normalizer": "full"}, "takes no normalizer"),  # the default readout, given a reset-window option
+        ({"preset": "fast", "normalizer": "full"}, "takes no normalizer"),
     ],
 )
 def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
     with pytest.raises(UsageError, match=words):
-        chunker_config(options.pop("preset", None), **options).resolve()
+        research_config(**options)
 
 
 def test_the_readout_that_has_it_takes_a_normalizer():
-    config = ChunkerConfig(readout="lr", normalizer="full").resolve().config
-    assert config.normalizer == "full"
-    assert ChunkerConfig().resolve().config.readout == ATTENTION  # the refusal above is about the default
+    reading = ChunkerConfig().resolve({"readout": "lr", "normalizer": "full"}).reading
+    assert reading.normalizer == "full"
+    assert ChunkerConfig().resolve().reading.readout == ATTENTION  # the refusal above is about the default
 
 
 def test_progress_moves_with_each_full_pass_block(gemma):

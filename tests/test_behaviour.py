@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.engine import research_config
 from rr_fast import Chunker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,10 +94,10 @@ def _floats(values) -> list:
 
 
 def _chunker(options: dict, model: str | None = None) -> Chunker:
-    options = dict(options)
-    preset = options.pop("preset", None)
+    """A Chunker of a case's options: the user's (model, preset, lengths, ...) and how the model reads (readout,
+    window, dtype, ...), which research code lays over the recipe or its preset (``bench.engine.research_config``)."""
     extra = {"model": model, "backend": "torch"} if model else {}
-    return Chunker(preset=preset, **extra, **options)
+    return Chunker(research_config(**extra, **options))
 
 
 def _check(name: str, got: dict) -> None:

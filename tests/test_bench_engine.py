@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from test_engine import random_text
 
-from bench.engine import ResearchEngine, ShortlistScorer, research_chunker, rr_layer_name
-from rr_fast.config import paper_scoring
+from bench.engine import ResearchEngine, ShortlistScorer, paper_scoring, research_chunker, rr_layer_name
 from rr_fast.errors import UsageError
+from rr_fast.scoring.backends.arrays import HOST_ARRAYS
+from rr_fast.scoring.backends.base import Request
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.windows import WindowScorer
 
@@ -78,8 +79,9 @@ def test_local_prefix_rows_and_observer(tiny_model_factory):
     k = len(edges) // 2
     e = int(edges[k])
     row = np.concatenate([[1, 5], ids[e - 2 : e], ids[e : e + 8]])[None]
-    states = backend.forward(row, np.arange(row.shape[1])[None], engine.layer).hidden[0, 4:]
-    full = backend.forward(np.concatenate([[1], ids])[None], np.arange(len(ids) + 1)[None], engine.layer).hidden[0, 1:]
+    states = backend.run(row, np.arange(row.shape[1])[None], Request(engine.layer)).hidden[0, 4:]
+    whole = np.concatenate([[1], ids])[None]
+    full = backend.run(whole, np.arange(len(ids) + 1)[None], Request(engine.layer)).hidden[0, 1:]
     full = full[e : e + 8]
     cosine = (full * states).sum(-1) / np.linalg.norm(full, axis=-1) / np.linalg.norm(states, axis=-1)
     assert got["rr"][k] == pytest.approx(cosine[config.skip :].mean(), abs=1e-5)
@@ -102,8 +104,8 @@ def test_instruments_are_checked(tiny_model_factory):
             ResearchEngine(gpt2, [1], paper_scoring(), **bad)
 
     class ForwardOnly:  # a backend with the base interface alone, as the mlx one is
-        name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
-        max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
+        name, depth, uses_rope, notes, arrays = "forward-only", gpt2.depth, gpt2.uses_rope, (), HOST_ARRAYS
+        max_positions, preferred_batch_tokens, run = gpt2.max_positions, 1024, gpt2.run
 
     ids, edges = random_text(40)
     with pytest.raises(UsageError, match="layer sweeps"):

@@ -8,10 +8,11 @@ import json
 import pytest
 from toy_streams import toy_stream
 
-from bench.engine import RESEARCH_OPTIONS
+from bench.engine import RESEARCH_OPTIONS, research_config
 from bench.quality import pareto
 from bench.quality.pareto import command, report
-from rr_fast.config import PRESETS, ChunkerConfig
+from rr_fast.config import ChunkerConfig
+from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 
 
 def test_default_is_the_fastest_option_within_the_noise_of_the_best():
@@ -50,17 +51,18 @@ def test_calibration_noise_is_the_bootstrap_half_width():
 )
 def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
     """``--preset`` runs exactly the option whose row the Presets table shows; the default is ``balanced``."""
-    fields = ("model", "readout", "window", "step", "layer", "dtype", "normalizer", "penalty")
+    fields = ("readout", "window", "step", "layer", "dtype", "normalizer", "penalty")
     options = pareto.option_config(option)
     research = {name: options.pop(name) for name in RESEARCH_OPTIONS if name in options}
-    scored = ChunkerConfig(**options).resolve()  # ρ: the option's, from the recipe's table
+    scored = research_config(**options)  # ρ: the option's, from the recipe's table
+    chosen = ChunkerConfig(preset=preset, device="cpu").resolve()
     if "skip" in research:  # a reset-window option's skip, which the product takes from its recipe
-        assert research["skip"] == PRESETS[preset].resolve().scoring.skip
-    scored = scored.config
+        assert research["skip"] == chosen.scoring.skip
     # the presets' dtype is auto: bfloat16 on a CPU with native bf16, as the benchmark ran them; float32 elsewhere
-    scored = scored.replace(dtype=ChunkerConfig(dtype=PRESETS[preset].dtype, device="cpu").resolve().config.dtype)
-    chosen = PRESETS[preset].replace(device="cpu").resolve().config
-    assert {f: getattr(chosen, f) for f in fields} == {f: getattr(scored, f) for f in fields}
+    preset_dtype = BUNDLED[DEFAULT_MODEL].presets[preset].get("dtype", "auto")
+    dtype = ChunkerConfig(device="cpu").resolve({"dtype": preset_dtype}).reading.dtype
+    want = {"model": scored.config.model, **{f: getattr(scored.reading, f) for f in fields}, "dtype": dtype}
+    assert {"model": chosen.config.model, **{f: getattr(chosen.reading, f) for f in fields}} == want
 
 
 def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):

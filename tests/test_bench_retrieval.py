@@ -63,13 +63,30 @@ def test_sweep_replays_cached_scores_and_matches_a_chunker_built_with_those_limi
     assert chunker.scorer.seconds(chunker.tokenize(text).ids) > 0
 
 
+def test_a_spec_sets_options_and_reading_options_and_the_reading_keys_the_score_cache(tiny, tmp_path):
+    """``+key=value`` sets a ``ChunkerConfig`` option or a reading option by name, over a model or a preset; scores
+    are cached per reading, except for what only the DP reads (ρ, λ)."""
+    from bench.retrieval.chunkers import cached_chunker, rr_config
+
+    resolved = rr_config(f"{tiny}+backend=torch+max_tokens=64+readout=lr+window=12+penalty=0.5")
+    assert (resolved.config.model, resolved.config.backend, resolved.config.max_tokens) == (tiny, "torch", 64)
+    assert (resolved.reading.readout, resolved.reading.window, resolved.reading.penalty) == ("lr", 12, 0.5)
+    fast = rr_config("preset:fast+step=64")
+    assert (fast.config.preset, fast.reading.step, fast.reading.layer) == ("fast", 64, 9)  # the preset's step is 8
+    folders = {
+        spec: cached_chunker(rr_config(f"{tiny}+backend=torch{spec}"), tmp_path).scorer.folder
+        for spec in ("", "+penalty=0.5+length_weight=0.2", "+window=12")
+    }
+    assert folders[""] == folders["+penalty=0.5+length_weight=0.2"] != folders["+window=12"]
+
+
 def test_limits_in_the_embedders_tokens_share_the_model_scores(tiny, tmp_path):
     """``+length_unit=minilm`` counts the limits in MiniLM's word pieces, sweeps sizes that fit its window, and
     reads the scores of the same configuration in model tokens."""
     from bench.retrieval.chunkers import EMBEDDER_SWEEP, cached_chunker, rr_config, rr_settings
 
     embedder = rr_config(f"{tiny}+backend=torch+length_unit=minilm")
-    assert embedder.length_unit.endswith("tokenizer.json")
+    assert embedder.config.length_unit.endswith("tokenizer.json")
     settings, _ = rr_settings(f"{tiny}+backend=torch+length_unit=minilm", tmp_path)
     assert [s.name.split("@")[1] for s in settings] == [f"{t}/{m}" for _, t, m, _ in EMBEDDER_SWEEP]
     assert max(m for _, _, m, _ in EMBEDDER_SWEEP) <= 254  # MiniLM's 256 with [CLS] and [SEP]

@@ -96,14 +96,15 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
     """The analytic count equals what torch.utils.flop_counter sees in the engine's own calls."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from bench.engine import research_config
     from bench.speed.flops import ModelShape, engine_work
     from rr_fast import Chunker
     from rr_fast.text.edges import candidate_edges
     from rr_fast.text.tokens import tokenize
 
-    chunker = Chunker(model=str(tiny_model), device="cpu", readout="rr")
+    chunker = Chunker(research_config(model=str(tiny_model), device="cpu", readout="rr"))
     tokens = tokenize(chunker.tokenizer, text)
-    edges = candidate_edges(text, tokens, chunker.config.step).tokens
+    edges = candidate_edges(text, tokens, chunker.reading.step).tokens
     engine = chunker.scorer
     with FlopCounterMode(display=False) as counter:
         engine.score(tokens.ids, edges)
@@ -115,8 +116,8 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
         len(tokens),
         edges,
         prefix=len(engine.prefix),
-        window=engine.config.window,
-        skip=engine.config.skip,
+        window=engine.settings.window,
+        skip=engine.settings.skip,
         layer=engine.layer,
         depth=shape.depth,
         context=engine.context,
@@ -126,7 +127,7 @@ def test_engine_flops_match_torch_flop_counter(tiny_model, text):
     expected_linear = sum(w.token_layers for w in work.values()) * shape.linear_per_token_layer
     assert linear == pytest.approx(expected_linear, rel=1e-6)
     if attention:  # the counter charges attention as dense (non-causal) S×S; ours is causal
-        p, width = len(engine.prefix), engine.config.window
+        p, width = len(engine.prefix), engine.settings.window
         dense = (len(tokens) + p) ** 2 + len(edges) * (p + width) ** 2
         assert attention == pytest.approx(dense * engine.layer * shape.attention_per_key_layer, rel=1e-6)
 
@@ -330,7 +331,7 @@ def test_bucketed_forward_gives_the_masses_of_the_plain_forward(tiny_model_facto
     in tiles of 7 queries."""
     from bench.speed.cuda_graphs import BucketedForward
     from rr_fast.scoring.backends import base
-    from rr_fast.scoring.backends.base import Crossing
+    from rr_fast.scoring.backends.base import Crossing, Request
     from rr_fast.scoring.backends.torch import TorchBackend
 
     monkeypatch.setattr(base, "ATTENTION_TILE", 7)
@@ -344,14 +345,14 @@ def test_bucketed_forward_gives_the_masses_of_the_plain_forward(tiny_model_facto
         ids[i, length:] = 0
         chosen = np.sort(rng.choice(np.arange(1, length), size=min(9, length - 1) - i % 3, replace=False))
         edges[i, : len(chosen)] = chosen
-    request = Crossing(edges, lengths, (2, 5, 20))
+    request = Request(crossing=Crossing(edges, lengths, (2, 5, 20), backend.depth))
     positions = np.arange(ids.shape[1])[None]
-    expected = backend.crossing(ids, positions, backend.depth, request)
+    expected = backend.run(ids, positions, request).masses
     decoder = backend.view(backend.depth)  # the module the crossing pass runs (cuda_graphs.decoder_of)
     bucketed = BucketedForward(decoder.forward, graphs=False)
     decoder.forward = bucketed
     try:
-        got = backend.crossing(ids, positions, backend.depth, request)
+        got = backend.run(ids, positions, request).masses
     finally:
         del decoder.forward
     assert bucketed.padded_tokens > bucketed.tokens  # 9 rows ran as 10, 37 tokens as 40, 9 edges as 10

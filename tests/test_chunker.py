@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import string
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_models import recipe_file
 
 import rr_fast.chunker
+from bench.engine import research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text.edges import clean_edges
 from rr_fast.text.tokens import tokenize
@@ -17,7 +20,7 @@ from rr_fast.text.tokens import tokenize
 
 @pytest.fixture(scope="module")
 def chunker(tiny):
-    return Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
+    return Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5))
 
 
 PROSE = (
@@ -49,7 +52,7 @@ def test_chunks_are_verbatim_with_offsets(chunker):
 def test_deterministic(tiny):
     """Two Chunkers built apart with the same options (each loading the model) give the same chunks and scores."""
     options = {"model": tiny, "backend": "torch", "limits": Limits(4, 24, 12, 0.02), "penalty": 0.5}
-    one, other = Chunker(**options), Chunker(**options)
+    one, other = Chunker(research_config(**options)), Chunker(research_config(**options))
     assert one.chunk(PROSE) == other.chunk(PROSE)
     first, second = one.score(PROSE), other.score(PROSE)
     assert np.array_equal(first.chars, second.chars) and first.readouts.keys() == second.readouts.keys()
@@ -62,23 +65,29 @@ def test_fixed_count(tiny):
     assert len(chunks) == 5 and "".join(c.text for c in chunks) == PROSE
 
 
-def test_api_functions_load_the_model_once_per_options(tiny, monkeypatch):
-    """rr_fast.chunk and rr_fast.score keep what they load: calls with the same options load the model once, other
-    options load it once more, and calls with either again load nothing."""
+def test_api_functions_use_a_held_chunker_and_keep_no_model(tiny, tmp_path, monkeypatch):
+    """rr_fast.chunk and rr_fast.score load the model for the call, unless a Chunker of the same configuration is
+    alive: while one is held they use it and load nothing; once nobody holds it, the next call loads again."""
     loads = []
     load = rr_fast.chunker._load
     monkeypatch.setattr(rr_fast.chunker, "_load", lambda *args, **kwargs: loads.append(args) or load(*args, **kwargs))
-    rr_fast._chunker.cache_clear()  # what earlier tests loaded, so every load of this test is counted
-    options = {"model": tiny, "backend": "torch", "limits": Limits(4, 24, 12, 0.02)}
+    options = {"model": tiny, "backend": "torch", "min_tokens": 4, "max_tokens": 24, "target_tokens": 13}
     first = rr_fast.chunk(PROSE, **options)
+    gc.collect()
     again = rr_fast.chunk(PROSE, **options)
+    assert len(loads) == 2 and first == again  # nothing kept between the calls
+    held = Chunker(**options)
     scores = rr_fast.score(PROSE, **options)
-    assert len(loads) == 1 and first == again
-    both = rr_fast.score(PROSE, model=tiny, backend="torch", readout="rr+lr")
-    assert len(loads) == 2  # other options: another model load
+    assert rr_fast.chunk(PROSE, **options) == first and held.chunk(PROSE) == first
+    assert len(loads) == 3  # the held Chunker's load only
+    both = rr_fast.score(
+        PROSE, model=tiny, backend="torch", recipe=recipe_file(tiny, tmp_path / "r.json", readout="rr+lr")
+    )
+    assert len(loads) == 4  # other options: another model load
+    del held
+    gc.collect()
     assert rr_fast.chunk(PROSE, **options) == first
-    rr_fast.score(PROSE, model=tiny, backend="torch", readout="rr+lr")
-    assert len(loads) == 2  # both kept
+    assert len(loads) == 5  # nobody held it: loaded again
 
     assert_tiles(PROSE, first)
     chars = scores.chars.tolist()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
+from tiny_models import SAMPLE_TEXT, recipe_file, run_cli, tiny_options
 
 
 def test_jsonl_chunks(tiny, sample, capsys):
@@ -32,12 +32,13 @@ def test_jsonl_chunks(tiny, sample, capsys):
     assert all(SAMPLE_TEXT[r["start"] : r["end"]] == r["text"] for r in rows)
 
 
-def test_json_text_and_scores(tiny, sample, capsys):
+def test_json_text_and_scores(tiny, sample, tmp_path, capsys):
     code, out, _ = run_cli([sample, *tiny_options(tiny), "--format", "json"], capsys)
     assert code == 0 and "".join(r["text"] for r in json.loads(out)) == SAMPLE_TEXT
     code, out, _ = run_cli([sample, *tiny_options(tiny), "--format", "text", "--separator", "=== cut ==="], capsys)
     assert code == 0 and "=== cut ===\n" in out
-    code, out, _ = run_cli([sample, *tiny_options(tiny), "--emit", "scores", "--readout", "rr+lr"], capsys)
+    both = recipe_file(tiny, tmp_path / "rr+lr.json", readout="rr+lr")
+    code, out, _ = run_cli([sample, *tiny_options(tiny), "--emit", "scores", "--recipe", both], capsys)
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and {"char", "token", "rr", "lr"} <= set(rows[0])
 
@@ -63,11 +64,12 @@ def test_output_file_and_stdin(tiny, sample, tmp_path, capsys, monkeypatch):
         ("latin1", [], "not valid UTF-8"),
         ("ok", ["--max-tokens", "0"], "positive integer"),
         ("ok", ["--min-tokens", "50", "--max-tokens", "40"], "max-tokens"),
-        ("ok", ["--window", "1"], "window"),
-        ("ok", ["--length-weight", "nan"], "finite"),
-        ("ok", ["--readout", "bogus"], "invalid choice"),
+        ("recipe", {"window": 1}, "window must be at least skip + 2"),
+        ("recipe", {"readout": "bogus"}, "readout must be one of"),
+        ("recipe", {"layer": 99}, "layer must be in"),
+        ("ok", ["--window", "96"], "--window is how the model reads boundaries, which its recipe sets"),
+        ("ok", ["--length-weight", "nan"], "give a recipe file that sets it (--recipe"),
         ("ok", ["--model", "no-such-model"], "unknown model"),
-        ("ok", ["--layer", "99"], "layer must be in"),
         ("ok", ["--emit", "scores", "--format", "text"], "jsonl or json"),
     ],
 )
@@ -81,8 +83,10 @@ def test_bad_input_is_one_line_and_writes_nothing(case, extra, message, tiny, tm
         source.write_text(" \n\t\n")
     elif case == "latin1":
         source.write_bytes("caf\xe9 au lait. ".encode("latin-1") * 20)
-    elif case == "ok":
+    elif case in ("ok", "recipe"):
         source.write_text(SAMPLE_TEXT)
+    if case == "recipe":  # how the model reads boundaries, from a recipe file
+        extra = ["--recipe", recipe_file(tiny, tmp_path / "recipe.json", **extra)]
     target = tmp_path / "out.jsonl"
     argv = [source, *tiny_options(tiny), "--output", target, *extra]
     code, out, err = run_cli(argv, capsys)
@@ -101,7 +105,7 @@ def test_errors_replace_proceeds(tiny, tmp_path, capsys):
 def test_module_entry_point_exit_codes(tmp_path):
     """Through `python -m`: usage errors are one line with exit 2, runtime errors exit 1, no traceback."""
     usage = subprocess.run(
-        [sys.executable, "-m", "rr_fast.chunk", str(tmp_path / "x.txt"), "--window", "zero"],
+        [sys.executable, "-m", "rr_fast.chunk", str(tmp_path / "x.txt"), "--max-tokens", "zero"],
         capture_output=True,
         text=True,
     )

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from rr_fast import Chunker, Limits  # noqa: E402
 from rr_fast.corpus.command import EXIT_DOCUMENT_ERRORS, main  # noqa: E402
-from rr_fast.corpus.files import COLUMNS, OutputLock  # noqa: E402
+from rr_fast.corpus.lock import OutputLock  # noqa: E402
+from rr_fast.corpus.shards import COLUMNS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "whale ship captain harvest valley river rain farmer boat deck storm island".split()
@@ -373,7 +374,7 @@ def test_planning_in_a_helper_process_writes_the_same_output(tiny, tmp_path, mon
 
 
 def test_a_planning_helper_that_fails_or_dies_is_an_error_here(tiny, tmp_path):
-    from rr_fast.corpus.files import RunConfig
+    from rr_fast.corpus.manifest import RunConfig
     from rr_fast.corpus.run import _PreparingHelper
     from rr_fast.errors import RRFastError
 

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq  # noqa: E402
 from test_corpus import make_texts, options, read_output, write_jsonl  # noqa: E402
 
 from rr_fast.corpus.command import EXIT_DOCUMENT_ERRORS, main  # noqa: E402
-from rr_fast.corpus.files import done_shards, folder_entries, shard_files  # noqa: E402
+from rr_fast.corpus.inputs import folder_entries  # noqa: E402
+from rr_fast.corpus.shards import done_shards, shard_files  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "SECRET-TOKEN-8d1f"
@@ -73,7 +74,7 @@ def test_follow_symlinks_reads_links_out_of_the_folder_but_never_special_files(t
 
 
 def test_a_file_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
-    from rr_fast.corpus.files import entry_record
+    from rr_fast.corpus.inputs import entry_record
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -88,7 +89,7 @@ def test_a_file_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
 
 def test_a_folder_swapped_for_a_link_after_the_listing_is_not_read(tmp_path):
     """The open follows links in the folders on a file's path; the inode recorded at listing catches the swap."""
-    from rr_fast.corpus.files import entry_record
+    from rr_fast.corpus.inputs import entry_record
 
     docs = tmp_path / "docs"
     (docs / "notes").mkdir(parents=True)
@@ -180,6 +181,21 @@ def test_a_users_backup_in_the_output_folder_never_breaks_resume(tiny, tmp_path)
     (out / "part-copy.parquet").write_bytes(backup)
     assert main([str(data), "-o", str(out), "-q", "--resume", *options(tiny)]) == 0
     assert (out / "part-copy.parquet").read_bytes() == backup
+
+
+def test_resume_removes_what_killed_writes_left_and_only_that(tiny, tmp_path):
+    """kill -9 runs no cleanup: a write's temporary (rr_fast.atomic) stays, and the next --resume removes it; a
+    user's file of a similar name stays too."""
+    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))]
+    data = write_jsonl(tmp_path / "a.jsonl", records)
+    out = tmp_path / "out"
+    assert main([str(data), "-o", str(out), "-q", "--shard-docs", "1", *options(tiny)]) == 0
+    ours = [".part-00001.parquet.k2x_9q0a.part", ".errors-00001.jsonl.abcd1234.part", ".manifest.json.z9y8x7w6.part"]
+    users = [".notes.part", ".part-00001.parquet.part", "errors.jsonl.abcd1234.part"]
+    for name in ours + users:
+        (out / name).write_text("left behind")
+    assert main([str(data), "-o", str(out), "-q", "--resume", "--shard-docs", "1", *options(tiny)]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".part")) == sorted(users)
 
 
 def test_an_output_that_is_a_loop_of_links_says_so_in_one_line(tiny, tmp_path, capsys):

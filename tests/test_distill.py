@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,11 @@ import pytest
 from test_corpus import make_texts, write_jsonl
 from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
-from rr_fast import Chunker
+from bench.engine import research_config
+from rr_fast import Chunker, ChunkerConfig, UsageError
 from rr_fast.distill.calibrate import Stream, recovery
 from rr_fast.distill.command import main
-from rr_fast.models.recipes import BUNDLED, RECIPE_FILE, load_recipe
+from rr_fast.models.recipes import BUNDLED, RECIPE_FILE, load_recipe, write_recipe
 from rr_fast.models.weights import weights_fingerprint
 
 TRAINING = 48  # texts: enough documents and edges for the five folds
@@ -58,7 +60,8 @@ def test_the_distilled_head_agrees_with_its_teacher_on_texts_it_never_saw(distil
     texts = make_texts(TRAINING + 36)[TRAINING:]  # make_texts repeats only after 84: these are new texts
     documents = [" ".join(texts[k : k + 6]) for k in range(0, 36, 6)]
     common = {"model": tiny, "backend": "torch", "step": 8}
-    student, teacher = Chunker(recipe=str(distilled), **common), Chunker(readout="lr", **common)
+    student = Chunker(research_config(recipe=str(distilled), **common))
+    teacher = Chunker(research_config(readout="lr", **common))
     agreement = []
     for document in documents:
         head, lr = student.score(document), teacher.score(document)
@@ -68,11 +71,15 @@ def test_the_distilled_head_agrees_with_its_teacher_on_texts_it_never_saw(distil
     assert np.mean(agreement) >= AGREEMENT_FLOOR, agreement
 
 
-def test_the_recipe_runs_the_one_pass_readout_from_the_command_line(distilled, tiny, sample, capsys):
+def test_the_recipe_runs_the_one_pass_readout_from_the_command_line(distilled, tiny, sample, tmp_path, capsys):
     code, out, err = run_cli([sample, *tiny_options(tiny), "--recipe", distilled, "--emit", "scores"], capsys)
     assert code == 0, err
     assert all("attention" in json.loads(line) for line in out.splitlines())
-    code, out, _ = run_cli([sample, *tiny_options(tiny), "--recipe", distilled, "--layer", "2"], capsys)
+    # the head on 2 layers: a preset of the recipe that names it
+    two_layers = tmp_path / "two_layers.json"
+    write_recipe(replace(load_recipe(distilled), presets={"fast": {"layer": 2}}), two_layers)
+    assert ChunkerConfig(model=tiny, recipe=str(two_layers), preset="fast").resolve().scoring.layers == 2
+    code, out, _ = run_cli([sample, *tiny_options(tiny), "--recipe", two_layers, "--preset", "fast"], capsys)
     assert code == 0 and "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
 
 
@@ -168,8 +175,8 @@ def test_a_file_beside_the_model_folder_is_never_read_as_its_recipe(tiny, tmp_pa
     shutil.copy(BUNDLED["gemma3-270m"].source, tmp_path / "mymodel.json")
     code, _, err = run_cli([sample, *tiny_options(str(folder))], capsys)
     assert code == 0, err  # the paper's configuration: no recipe was found, none was misread
-    code, _, err = run_cli([sample, *tiny_options(str(folder)), "--readout", "attention"], capsys)
-    assert code == 2 and err.count("\n") == 1 and "the paper's configuration has none" in err
+    with pytest.raises(UsageError, match="the paper's configuration has none"):
+        ChunkerConfig(model=str(folder)).resolve({"readout": "attention"})
 
 
 def test_a_recipe_inside_the_model_folder_is_its_own(distilled, tiny, tmp_path, sample, capsys):

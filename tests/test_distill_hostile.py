@@ -218,7 +218,7 @@ def test_another_kind_of_file_names_what_distill_reads(tiny, tmp_path, capsys):
 def test_a_hard_link_in_a_folder_is_read_as_the_file_it_is(tmp_path):
     """The folder rule is about paths (docs/reliability.md): a hard link to a file outside the folder is a regular
     file inside it, so it is read, while a symbolic link to the same file is skipped."""
-    from rr_fast.corpus.files import read_records
+    from rr_fast.corpus.inputs import read_records
 
     outside = tmp_path / "outside.txt"
     outside.write_text("kept outside the folder")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.engine import paper_scoring
 from bench.reference import reference_scores
-from rr_fast.config import paper_scoring
 from rr_fast.errors import RRFastError
+from rr_fast.scoring.backends.arrays import HOST_ARRAYS
+from rr_fast.scoring.backends.base import Request
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.scorer import blocks
 from rr_fast.scoring.windows import WindowScorer, default_layer
@@ -57,8 +59,8 @@ def test_rope_reindexing_is_exact_and_absolute_positions_are_kept(tiny_model_dir
         with pytest.raises(ValueError, match="absolute position"):
             WindowScorer(backend, [], paper_scoring(), reindex=True)
         # and it would matter: shifting positions changes a learned-position model's states
-        original = backend.forward(ids[None, :20], np.arange(30, 50)[None], backend.depth - 1).hidden
-        shifted = backend.forward(ids[None, :20], np.arange(20)[None], backend.depth - 1).hidden
+        original = backend.run(ids[None, :20], np.arange(30, 50)[None], Request(backend.depth - 1)).hidden
+        shifted = backend.run(ids[None, :20], np.arange(20)[None], Request(backend.depth - 1)).hidden
         assert np.abs(original - shifted).max() > 1e-3
         return
     original = WindowScorer(backend, [], paper_scoring(), reindex=False).score(ids, edges)["rr"]
@@ -105,16 +107,23 @@ def test_blocks_cover_every_token_once():
 
 
 def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
-    """--dtype int8: dynamic int8 decoder matmuls on a CPU; scores stay close to fp32 and rank edges alike."""
+    """Dynamic int8, a lever the benchmarks measure (``bench.engine.quantize_int8``) and the product does not offer:
+    int8 decoder matmuls on a CPU; scores stay close to fp32 and rank edges alike."""
     from scipy.stats import spearmanr
     from torch import nn
 
+    from bench.engine import quantize_int8
+    from rr_fast.config import ChunkerConfig
+
+    with pytest.raises(RRFastError, match="dtype must be one of auto, float32, bfloat16, float16"):
+        ChunkerConfig(model=str(tiny_model_dir)).resolve({"dtype": "int8"})
     fp32 = TorchBackend.load(tiny_model_dir, device="cpu")
+    int8 = TorchBackend.load(tiny_model_dir, device="cpu")
     if tiny_model_dir.name == "gpt2":  # Conv1D, not nn.Linear: refused in one line rather than left unquantized
         with pytest.raises(RRFastError, match="int8 needs nn.Linear"):
-            TorchBackend.load(tiny_model_dir, dtype="int8", device="cpu")
+            quantize_int8(int8.model)
         return
-    int8 = TorchBackend.load(tiny_model_dir, dtype="int8", device="cpu")
+    quantize_int8(int8.model)
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     assert isinstance(int8.model.get_output_embeddings(), nn.Linear)  # the head stays float32
@@ -131,17 +140,42 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
 
 
 def test_the_base_interface_suffices(tiny_model_factory):
-    """The scorer needs only ``Backend.forward``."""
+    """The scorer needs only the members of ``Backend``: host arrays, and ``run``."""
     gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
 
     class ForwardOnly:  # a backend with the base interface alone
-        name, depth, hidden_size, uses_rope = "forward-only", gpt2.depth, gpt2.hidden_size, gpt2.uses_rope
-        max_positions, preferred_batch_tokens, forward = gpt2.max_positions, 1024, gpt2.forward
+        name, depth, uses_rope, notes, arrays = "forward-only", gpt2.depth, gpt2.uses_rope, (), HOST_ARRAYS
+        max_positions, preferred_batch_tokens, run = gpt2.max_positions, 1024, gpt2.run
 
     ids, edges = random_text(40)
     config = paper_scoring(readouts=("rr", "lr"))
     alone, loaded = WindowScorer(ForwardOnly(), [1], config), WindowScorer(gpt2, [1], config)
     np.testing.assert_array_equal(alone.score(ids, edges)["rr"], loaded.score(ids, edges)["rr"])
+
+
+def test_a_chunker_runs_the_backend_it_is_handed(tiny, monkeypatch):
+    """``Chunker(backend=...)`` with a loaded backend: the chunks and scores of a Chunker that loaded the model
+    itself, and no backend loads."""
+    import rr_fast.scoring.backends
+    from bench.engine import research_config
+    from rr_fast import Chunker, Limits
+
+    text = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6
+    resolved = research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), readout="rr+lr")
+    loaded = Chunker(resolved)
+    handed = TorchBackend.load(tiny, device="cpu")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a Chunker handed a backend loaded one")
+
+    monkeypatch.setattr(rr_fast.scoring.backends, "load_backend", no_load)
+    given = Chunker(resolved, backend=handed)
+    assert given.backend is handed and given.scorer.backend is handed and given.bos == loaded.bos
+    assert given.chunk(text) == loaded.chunk(text)
+    for name, values in loaded.score(text).readouts.items():
+        np.testing.assert_array_equal(given.score(text).readouts[name], values)
+    with pytest.raises(RRFastError, match="handed a backend loaded one"):
+        Chunker(resolved)  # a load would have shown
 
 
 def test_focused_normalizer_covering_the_vocabulary_is_the_full_one(backend, monkeypatch):
@@ -186,20 +220,20 @@ def test_focused_scores_do_not_depend_on_the_batch(backend, monkeypatch):
         np.testing.assert_allclose(got["lr"], alone["lr"], rtol=0, atol=1e-6)
 
 
-def test_head_readout_top_tokens_are_the_largest_logits(backend, monkeypatch):
+def test_head_top_tokens_are_the_largest_logits(backend, monkeypatch):
     """The CPU head's running top tokens over vocabulary tiles equal a top-k of the whole logit row."""
     import torch
 
-    import rr_fast.scoring.backends.torch as torch_backend
+    import rr_fast.scoring.backends.torch_arrays as torch_arrays
 
-    monkeypatch.setattr(torch_backend, "CPU_VOCAB", 96)  # several tiles over the 512-token vocabulary
+    monkeypatch.setattr(torch_arrays, "CPU_VOCAB", 96)  # several tiles over the 512-token vocabulary
     final = torch.randn(2, 7, backend.hidden_size)
     targets = np.full((2, 7), -1)
     targets[:, :5] = 3
     head = backend.model.get_output_embeddings()
     with torch.no_grad():
-        logprobs, top = backend.head_readout(final, targets, top_tokens=6)
-        logits = backend.cap_logits(torch.nn.functional.linear(final, head.weight, head.bias))
+        logprobs, top = backend.head.logprobs(final, targets, top_tokens=6)
+        logits = backend.head.cap(torch.nn.functional.linear(final, head.weight, head.bias))
     expected = logits.topk(6, dim=-1).indices.numpy()
     assert np.array_equal(np.sort(top[:, :5], -1), np.sort(expected[:, :5], -1))
     assert (top[:, 5:] == -1).all() and np.isnan(logprobs[:, 5:].numpy()).all()
@@ -211,7 +245,7 @@ def test_running_top_tokens_hold_the_k_largest_values_with_ties():
     top-k holds exactly the k largest values, each token once."""
     import torch
 
-    from rr_fast.scoring.backends.torch import TopTokens
+    from rr_fast.scoring.backends.torch_arrays import TopTokens
 
     generator = torch.Generator().manual_seed(5)
     logits = (torch.randn(9, 1000, generator=generator) * 4).round() + torch.linspace(0, 3, 1000)[None].round()

@@ -124,14 +124,16 @@ def test_a_tiny_model_scores_and_cuts_alike_on_both_paths(kernel, tiny_model_fac
     from rr_fast.scoring.backends.torch import TorchBackend
     from rr_fast.scoring.crossing import ATTENTION, CrossingScorer, CrossingSettings
 
-    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
+    folder = tiny_model_factory("gemma3")
+    backend = TorchBackend.load(folder, device="cpu")
     assert not backend.fused_attention  # a CPU runs the explicit path unless told otherwise
     head = _random_head(backend)
-    scorer = CrossingScorer(backend, [1], CrossingSettings(backend.depth, head.span, 64, None), head)
+    settings = CrossingSettings(backend.depth, head.span, 64, None)
     ids, edges = np.random.default_rng(5).integers(3, 512, 200), np.arange(1, 200, 5)
-    explicit = scorer.score(ids, edges)[ATTENTION]
-    backend.fused_attention = True
-    fused = scorer.score(ids, edges)[ATTENTION]
+    explicit = CrossingScorer(backend, [1], settings, head).score(ids, edges)[ATTENTION]
+    on_kernel = TorchBackend.load(folder, device="cpu", fused_attention=True)
+    assert on_kernel.fused_attention
+    fused = CrossingScorer(on_kernel, [1], settings, head).score(ids, edges)[ATTENTION]
     np.testing.assert_allclose(fused, explicit, atol=1e-4)
     assert np.array_equal(np.argsort(fused, kind="stable")[-8:], np.argsort(explicit, kind="stable")[-8:])
 
@@ -142,9 +144,13 @@ def test_the_default_model_matches_the_behaviour_record_on_the_fused_path(kernel
     fused kernel: the recorded chunks, edges and scores, as the explicit path gives them in test_behaviour.py."""
     from test_behaviour import BUNDLED_CASES, _check, _chunker, record_of, texts
 
+    from rr_fast import Chunker
+    from rr_fast.scoring.backends import load_backend
+
     text, options = BUNDLED_CASES["sample-default"]
-    chunker = _chunker(options)
-    chunker.scorer.backend.fused_attention = True
+    loaded = _chunker(options)
+    fused = load_backend("torch", loaded.folder, loaded.reading.dtype, "cpu", fused_attention=True)
+    chunker = Chunker(loaded.resolved, folder=loaded.folder, tokenizer=loaded.tokenizer, backend=fused)
     _check("sample-default", record_of(chunker, texts()[text]))
 
 
@@ -154,7 +160,9 @@ def test_a_kernel_the_gpu_refuses_falls_back_to_the_explicit_path_and_says_so(ti
     import sys
     import types
 
+    from bench.engine import research_config
     from rr_fast import Chunker
+    from rr_fast.scoring.backends.torch import TorchBackend
     from rr_fast.scoring.crossing import ATTENTION, CrossingScorer, CrossingSettings
 
     class OutOfResources(Exception):
@@ -165,20 +173,21 @@ def test_a_kernel_the_gpu_refuses_falls_back_to_the_explicit_path_and_says_so(ti
     def refuse(*args, **kwargs):
         raise OutOfResources("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
 
-    # the tiny model has no distilled head: the chunker reads lr, and the crossing scorer below a random head
-    chunker = Chunker(model=str(tiny_model_factory("gemma3")), device="cpu", readout="lr", window=16)
+    # the tiny model has no distilled head: the chunker reads lr, and the crossing scorers below a random head
+    folder = str(tiny_model_factory("gemma3"))
+    backend = TorchBackend.load(folder, device="cpu", fused_attention=True)
+    chunker = Chunker(research_config(model=folder, device="cpu", readout="lr", window=16), backend=backend)
     text = "Rivers carry silt to the sea. Deltas grow where they slow down. " * 12
-    backend = chunker.scorer.backend
     head = _random_head(backend)
-    scorer = CrossingScorer(backend, [1], CrossingSettings(backend.depth, head.span, 64, None), head)
+    settings = CrossingSettings(backend.depth, head.span, 64, None)
     ids, edges = np.random.default_rng(2).integers(3, 512, 120), np.arange(1, 120, 4)
-    explicit = scorer.score(ids, edges)[ATTENTION]
+    explicit = CrossingScorer(TorchBackend.load(folder, device="cpu"), [1], settings, head).score(ids, edges)[ATTENTION]
     monkeypatch.setitem(
         sys.modules,
         "rr_fast.kernels.crossing_attention",
         types.SimpleNamespace(crossing_attention=refuse, plan_edges=lambda *args: None),
     )
-    backend.fused_attention = True
+    scorer = CrossingScorer(backend, [1], settings, head)
     np.testing.assert_array_equal(scorer.score(ids, edges)[ATTENTION], explicit)
     assert backend.fused_attention is False
     assert any("fused attention kernel failed on this GPU (OutOfResources: out of resource" in n for n in backend.notes)
@@ -195,7 +204,7 @@ def test_other_errors_in_the_fused_path_are_not_hidden(tiny_model_factory, monke
     def broken(*args, **kwargs):
         raise IndexError("a bug in rr-fast, not a GPU's refusal")
 
-    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu")
+    backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu", fused_attention=True)
     head = _random_head(backend)
     scorer = CrossingScorer(backend, [1], CrossingSettings(backend.depth, head.span, 64, None), head)
     monkeypatch.setitem(
@@ -203,7 +212,6 @@ def test_other_errors_in_the_fused_path_are_not_hidden(tiny_model_factory, monke
         "rr_fast.kernels.crossing_attention",
         types.SimpleNamespace(crossing_attention=broken, plan_edges=lambda *args: None),
     )
-    backend.fused_attention = True
     with pytest.raises(IndexError):
         scorer.score(np.arange(3, 83), np.arange(1, 80, 4))
     assert backend.fused_attention and backend.notes == ()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_models import recipe_file
 
 from rr_fast.cli import main
 
@@ -38,18 +39,18 @@ inputs = st.one_of(
 
 @st.composite
 def options(draw) -> dict:
-    """Mostly valid combinations (so most runs reach the model and the DP), some deliberately not."""
+    """Mostly valid combinations (so most runs reach the model and the DP), some deliberately not. How the model
+    reads boundaries comes in a recipe file (``RECIPE``: readout, window and its skip, step, a calibrated ρ)."""
     low = draw(st.integers(1, 30))
     high = low + draw(st.integers(-3, 60))
-    skip = draw(st.integers(0, 3))
+    skip = draw(st.integers(1, 3))  # a recipe's skip is positive
+    window = skip + 2 + draw(st.integers(-1, 6))
+    step, readout = draw(st.integers(1, 10)), draw(st.sampled_from(READOUTS))
     chosen = {
         "--min-tokens": low,
         "--max-tokens": max(high, 1),
         "--target-tokens": draw(st.integers(1, 60)),
-        "--skip": skip,
-        "--window": skip + 2 + draw(st.integers(-1, 6)),
-        "--step": draw(st.integers(1, 10)),
-        "--readout": draw(st.sampled_from(["rr", "lr", "rr+lr"])),
+        RECIPE: {"readout": readout, "window": window, "skips": {window: skip}, "step": step},
         "--format": draw(st.sampled_from(["jsonl", "json", "text"])),
         "--emit": draw(st.sampled_from(["chunks", "chunks", "scores"])),
         "--errors": draw(st.sampled_from(["strict", "replace"])),
@@ -57,8 +58,22 @@ def options(draw) -> dict:
     if draw(st.booleans()):
         chosen["--num-chunks"] = draw(st.integers(1, 12))
     if draw(st.booleans()):
-        chosen["--penalty"] = draw(st.floats(-2, 2))
+        chosen[RECIPE]["penalties"] = {(readout, window, step): draw(st.floats(-2, 2))}
     return chosen
+
+
+READOUTS = ["rr", "lr", "rr+lr"]
+RECIPE = "--recipe"  # its value: the tiny model's recipe with these changes, written to a file
+
+
+def command_line(options: dict, model: str, folder: Path) -> list[str]:
+    """The flags of ``options``, a recipe's changes written as the tiny model's recipe file in ``folder``."""
+    argv = []
+    for key, value in options.items():
+        if key == RECIPE:
+            value = recipe_file(model, folder / "recipe.json", **value)
+        argv += [key, str(value)]
+    return argv
 
 
 def expected_text(data: bytes, errors: str) -> str | None:
@@ -71,7 +86,7 @@ def expected_text(data: bytes, errors: str) -> str | None:
 
 def check_run(code: int, err: str, folder: Path, output: Path, data: bytes, argv: list[str]) -> None:
     assert "Traceback" not in err
-    leftovers = sorted(p.name for p in folder.iterdir() if p.name not in ("in.txt", "out"))
+    leftovers = sorted(p.name for p in folder.iterdir() if p.name not in ("in.txt", "out", "recipe.json"))
     assert leftovers == [], leftovers  # no temporary file, ever
     if code != 0:
         assert code in (1, 2), (code, err)
@@ -102,8 +117,7 @@ def test_fuzz_cli_in_process(tiny, data, chosen):
         source, output = folder / "in.txt", folder / "out"
         source.write_bytes(data)
         argv = [str(source), "--model", tiny, "--backend", "torch", "-o", str(output), "--quiet"]
-        for key, value in chosen.items():
-            argv += [key, str(value)]
+        argv += command_line(chosen, tiny, folder)
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             code = main(argv)
@@ -115,15 +129,16 @@ def test_fuzz_cli_in_process(tiny, data, chosen):
     [
         (random.Random(0).randbytes(400), []),
         ("\ufeffFirst line.\r\nSecond line 😀.\r\n".encode() * 30, ["--num-chunks", "3", "--min-tokens", "8"]),
-        ("Le café est fermé. ".encode() * 40, ["--window", "2", "--skip", "0", "--max-tokens", "5"]),
+        ("Le café est fermé. ".encode() * 40, {RECIPE: {"window": 3}, "--max-tokens": 5}),  # W = s + 2, s = 1
     ],
-    ids=["random bytes", "bom crlf num-chunks", "window 2"],
+    ids=["random bytes", "bom crlf num-chunks", "window 3"],
 )
 def test_fuzz_cli_subprocess(tiny, tmp_path, data, extra):
     source, output = tmp_path / "in.txt", tmp_path / "out"
     source.write_bytes(data)
     argv = [str(source), "--model", tiny, "--backend", "torch", "-o", str(output), "--errors", "strict"]
-    argv += ["--format", "jsonl", "--emit", "chunks", "--min-tokens", "4", "--max-tokens", "40", *extra]
+    argv += ["--format", "jsonl", "--emit", "chunks", "--min-tokens", "4", "--max-tokens", "40"]
+    argv += extra if isinstance(extra, list) else command_line(extra, tiny, tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "rr_fast.chunk", *argv],
         capture_output=True,

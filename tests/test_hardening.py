@@ -18,13 +18,16 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
+from tiny_models import SAMPLE_TEXT, recipe_file, run_cli, tiny_options
 
+import rr_fast.atomic
 import rr_fast.chunker
 import rr_fast.cli
-import rr_fast.io
+import rr_fast.cli_io
+import rr_fast.models.names
 import rr_fast.scoring.windows
 import rr_fast.text.documents
+from bench.engine import research_config
 from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 from rr_fast.scoring.backends.torch import TorchBackend
 
@@ -72,22 +75,22 @@ def test_endless_input_ends_at_max_input(tmp_path, monkeypatch, capsys):
 def test_max_input_default_and_parsing():
     args = rr_fast.cli.build_parser().parse_args(["x"])
     assert args.max_input == 1 << 30
-    assert rr_fast.io.parse_size("500M") == 500 << 20 and rr_fast.io.parse_size("4096") == 4096
+    assert rr_fast.cli_io.parse_size("500M") == 500 << 20 and rr_fast.cli_io.parse_size("4096") == 4096
     with pytest.raises(ValueError):
-        rr_fast.io.parse_size("lots")
+        rr_fast.cli_io.parse_size("lots")
 
 
 def test_invalid_utf8_offset_across_read_pieces(tmp_path, monkeypatch):
     """The offset of a bad byte is exact even when a multi-byte character straddles two read pieces."""
-    monkeypatch.setattr(rr_fast.io, "READ_BYTES", 7)
+    monkeypatch.setattr(rr_fast.cli_io, "READ_BYTES", 7)
     source = tmp_path / "bad.txt"
     source.write_bytes("ab€é".encode() * 5 + b"\xff" + b" tail")
     with pytest.raises(rr_fast.errors.RRFastError, match=r"byte 35\)"):
-        rr_fast.io.read_text(str(source))
-    assert rr_fast.io.read_text(str(source), errors="replace").endswith("\ufffd tail")
+        rr_fast.cli_io.read_text(str(source))
+    assert rr_fast.cli_io.read_text(str(source), errors="replace").endswith("\ufffd tail")
     source.write_bytes("ok €".encode()[:-1])  # truncated at the end
     with pytest.raises(rr_fast.errors.RRFastError, match="not valid UTF-8"):
-        rr_fast.io.read_text(str(source))
+        rr_fast.cli_io.read_text(str(source))
 
 
 def _raise_interrupt(*args, **kwargs):
@@ -97,7 +100,7 @@ def _raise_interrupt(*args, **kwargs):
 @pytest.mark.parametrize(
     "stage, target",
     [
-        ("reading", "rr_fast.io._decode_stream"),
+        ("reading", "rr_fast.cli_io._decode_stream"),
         ("tokenizing", "rr_fast.text.documents.tokenize_many"),
         ("model", "rr_fast.scoring.scorer.FullPassScorer.score_many"),
         ("dp", "rr_fast.segmentation.segment"),
@@ -172,7 +175,7 @@ def test_num_chunks_beyond_the_text_is_a_usage_error_before_the_model(count, sam
 
 
 def test_num_chunks_beyond_the_candidate_edges_stops_before_the_model_pass(tiny, sample, monkeypatch, capsys):
-    monkeypatch.setattr(TorchBackend, "forward", _raise_interrupt)  # the model pass: would exit 130
+    monkeypatch.setattr(TorchBackend, "run", _raise_interrupt)  # the model pass: would exit 130
     code, out, err = run_cli([sample, *tiny_options(tiny), "--min-tokens", "1", "--num-chunks", "300"], capsys)
     assert code == 2 and out == "" and one_line(err) and "candidate edges" in err
 
@@ -190,7 +193,7 @@ def test_num_chunks_dp_table_budget(tiny, sample, monkeypatch, capsys):
         (["--device", "foo"], "not a torch device"),
         (["--device", "mps"], "MPS"),
         (["--min-tokens", "50", "--max-tokens", "40"], "max-tokens"),
-        (["--readout", "lr", "--window", "2"], "at least skip + 2 = 3"),
+        (["--recipe", {"readout": "lr", "window": 2}], "at least skip + 2 = 3"),  # a recipe file reading so
         (["--emit", "scores", "--format", "text"], "jsonl or json"),
     ],
 )
@@ -198,6 +201,7 @@ def test_usage_errors_exit_2_before_the_model(extra, message, sample, tmp_path, 
     if "cuda" in extra and __import__("torch").cuda.is_available():
         extra, message = ["--device", "cuda:99"], "CUDA device(s) here"  # a GPU machine: ask for one it lacks
     no_model(monkeypatch)
+    extra = [recipe_file(DEFAULT_MODEL, tmp_path / "recipe.json", **a) if isinstance(a, dict) else a for a in extra]
     code, out, err = run_cli([sample, "-o", tmp_path / "out.jsonl", *extra], capsys)
     assert code == 2 and out == "" and one_line(err) and message in err
     assert not (tmp_path / "out.jsonl").exists()
@@ -210,9 +214,10 @@ def test_backend_mlx_without_mlx(sample, monkeypatch, capsys):
     assert code == 2 and one_line(err) and "--backend mlx needs mlx_lm" in err
 
 
-def test_the_shortest_window_works(tiny, sample, capsys):
+def test_the_shortest_window_works(tiny, sample, tmp_path, capsys):
     """The documented minimum: W >= s + 2, so W = 3 with the paper's s = 1."""
-    code, out, err = run_cli([sample, *tiny_options(tiny), "--window", "3"], capsys)
+    shortest = recipe_file(tiny, tmp_path / "recipe.json", window=3)
+    code, out, err = run_cli([sample, *tiny_options(tiny), "--recipe", shortest], capsys)
     assert code == 0, err
     assert "".join(json.loads(line)["text"] for line in out.splitlines()) == SAMPLE_TEXT
 
@@ -270,7 +275,7 @@ def test_missing_or_unwritable_output_folder_before_the_model(sample, tmp_path, 
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / ".out.jsonl.x.part"))
 
-    monkeypatch.setattr(rr_fast.io.tempfile, "mkstemp", read_only)  # tests run as root: chmod would not stop it
+    monkeypatch.setattr(rr_fast.atomic.tempfile, "mkstemp", read_only)  # tests run as root: chmod would not stop it
     code, _, err = run_cli([sample, "-o", tmp_path / "out.jsonl"], capsys)
     assert code == 1 and one_line(err) and "is not writable" in err and ".part" not in err
 
@@ -319,7 +324,8 @@ def test_non_finite_scores_are_an_error_naming_the_weights(tiny, sample, tmp_pat
     weights[name][0, 0] = float("nan")
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     for readout in ("rr", "lr"):
-        code, out, err = run_cli([sample, *tiny_options(tiny), "--model", folder, "--readout", readout], capsys)
+        recipe = recipe_file(str(folder), tmp_path / f"{readout}.json", readout=readout)
+        code, out, err = run_cli([sample, *tiny_options(tiny), "--model", folder, "--recipe", recipe], capsys)
         assert code == 1 and out == "" and one_line(err) and f"non-finite {readout} scores" in err
         assert "damaged" in err
 
@@ -357,7 +363,7 @@ def test_hub_id_fails_fast_offline(sample, monkeypatch, capsys, tmp_path):
     code, _, err = run_cli([sample, "--model", "nobody/not-a-model"], capsys)
     assert code == 1 and one_line(err) and "HF_HUB_OFFLINE" in err and "smollm2-135m" in err
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setattr(rr_fast.models.cache, "_reachable", lambda host, port, timeout=3.0: False)
+    monkeypatch.setattr(rr_fast.models.names, "_reachable", lambda host, port, timeout=3.0: False)
     code, _, err = run_cli([sample, "--model", "nobody/not-a-model"], capsys)
     assert code == 1 and one_line(err) and "cannot reach huggingface.co" in err
 
@@ -392,7 +398,9 @@ def test_non_finite_values_only_matter_in_the_readouts_the_chunks_use(tiny, monk
     from rr_fast import Chunker, Limits
     from rr_fast.errors import RRFastError
 
-    chunker = Chunker(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
+    chunker = Chunker(
+        research_config(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
+    )
     want = chunker.chunk(SAMPLE_TEXT)
     score_many = chunker.scorer.score_many
 
@@ -415,7 +423,10 @@ def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monke
 
     for native, noted in ((False, True), (True, False), (None, False)):
         monkeypatch.setattr(torch_backend, "native_cpu_bf16", lambda native=native: native)
-        chunker = Chunker(model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
+        bfloat16 = research_config(
+            model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12, 0.02), penalty=0.5
+        )
+        chunker = Chunker(bfloat16)
         warnings = chunker.chunk(SAMPLE_TEXT).warnings
         assert any("no native bfloat16" in w for w in warnings) is noted, (native, warnings)
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from tiny_models import run_cli, tiny_options
 
-from rr_fast import Chunker, RRFastError
+from bench.engine import research_config
+from rr_fast import Chunker, ChunkerConfig, RRFastError
 from rr_fast.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def test_max_input_that_is_not_a_finite_size_is_a_usage_error(size, sample, caps
     assert one_line(err) and "--max-input" in err and "finite" in err
 
 
-@pytest.mark.parametrize("flag, value", [("--window", "0x10"), ("--step", "1.5"), ("--penalty", "lots")])
+@pytest.mark.parametrize("flag, value", [("--max-tokens", "0x10"), ("--overlap", "1.5"), ("--batch-tokens", "lots")])
 def test_a_malformed_number_names_the_option_not_an_internal_function(flag, value, sample, capsys):
     assert main([str(sample), flag, value]) == 2
     err = capsys.readouterr().err
@@ -74,7 +75,7 @@ def test_length_unit_naming_a_missing_file_says_so(unit, tiny, sample, tmp_path,
 )
 def test_chunker_option_of_the_wrong_type_names_the_option(options, message):
     with pytest.raises(RRFastError, match=message) as caught:
-        Chunker(**options)
+        Chunker(research_config(**options))  # a reading option (window, step, penalty) as research code gives it
     assert "\n" not in str(caught.value)
 
 
@@ -175,7 +176,7 @@ def test_every_transformers_load_passes_trust_remote_code_false():
         ["--max-tokens", "99999999999999999999999"],
         ["--max-tokens", str(2**63), "--num-chunks", "2"],
         ["--num-chunks", str(2**70)],
-        ["--context", str(10**13)],
+        ["--batch-tokens", str(10**13)],
     ],
 )
 def test_an_integer_too_large_for_any_text_is_a_usage_error(extra, sample, capsys):
@@ -187,6 +188,8 @@ def test_an_integer_too_large_for_any_text_is_a_usage_error(extra, sample, capsy
 def test_the_api_refuses_an_integer_too_large_too():
     with pytest.raises(RRFastError, match="max_tokens must be at most 10\\*\\*12"):
         Chunker(max_tokens=10**30)
+    with pytest.raises(RRFastError, match="context must be at most 10\\*\\*12"):
+        ChunkerConfig().resolve({"context": 10**13})  # a reading option, checked as a recipe's are
 
 
 def test_a_lone_surrogate_is_rr_fasts_error_in_chunk_as_in_chunk_many(tiny):
@@ -212,11 +215,9 @@ def test_a_file_name_that_is_not_utf8_is_escaped_in_the_html_page(tiny, tmp_path
 
 
 def test_a_preset_with_another_readout_takes_that_readouts_defaults_not_the_presets():
-    from rr_fast.config import chunker_config
-
-    resolved = chunker_config("quality", readout="attention").resolve().config
+    resolved = ChunkerConfig(preset="quality").resolve({"readout": "attention"}).reading
     assert (resolved.readout, resolved.window, resolved.dtype, resolved.step) == ("attention", 128, "float32", 8)
-    lr = chunker_config("balanced", readout="lr").resolve().config
+    lr = ChunkerConfig(preset="balanced").resolve({"readout": "lr"}).reading
     assert (lr.readout, lr.window, lr.step) == ("lr", 128, 64)
 
 
@@ -225,4 +226,4 @@ def test_a_preset_with_another_model_names_whose_preset_it_is(sample, capsys, ti
     err = capsys.readouterr().err
     assert one_line(err) and "UserWarning" not in err and "--layer" not in err
     assert f"preset 'fast' is a configuration of gemma3-270m, smollm2-135m, not of {tiny_model_dir}" in err
-    assert "it has no presets: give its options directly" in err
+    assert "it has no presets" in err

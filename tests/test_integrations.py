@@ -5,6 +5,7 @@ The texts repeat sentences on purpose: a `find`-based offset lands on the first 
 
 from __future__ import annotations
 
+import gc
 import pickle
 import subprocess
 import sys
@@ -252,6 +253,28 @@ def test_default_model_is_the_bundled_one():
     from rr_fast.integrations.common import LazyChunker
 
     assert "model" not in LazyChunker().options or LazyChunker().options["model"] == DEFAULT_MODEL
+
+
+def test_an_adapter_holds_its_model_shares_it_while_alive_and_frees_it_with_itself(tiny, monkeypatch):
+    import rr_fast.chunker
+    from rr_fast.integrations.chonkie import RRChunker
+    from rr_fast.integrations.langchain import RRTextSplitter
+
+    loads = []
+    load = rr_fast.chunker._load
+    monkeypatch.setattr(rr_fast.chunker, "_load", lambda *args, **kwargs: loads.append(args) or load(*args, **kwargs))
+    options = {**SMALL, "target_tokens": 23}  # options no other test holds a Chunker of
+    splitter = RRTextSplitter(model=tiny, **options)
+    splitter.split_text(TEXT)
+    splitter.split_text(OTHER)
+    assert len(loads) == 1  # loaded on first use, then held
+    other = RRChunker(model=tiny, **options)
+    assert [c.text for c in other.chunk(TEXT)] == splitter.split_text(TEXT)
+    assert len(loads) == 1  # the same options while the splitter lives: its Chunker
+    del splitter, other
+    gc.collect()
+    RRTextSplitter(model=tiny, **options).split_text(TEXT)
+    assert len(loads) == 2  # nobody held the first: loaded again
 
 
 def test_none_text_has_no_chunks_in_every_adapter(tiny):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bench.engine import research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text.edges import clean_edges
 from rr_fast.text.tokens import tokenize
@@ -29,7 +30,9 @@ def embedder_tokenizer() -> str:
 
 @pytest.fixture(scope="module")
 def by_chars(tiny):
-    return Chunker(model=tiny, backend="torch", limits=Limits(20, 80, 50, 0.02), length_unit="chars", penalty=0.5)
+    return Chunker(
+        research_config(model=tiny, backend="torch", limits=Limits(20, 80, 50, 0.02), length_unit="chars", penalty=0.5)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,11 @@ import torch
 from tiny_models import tiny_llama_folder
 from transformers import AutoTokenizer
 
-from bench.engine import ResearchEngine
+from bench.engine import ResearchEngine, paper_scoring, research_config
 from bench.quality import lm_scores
 from bench.quality.lm_scores import LMScorer, score_streams
 from bench.reference import reference_scores
 from rr_fast.chunker import Chunker
-from rr_fast.config import paper_scoring
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.text.tokens import tokenize
 
@@ -92,7 +91,7 @@ def test_bench_scores_equal_the_products_engine(backend, tokenizer, window, rese
 def test_bench_scores_equal_chunker_score(tiny):
     """The benchmark scores what ``Chunker.score`` scores: same rr and lr at the chunker's own edges (the
     chunker runs rr-fast's plain modules, the benchmark transformers' eager-capable ones: 1e-5)."""
-    product = Chunker(model=tiny, backend="torch", readout="rr+lr", window=24).score(TEXT)
+    product = Chunker(research_config(model=tiny, backend="torch", readout="rr+lr", window=24)).score(TEXT)
     scorer = LMScorer.load(tiny, layers=[])
     out = scorer.score_ids(tokenize(scorer.tokenizer, TEXT).ids, product.tokens)
     for name in ("rr", "lr"):

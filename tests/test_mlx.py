@@ -14,9 +14,11 @@ import mlx.core as mx
 from mlx.utils import tree_map
 
 import rr_fast.scoring.backends.mlx as mlx_backend
+from bench.engine import paper_scoring
 from bench.reference import reference_scores
-from rr_fast.config import paper_scoring
-from rr_fast.models.hf import write_mlx_compatible_config
+from rr_fast.models.conversion import write_mlx_compatible_config
+from rr_fast.models.families import gemma3
+from rr_fast.scoring.backends.base import Request
 from rr_fast.scoring.backends.mlx import MLXBackend
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.windows import WindowScorer
@@ -79,18 +81,18 @@ def test_forward_matches_torch(pair):
     ids, positions, targets = _batch()
     for layer in sorted({0, 1, mlx_side.depth // 2 + 1, mlx_side.depth}):
         for rows in (positions, positions[:1]):  # per-row positions, and one shared row
-            ours = mlx_side.forward(ids, rows, layer)
-            theirs = torch_side.forward(ids, rows, layer)
+            ours = mlx_side.run(ids, rows, Request(layer))
+            theirs = torch_side.run(ids, rows, Request(layer))
             assert ours.logprobs is None and ours.hidden.dtype == np.float32
             assert _max_diff(ours.hidden, theirs.hidden) < TOL, layer
-        ours = mlx_side.forward(ids, positions, layer, targets)
-        theirs = torch_side.forward(ids, positions, layer, targets)
+        ours = mlx_side.run(ids, positions, Request(layer, targets))
+        theirs = torch_side.run(ids, positions, Request(layer, targets))
         assert _max_diff(ours.hidden, theirs.hidden) < TOL, layer
         assert ours.logprobs.dtype == np.float32
         assert _max_diff(ours.logprobs, theirs.logprobs) < TOL, layer
-    ours = mlx_side.forward(ids, positions, None, targets)
+    ours = mlx_side.run(ids, positions, Request(None, targets))
     assert ours.hidden is None
-    assert _max_diff(ours.logprobs, torch_side.forward(ids, positions, None, targets).logprobs) < TOL
+    assert _max_diff(ours.logprobs, torch_side.run(ids, positions, Request(None, targets)).logprobs) < TOL
 
 
 @pytest.mark.parametrize("bos", [(), (1,)])
@@ -107,9 +109,9 @@ def test_scorer_matches_reference(pair, reference, bos, reindex):
 def test_logit_chunks_do_not_change_logprobs(pair, monkeypatch):
     mlx_side = pair[0]
     ids, positions, targets = _batch(1)
-    whole = mlx_side.forward(ids, positions, None, targets).logprobs
+    whole = mlx_side.run(ids, positions, Request(None, targets)).logprobs
     monkeypatch.setattr(mlx_backend, "LOGIT_BUDGET", 5 * mlx_side.vocab_size)  # 5 rows of logits at a time
-    assert _max_diff(mlx_side.forward(ids, positions, None, targets).logprobs, whole) < 1e-6
+    assert _max_diff(mlx_side.run(ids, positions, Request(None, targets)).logprobs, whole) < 1e-6
 
 
 def test_logsumexp_is_accurate_over_a_large_vocabulary():
@@ -122,20 +124,20 @@ def test_logsumexp_is_accurate_over_a_large_vocabulary():
 def test_layers_above_the_exit_never_run(tiny_model_dir):
     backend = MLXBackend.load(tiny_model_dir)
     ids, positions, targets = _batch(2)
-    before = backend.forward(ids, positions, 1).hidden
+    before = backend.run(ids, positions, Request(1)).hidden
     top = backend.layers[-1]
     top.update(tree_map(lambda p: p * float("nan"), top.parameters()))  # poison the last layer
-    assert np.array_equal(backend.forward(ids, positions, 1).hidden, before)
-    assert np.isnan(backend.forward(ids, positions, 1, targets).logprobs).all()
+    assert np.array_equal(backend.run(ids, positions, Request(1)).hidden, before)
+    assert np.isnan(backend.run(ids, positions, Request(1, targets)).logprobs).all()
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_stays_close(tiny_model_dir, dtype):
     ids, positions, targets = _batch(3)
-    full = MLXBackend.load(tiny_model_dir).forward(ids, positions, 1, targets)
+    full = MLXBackend.load(tiny_model_dir).run(ids, positions, Request(1, targets))
     half = MLXBackend.load(tiny_model_dir, dtype=dtype)
     assert _dtypes(half) == {getattr(mx, dtype)}
-    out = half.forward(ids, positions, 1, targets)
+    out = half.run(ids, positions, Request(1, targets))
     assert out.hidden.dtype == np.float32 and out.logprobs.dtype == np.float32
     cosine = (
         (out.hidden * full.hidden).sum(-1) / np.linalg.norm(out.hidden, axis=-1) / np.linalg.norm(full.hidden, axis=-1)
@@ -177,8 +179,8 @@ def test_written_config_loads_without_fixes(tiny_model_factory, tmp_path, monkey
     assert write_mlx_compatible_config(tmp_path / "config.json", write=False) == {}
     monkeypatch.setattr(mlx_backend, "write_mlx_compatible_config", lambda path, write=False: {})
     ids, positions, _ = _batch(4)
-    ours = MLXBackend.load(tmp_path).forward(ids, positions, 4).hidden
-    theirs = TorchBackend.load(source, device="cpu").forward(ids, positions, 4).hidden
+    ours = MLXBackend.load(tmp_path).run(ids, positions, Request(4)).hidden
+    theirs = TorchBackend.load(source, device="cpu").run(ids, positions, Request(4)).hidden
     assert _max_diff(ours, theirs) < TOL
 
 
@@ -191,8 +193,8 @@ def test_rope_fallback_would_be_caught(tiny_model_factory, monkeypatch, kind):
     monkeypatch.setattr(mlx_backend, "write_mlx_compatible_config", lambda path, write=False: rope_free)
     ids, positions, _ = _batch(5)
     backend = MLXBackend.load(folder)
-    ours = backend.forward(ids, positions, backend.depth).hidden
-    theirs = TorchBackend.load(folder, device="cpu").forward(ids, positions, backend.depth).hidden
+    ours = backend.run(ids, positions, Request(backend.depth)).hidden
+    theirs = TorchBackend.load(folder, device="cpu").run(ids, positions, Request(backend.depth)).hidden
     assert _max_diff(ours, theirs) > 100 * TOL
 
 
@@ -241,9 +243,9 @@ def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory, mo
     rows = np.zeros((2, 41), dtype=np.int64)
     rows[0], rows[1, :30] = rng.integers(3, 512, 41), rng.integers(3, 512, 30)
     rows[:, 0] = 1
-    request = Crossing(np.array([[2, 9, 20, 38], [5, 17, 28, -1]]), np.array([41, 30]), spans)
-    got = ours.crossing(rows, np.arange(41)[None], layers, request)
-    want = theirs.crossing(rows, np.arange(41)[None], layers, request)
+    request = Request(crossing=Crossing(np.array([[2, 9, 20, 38], [5, 17, 28, -1]]), np.array([41, 30]), spans, layers))
+    got = ours.run(rows, np.arange(41)[None], request).masses
+    want = theirs.run(rows, np.arange(41)[None], request).masses
     assert got.shape == want.shape == (2, 4, layers, heads, 3)
     np.testing.assert_allclose(got, want, atol=TOL)
     size = layers * heads * 3
@@ -265,9 +267,10 @@ def test_the_attention_readout_leaves_the_ordinary_forward_alone(tiny_model_fact
     backend = MLXBackend.load(tiny_model_factory("llama"))
     assert all(isinstance(layer.self_attn, mlx_backend._Attention) for layer in backend.layers)
     ids = np.random.default_rng(12).integers(3, 512, (1, 30))
-    before = backend.forward(ids, np.arange(30)[None], backend.depth).hidden
-    backend.crossing(ids, np.arange(30)[None], backend.depth, Crossing(np.array([[4, 9]]), np.array([30]), (2, 5)))
-    after = backend.forward(ids, np.arange(30)[None], backend.depth).hidden
+    before = backend.run(ids, np.arange(30)[None], Request(backend.depth)).hidden
+    crossing = Crossing(np.array([[4, 9]]), np.array([30]), (2, 5), backend.depth)
+    backend.run(ids, np.arange(30)[None], Request(crossing=crossing))
+    after = backend.run(ids, np.arange(30)[None], Request(backend.depth)).hidden
     np.testing.assert_array_equal(before, after)
     assert llama.scaled_dot_product_attention is base.scaled_dot_product_attention
 
@@ -285,31 +288,32 @@ def test_gemma_half_precision_rounds_as_torch():
 
     rng = np.random.default_rng(0)
     x, w = rng.normal(0, 3, (64, 640)).astype(np.float32), rng.normal(0, 1, 640).astype(np.float32)
-    theirs = RMSNorm(640, 1e-6, gemma=True)
+    theirs = RMSNorm(640, 1e-6, gemma3.FAMILY)
     theirs.weight.data = torch.tensor(w).bfloat16()
     want = theirs(torch.tensor(x).bfloat16()).detach().float().numpy()
     stock = gemma3_text.RMSNorm(640, 1e-6)
     stock.weight = mx.array(w).astype(mx.bfloat16)
     half = mx.array(x).astype(mx.bfloat16)
-    assert (np.array(mlx_backend._GemmaNorm(stock, mx.bfloat16)(half).astype(mx.float32)) == want).mean() > 0.999
+    assert (np.array(gemma3.mlx_layers().Norm(stock, mx.bfloat16)(half).astype(mx.float32)) == want).mean() > 0.999
     assert (np.array(stock(half).astype(mx.float32)) == want).mean() < 0.8
 
     gate, up = rng.normal(0, 3, (64, 2048)).astype(np.float32), rng.normal(0, 1, (64, 2048)).astype(np.float32)
     want = (F.gelu(torch.tensor(gate).bfloat16(), approximate="tanh") * torch.tensor(up).bfloat16()).float().numpy()
     gate, up = mx.array(gate).astype(mx.bfloat16), mx.array(up).astype(mx.bfloat16)
-    assert (np.array(mlx_backend._gated(gate, up).astype(mx.float32)) == want).mean() > 0.99
+    assert (np.array(gemma3.mlx_layers().gated(gate, up).astype(mx.float32)) == want).mean() > 0.99
     assert (np.array((nn.gelu_approx(gate) * up).astype(mx.float32)) == want).mean() < 0.8
 
 
 def test_gemma_layers_are_replaced(tiny_model_factory):
-    """Every Gemma norm and MLP of a loaded model computes as torch does (``_round_as_transformers``)."""
+    """Every Gemma norm and MLP of a loaded model computes as torch does (``gemma3.round_as_transformers``)."""
+    layers = gemma3.mlx_layers()
     backend = MLXBackend.load(tiny_model_factory("gemma3"), dtype="bfloat16")
     for layer in backend.layers:
         norms = (layer.input_layernorm, layer.post_attention_layernorm, layer.pre_feedforward_layernorm)
         norms += (layer.post_feedforward_layernorm, layer.self_attn.inner.q_norm, layer.self_attn.inner.k_norm)
-        assert all(isinstance(norm, mlx_backend._GemmaNorm) for norm in norms)
-        assert isinstance(layer.mlp, mlx_backend._GemmaMLP)
-    assert isinstance(backend.norm, mlx_backend._GemmaNorm)
+        assert all(isinstance(norm, layers.Norm) for norm in norms)
+        assert isinstance(layer.mlp, layers.MLP)
+    assert isinstance(backend.norm, layers.Norm)
 
 
 def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factory, tmp_path):
@@ -329,8 +333,8 @@ def test_gemma_in_float16_keeps_its_residual_stream_in_float32(tiny_model_factor
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     ids, positions, _ = _batch()
     for layer in (1, 2):
-        full = MLXBackend.load(folder).forward(ids, positions, layer).hidden
-        half = MLXBackend.load(folder, dtype="float16").forward(ids, positions, layer).hidden
+        full = MLXBackend.load(folder).run(ids, positions, Request(layer)).hidden
+        half = MLXBackend.load(folder, dtype="float16").run(ids, positions, Request(layer)).hidden
         assert np.abs(full).max() > np.finfo(np.float16).max  # past float16's range
         assert np.abs(half - full).max() <= 2e-3 * np.abs(full).max()  # float16's rounding only, not its range
     assert MLXBackend.load(folder, dtype="float16").notes == ()

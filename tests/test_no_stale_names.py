@@ -187,7 +187,7 @@ def test_every_relative_markdown_link_resolves():
     [
         ("rr_fast.text.tokenizer.TokenizerProcess", True),
         ("rr_fast.Chunker.chunk", True),  # the package's lazy name, followed into rr_fast.chunker
-        ("rr_fast.BUNDLED", True),
+        ("rr_fast.Limits", True),  # another lazy name, from rr_fast.segmentation.dp
         ("rr_fast.corpus.run.PREPARE", True),
         ("bench.engine.ResearchEngine.state_layers", True),  # set in __init__ as self.state_layers
         ("bench.quality.pareto.OPTIONS", True),  # a package's __init__.py

@@ -147,7 +147,8 @@ def test_tokenizer_json_equals_transformers_tokenizer(name):
     """Same ids, offsets and BOS as AutoTokenizer on the bundled models, on text that stresses offsets."""
     from transformers import AutoTokenizer
 
-    from rr_fast.models.cache import bos_prefix, resolve
+    from rr_fast.models.families import bos_prefix
+    from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import JSONTokenizer, load_tokenizer
 
     folder = resolve(name)

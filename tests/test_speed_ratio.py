@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.engine import paper_scoring
 from bench.reference import reference_scores
-from rr_fast.config import paper_scoring
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.windows import WindowScorer
 

@@ -7,6 +7,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from bench.engine import research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.cli import main
 from rr_fast.segmentation.dp import segment_tiered
@@ -86,8 +87,10 @@ def test_tiers_are_lexicographic():
 
 @pytest.mark.parametrize("text", [FLAT, textwrap.fill(FLAT, 70)], ids=["flattened", "wrapped"])
 def test_flattened_text_is_unchanged(tiny, text):
-    auto = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
-    none = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, structure="none")
+    auto = Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5))
+    none = Chunker(
+        research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, structure="none")
+    )
     assert auto.chunk(text) == none.chunk(text)
     scores_auto, scores_none = auto.score(text), none.score(text)
     assert np.array_equal(scores_auto.tokens, scores_none.tokens)
@@ -104,21 +107,23 @@ def cut_levels(text: str, chunks) -> list[Level]:
 
 @pytest.mark.parametrize("max_tokens", [40, 60, 120])
 def test_markdown_cuts_where_the_writer_did(tiny, max_tokens):
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(8, max_tokens, max_tokens // 2, 0.02), penalty=0.5)
+    chunker = Chunker(
+        research_config(model=tiny, backend="torch", limits=Limits(8, max_tokens, max_tokens // 2, 0.02), penalty=0.5)
+    )
     chunks = chunker.chunk(MARKDOWN)
     assert "".join(c.text for c in chunks) == MARKDOWN
     assert all(c.token_count <= max_tokens for c in chunks)
     # never mid-sentence, never inside the fence or table (each fits), never after a heading
     assert all(level >= Level.SENTENCE for level in cut_levels(MARKDOWN, chunks)), cut_levels(MARKDOWN, chunks)
     assert all(c.inside is None for c in chunks)
-    none = Chunker(model=tiny, backend="torch", limits=chunker.limits, penalty=0.5, structure="none")
+    none = Chunker(research_config(model=tiny, backend="torch", limits=chunker.limits, penalty=0.5, structure="none"))
     assert any(level < Level.SENTENCE for level in cut_levels(MARKDOWN, none.chunk(MARKDOWN)))
 
 
 def test_a_unit_longer_than_the_maximum_is_cut_at_its_lines_and_says_so(tiny):
     code = "```python\n" + "".join(f"value_{i} = compute({i}, factor={i * 3})\n" for i in range(30)) + "```\n"
     text = "Intro paragraph here.\n\n" + code + "\nAfter the code.\n"
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 60, 30, 0.02), penalty=0.5)
+    chunker = Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 60, 30, 0.02), penalty=0.5))
     chunks = chunker.chunk(text)
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 60 for c in chunks)
     split = [c for c in chunks if c.inside == "code"]
@@ -138,6 +143,8 @@ def test_option_is_checked_and_in_the_cli(tiny, tmp_path, capsys):
 
 def test_a_text_that_is_one_long_code_block(tiny):
     text = "```\n" + "".join(f"x{i} = {i}\n" for i in range(60)) + "```\n"  # no tier-0 edge at all
-    chunks = Chunker(model=tiny, backend="torch", limits=Limits(4, 40, 20, 0.02), penalty=0.5).chunk(text)
+    chunks = Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 40, 20, 0.02), penalty=0.5)).chunk(
+        text
+    )
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 40 for c in chunks)
     assert [c.inside for c in chunks[:-1]] == ["code"] * (len(chunks) - 1)

@@ -41,14 +41,14 @@ def test_cached_engine_scores_once_and_replays_the_same_chunks(tiny, tmp_path):
     from rr_fast import Chunker, Limits
 
     text = "## Harbour\nThe harbour was quiet.\nGulls circled overhead.\n\n## Tide\nThe tide went out.\nBoats sat.\n"
-    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
-    direct = [(c.start, c.end) for c in chunker.chunk(text)]
+    plain = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
+    direct = [(c.start, c.end) for c in plain.chunk(text)]
     cache = tmp_path / "scores.json"
-    chunker.scorer = CachedEngine(chunker.scorer, cache)
+    options = {"model": tiny, "backend": plain.backend, "limits": Limits(4, 32, 16, 0.02)}  # the model loaded once
+    chunker = Chunker(scorer=lambda product: CachedEngine(product, cache), **options)
     assert [(c.start, c.end) for c in chunker.chunk(text)] == direct
     assert chunker.scorer.misses > 0
-    replay = Chunker(model=tiny, backend="torch", limits=Limits(4, 32, 16, 0.02))
-    replay.scorer = CachedEngine(replay.scorer, cache, strict=True)
+    replay = Chunker(scorer=lambda product: CachedEngine(product, cache, strict=True), **options)
     assert [(c.start, c.end) for c in replay.chunk(text)] == direct
     assert replay.scorer.misses == 0
     with pytest.raises(NotCached):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rr_fast.models.cache import resolve
+from rr_fast.models.names import resolve
 from rr_fast.text.tokenizer import load_tokenizer
 from rr_fast.text.tokens import tokenize, tokenize_many
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from rr_fast.models.cache import resolve
+from rr_fast.models.names import resolve
 
 
 def tiny_llama_folder(folder: Path, tokenizer_model: str = "smollm2-135m", hidden: int = 32, layers: int = 4) -> Path:
@@ -40,6 +40,18 @@ SAMPLE_TEXT = "The harbour was quiet. Gulls circled overhead and the tide went o
 def tiny_options(folder: str) -> list[str]:
     """Command-line options that run the tiny model with lengths that suit SAMPLE_TEXT."""
     return ["--model", folder, "--backend", "torch", "--min-tokens", "4", "--max-tokens", "32", "--target-tokens", "16"]
+
+
+def recipe_file(model: str, path: Path, **reading) -> Path:
+    """A recipe file at ``path``: ``model``'s recipe (its bundled one, the one in its folder, else the paper's
+    defaults) with ``reading``'s defaults in place of its own (readout="lr", window=12, ...). The command line takes
+    how a model reads boundaries only from a recipe: ``--recipe path``."""
+    from dataclasses import replace
+
+    from rr_fast.models.recipes import recipe_for, write_recipe
+
+    write_recipe(replace(recipe_for(model, None), **reading), path)
+    return path
 
 
 def run_cli(argv, capsys) -> tuple[int, str, str]:

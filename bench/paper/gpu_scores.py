@@ -62,7 +62,7 @@ def convert_with_tokenizer(gguf: str, tokenizer_dir: str) -> Path:
     Skips transformers' GGUF tokenizer conversion: it is wrong for Gemma under the GPU image's transformers
     and takes a minute of device time for a 262k vocabulary.
     """
-    from rr_fast.models.cache import save_dequantized
+    from rr_fast.models.conversion import save_dequantized
 
     path = Path(gguf)
     target = path.with_suffix(".converted")
@@ -99,7 +99,7 @@ def score(args: argparse.Namespace) -> None:
 
     from bench.paper.mechanism import passages
     from bench.quality.lm_scores import LMScorer, read_streams
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.text.edges import candidate_edges
     from rr_fast.text.tokens import tokenize
 
@@ -158,7 +158,7 @@ def score(args: argparse.Namespace) -> None:
 
     def engine_window(name: str, window: int) -> Iterator[None]:
         """RR and LR alone at another window, from rr_fast's engine (same scores, a fraction of the work)."""
-        from rr_fast.config import paper_scoring
+        from bench.engine import paper_scoring
         from rr_fast.scoring.windows import WindowScorer
 
         base = scorers[name]
@@ -193,8 +193,8 @@ def score(args: argparse.Namespace) -> None:
 
 def wiki50_scores(scorer, data_dir: Path) -> dict[str, dict[str, list[float]]]:
     """RR and LR at every internal sentence ending of the Wiki-50 documents (bench.paper.wiki50's candidates)."""
+    from bench.engine import paper_scoring
     from bench.paper.wiki50 import read_corpus, sentence_edges
-    from rr_fast.config import paper_scoring
     from rr_fast.scoring.windows import WindowScorer
 
     engine = WindowScorer(scorer.backend, scorer.prefix.tolist(), paper_scoring(readouts=("rr", "lr")))

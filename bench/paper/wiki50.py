@@ -103,8 +103,9 @@ def rr_scores(model: str, docs: list[Document]) -> dict[str, list[float]]:
     """RR at the default layer for every internal sentence ending, with rr_fast's batched engine."""
     from transformers import AutoTokenizer
 
-    from rr_fast.config import paper_scoring
-    from rr_fast.models.cache import bos_prefix, resolve
+    from bench.engine import paper_scoring
+    from rr_fast.models.families import bos_prefix
+    from rr_fast.models.names import resolve
     from rr_fast.scoring.backends.torch import TorchBackend
 
     folder = resolve(model)

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from bench.common import BENCH_MODEL
-from rr_fast.models.cache import resolve
+from rr_fast.models.names import resolve
 from rr_fast.text.edges import Edges, ends_sentence
 from rr_fast.text.tokens import Tokens
 

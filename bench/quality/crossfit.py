@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import save_npz
-from bench.engine import research_chunker
+from bench.engine import research_chunker, research_config
 from bench.quality.pareto import OUT, STREAMS, option_config
 from bench.quality.streams import read_streams
 
@@ -34,7 +34,6 @@ def crossfit(names: list[str], out: Path, streams_path: Path = STREAMS) -> dict[
     """Cross-fitted scores of each option on the calibration streams into ``out``/scores/<option>-crossfit; returns each
     option's mean cross-fitted Spearman against the teacher."""
     from rr_fast import Chunker
-    from rr_fast.config import ChunkerConfig
     from rr_fast.distill.fit import MassesScorer, agreement, cross_fitted, examples, training_set, work_folder
     from rr_fast.segmentation.calibration import percentiles
 
@@ -43,14 +42,14 @@ def crossfit(names: list[str], out: Path, streams_path: Path = STREAMS) -> dict[
     for name in names:
         options = option_config(name)
         chunker = research_chunker(**options)
-        head = chunker.config.recipe_used().head(chunker.config.layer)
+        head = chunker.config.recipe_used().head(chunker.reading.layer)
         spans, layers, alpha = tuple(head["spans"]), head["layers"], head["ridge_alpha"]
         # the teacher as python -m rr_fast.distill ran it: the model's lr on the step-64 candidates, in this dtype
         taught = {"model": options["model"], "recipe": options.get("recipe"), "readout": "lr", "step": 64}
-        resolved = ChunkerConfig(**taught, dtype=chunker.config.dtype).resolve()
+        resolved = research_config(**taught, dtype=chunker.reading.dtype)
         teacher = Chunker(resolved)
-        features = MassesScorer(teacher.scorer.backend, teacher.scorer.prefix.tolist(), spans, 2048, None)
-        settings = {"teacher": repr(resolved.scoring), "dtype": resolved.config.dtype, "spans": spans, "step": 64}
+        features = MassesScorer(teacher.backend, teacher.bos, spans, 2048, None)
+        settings = {"teacher": repr(resolved.scoring), "dtype": resolved.reading.dtype, "spans": spans, "step": 64}
         trained_on = list(teacher.preparer.prepare([s.text for s in calibration], "raise", []))
         found = list(examples(trained_on, teacher.scorer, features, work_folder(teacher.folder, settings)))
         x, y = training_set(found, layers)

@@ -45,13 +45,15 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from bench.common import save_npz
-from bench.engine import ResearchEngine, forward_layers, rr_layer_name
-from rr_fast.config import ChunkerConfig, paper_scoring
-from rr_fast.models.cache import bos_prefix, resolve
+from bench.engine import ResearchEngine, forward_layers, paper_scoring, rr_layer_name
+from rr_fast.config import Reading
+from rr_fast.models.families import bos_prefix
+from rr_fast.models.names import resolve
 from rr_fast.models.recipes import PAPER_SKIP, PAPER_WINDOW
+from rr_fast.scoring.backends.arrays import masked_mean
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.scorer import blocks
-from rr_fast.scoring.windows import WindowBatch, WindowLayout, default_layer, masked_mean, window_layout
+from rr_fast.scoring.windows import WindowBatch, WindowLayout, default_layer, window_layout
 from rr_fast.text.edges import candidate_edges
 from rr_fast.text.tokens import tokenize
 
@@ -101,7 +103,7 @@ class LMScorer:
         window: int = PAPER_WINDOW,
         skip: int = PAPER_SKIP,
         step: int = 8,
-        context: int = ChunkerConfig.context,
+        context: int = Reading.context,
         batch_tokens: int = 4096,
         reset_prefix: Iterable[int] = (),
         local_prefix: int = 0,
@@ -126,8 +128,7 @@ class LMScorer:
         )
         self.device = torch.device(backend.device)
         self.row_tile, self.vocab_tile = TILES["cpu" if self.device.type == "cpu" else "gpu"]
-        head = backend.model.get_output_embeddings()
-        self.head_weight, self.head_bias = head.weight, head.bias
+        self.head_weight, self.head_bias = backend.head.module.weight, backend.head.module.bias
 
     @classmethod
     def load(cls, model: str, layers: Iterable[int] | None = None, device: str = "cpu", **options) -> LMScorer:
@@ -197,7 +198,7 @@ class LMScorer:
             token_logprobs[out_start:out_end][has_prediction] = logprobs[predicted_by[has_prediction]]
             if out.attention is not None:  # a transformers version that returns no weights: NaN isolation
                 prefix_mass[out_start:out_end] = _prefix_mass(out.attention[0], rows, p, in_start, out_start, width)
-        log_normalizer = self.backend.log_normalizer(final, self.head_weight, self.head_bias)[0]
+        log_normalizer = self.backend.head.log_normalizer(final)[0]
         return FullPass(states, final, log_normalizer, token_logprobs, prefix_mass)
 
     @torch.inference_mode()
@@ -241,7 +242,7 @@ class LMScorer:
 
     def _logits(self, final: torch.Tensor, vocab: slice) -> torch.Tensor:
         bias = None if self.head_bias is None else self.head_bias[vocab]
-        return self.backend.cap_logits(torch.nn.functional.linear(final, self.head_weight[vocab], bias).float())
+        return self.backend.head.cap(torch.nn.functional.linear(final, self.head_weight[vocab], bias).float())
 
     def _passive(self, ids: np.ndarray, edges: np.ndarray, full: FullPass) -> dict[str, np.ndarray]:
         """The non-counterfactual comparators, all from the uninterrupted pass at the RR layer."""

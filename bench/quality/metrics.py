@@ -6,7 +6,8 @@ that joins two records (which belongs to neither) and whitespace a peer strips o
 not move any number. The paper weights purity and completeness by model tokens; non-space characters are a
 tokenizer-free stand-in that also works unchanged on OCR text.
 
-- clean-unit recovery: a record counts when some chunk holds >= 90% of it and >= 90% of that chunk is
+- clean-unit recovery: the product's measure, ``rr_fast.clean_units`` (the one ``python -m rr_fast.distill
+  --calibrate`` maximises): a record counts when some chunk holds >= 90% of it and >= 90% of that chunk is
   from it; per stream, recovered records / records.
 - partition F1: harmonic mean of purity (each chunk's largest record share, weighted by chunk size) and
   completeness (each record's largest share in one chunk, weighted by record size).
@@ -22,8 +23,7 @@ from itertools import pairwise
 
 import numpy as np
 
-CLEAN = 0.9
-WHITESPACE = -2
+from rr_fast.clean_units import clean_pairs, overlaps, unit_labels
 
 
 def partition(cuts: Sequence[int], length: int) -> list[tuple[int, int]]:
@@ -32,31 +32,18 @@ def partition(cuts: Sequence[int], length: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
 
-def char_labels(text: str, records: Sequence[tuple[str, int, int]]) -> np.ndarray:
-    """Record index of every character: -1 outside every record, WHITESPACE for whitespace (never counted)."""
-    labels = np.full(len(text), -1, dtype=np.int64)
-    for index, (_, start, end) in enumerate(records):
-        labels[start:end] = index
-    labels[np.fromiter((ch.isspace() for ch in text), dtype=bool, count=len(text))] = WHITESPACE
-    return labels
+def record_spans(records: Sequence[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` span of each (id, start, end) record: the units of ``rr_fast.clean_units``."""
+    return [(int(start), int(end)) for _, start, end in records]
 
 
 @lru_cache(maxsize=512)
 def _labels(text: str, records: tuple[tuple[str, int, int], ...]) -> np.ndarray:
-    """char_labels, kept per stream: every method and every ρ scores the same streams again."""
-    labels = char_labels(text, records)
+    """``rr_fast.clean_units.unit_labels`` of the records, kept per stream: every method and every ρ scores the same
+    streams again."""
+    labels = unit_labels(text, record_spans(records))
     labels.flags.writeable = False
     return labels
-
-
-def contingency(labels: np.ndarray, chunks: Sequence[tuple[int, int]], num_records: int) -> np.ndarray:
-    """[chunk, record] counts of non-space characters; the last column counts characters of no record."""
-    table = np.zeros((len(chunks), num_records + 1), dtype=np.int64)
-    for row, (start, end) in enumerate(chunks):
-        counts = np.bincount(labels[start:end] + 2, minlength=num_records + 2)  # [whitespace, none, records...]
-        table[row, :-1] = counts[2:]
-        table[row, -1] = counts[1]
-    return table
 
 
 def stream_metrics(
@@ -68,14 +55,11 @@ def stream_metrics(
     """
     _check_partition(chunks, len(text))
     labels = _labels(text, tuple((str(r), int(a), int(b)) for r, a, b in records))
-    table = contingency(labels, chunks, len(records))
+    table = overlaps(labels, chunks, len(records))
     by_record = table[:, :-1]
     chunk_size = table.sum(axis=1)
     record_size = by_record.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share_of_record = np.where(record_size > 0, by_record / record_size, 0.0)
-        share_of_chunk = np.where(chunk_size[:, None] > 0, by_record / chunk_size[:, None], 0.0)
-    clean = (share_of_record >= CLEAN) & (share_of_chunk >= CLEAN)
+    clean = clean_pairs(table)
     purity = by_record.max(axis=1).sum() / max(chunk_size.sum(), 1)
     completeness = by_record.max(axis=0).sum() / max(record_size.sum(), 1)
     f1 = 0.0 if purity + completeness == 0 else 2 * purity * completeness / (purity + completeness)

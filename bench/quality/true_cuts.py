@@ -24,8 +24,9 @@ import numpy as np
 from bench.common import REPO_ROOT
 from bench.quality.baselines import default_tokenizer
 from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, chunk_spans
-from bench.quality.metrics import CLEAN, char_labels, stream_metrics
+from bench.quality.metrics import record_spans, stream_metrics
 from bench.quality.streams import Stream, read_streams
+from rr_fast.clean_units import is_clean, recovered_units, unit_labels
 from rr_fast.models.recipes import PAPER_STEP
 from rr_fast.text.edges import Edges, candidate_edges, ends_sentence
 from rr_fast.text.tokens import tokenize
@@ -39,7 +40,7 @@ def oracle_recovery(text: str, records: list[tuple[str, int, int]], cuts: Edges,
     A chunk is clean for at most one record (it holds >= 90% of that record and is >= 90% that record), so
     the DP maximises the number of clean chunks over cut sequences whose chunks are 48–384 tokens long.
     """
-    labels = char_labels(text, records)
+    labels = unit_labels(text, record_spans(records))
     counted = labels + 2  # 0 whitespace, 1 outside records, 2.. records
     onehot = np.zeros((len(text) + 1, len(records) + 2), dtype=np.int64)
     onehot[np.arange(1, len(text) + 1), counted] = 1
@@ -57,7 +58,7 @@ def oracle_recovery(text: str, records: list[tuple[str, int, int]], cuts: Edges,
         later = later[(length <= LIMITS.max_tokens) & (length >= LIMITS.min_tokens)]
         counts = prefix[chars[later]] - prefix[chars[i]]  # [chunk, (outside, records...)]
         total = counts.sum(axis=1)
-        clean = (counts[:, 1:] >= CLEAN * record_size) & (counts[:, 1:] >= CLEAN * total[:, None])
+        clean = is_clean(counts[:, 1:], record_size, total[:, None])
         best[later] = np.maximum(best[later], best[i] + clean.any(axis=1))
     return float(best[-1] / len(records)) if np.isfinite(best[-1]) else float("nan")
 
@@ -130,18 +131,8 @@ def stream_rows(
 
 
 def _recovered(stream: Stream, chunks: list[tuple[int, int]]) -> list[bool]:
-    """Which records some chunk recovers as a clean unit (the metric's own rule, per record)."""
-    labels = char_labels(stream.text, stream.records)
-    out = []
-    for index, (_, start, end) in enumerate(stream.records):
-        size = int((labels[start:end] == index).sum())
-        hit = False
-        for a, b in chunks:
-            piece = labels[a:b]
-            mine, total = int((piece == index).sum()), int((piece >= -1).sum())
-            hit |= mine >= CLEAN * size and total > 0 and mine >= CLEAN * total
-        out.append(hit)
-    return out
+    """Which records some chunk recovers as a clean unit (``rr_fast.clean_units``, per record)."""
+    return recovered_units(stream.text, record_spans(stream.records), chunks).tolist()
 
 
 def summary(rows: list[dict]) -> dict[str, dict]:

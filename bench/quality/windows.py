@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, save_npz, write_section
-from bench.engine import ResearchEngine, reset_prefix_ids, variant_name
+from bench.engine import ResearchEngine, research_config, reset_prefix_ids, variant_name
 from bench.quality.calibration import EdgeScores, chunk_spans
 from bench.quality.embedding_sweep import calibrated, noise_floor
 from bench.quality.embedding_sweep import load as load_embedding
@@ -167,6 +167,8 @@ def score(
     (pareto/chunks/<lever>). ``budget`` (seconds) stops starting streams, so a lent GPU's run ends in time.
     """
     from rr_fast import Chunker
+    from rr_fast.models.names import resolve
+    from rr_fast.text.tokenizer import load_tokenizer
 
     folder = scores_folder(out, model)
     folder.mkdir(parents=True, exist_ok=True)
@@ -201,16 +203,23 @@ def score(
 
         torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32, as on the CPU
     research = {name: options.pop(name) for name in ("skip", "reset_prefix")}
-    chunker = Chunker(device=device, **options)
-    skip, bos = research["skip"], chunker.scorer.prefix.tolist()
-    chunker.scorer = ResearchEngine(
-        chunker.scorer.backend,
-        bos,
-        replace(chunker.scorer.settings, readouts=("rr", "lr"), skip=skip),
-        windows=windows,
-        skips=tuple(s for s in skips if s != skip),
-        reset_prefix=reset_prefix_ids(research["reset_prefix"], chunker.tokenizer, bos),
-    )
+    skip, model_folder = research["skip"], resolve(options["model"])
+    tokenizer = load_tokenizer(model_folder)  # the reset prefix's ids, before the scorer is built
+
+    def engine(product) -> ResearchEngine:
+        """The product's scorer, read at every window and skip (``Chunker``'s scorer hook)."""
+        bos = product.prefix.tolist()
+        return ResearchEngine(
+            product.backend,
+            bos,
+            replace(product.settings, readouts=("rr", "lr"), skip=skip),
+            windows=windows,
+            skips=tuple(s for s in skips if s != skip),
+            reset_prefix=reset_prefix_ids(research["reset_prefix"], tokenizer, bos),
+        )
+
+    resolved = research_config(device=device, **options)
+    chunker = Chunker(resolved, folder=model_folder, tokenizer=tokenizer, scorer=engine)
     started, tokens = time.perf_counter(), 0
     for done, stream in enumerate(todo, 1):
         if budget is not None and time.perf_counter() - started > budget:
@@ -226,7 +235,7 @@ def score(
         merge_scores(folder / f"{stream.id}.npz", scores.tokens, scores.chars, scores.num_tokens, readouts)
         if chunks is not None:
             spans = [(c.start, c.end) for c in result]
-            (chunks / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.config.penalty}))
+            (chunks / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.reading.penalty}))
         tokens += scores.num_tokens
         _log(f"{done}/{len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 

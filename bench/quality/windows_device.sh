@@ -45,7 +45,7 @@ else:
 Path(".dev", model, "gguf-path").write_text(str(path))
 EOF
     split -b $part_bytes --numeric-suffixes=1 -a 1 "$(cat ".dev/$model/gguf-path")" ".dev/$model/part"
-    folder=$(python -c "from rr_fast.models import resolve; print(resolve('$model'))")
+    folder=$(python -c "from rr_fast.models.names import resolve; print(resolve('$model'))")
     cp "$folder"/*.json "$folder"/*.jinja ".dev/$model/tok/" 2>/dev/null
     rm -f ".dev/$model/tok/rr_fast_manifest.json" ".dev/$model/tok/model.safetensors.index.json"
     gzip -f ".dev/$model/tok/tokenizer.json" # Gemma's is 33 MB, 7 MB zipped
@@ -73,7 +73,8 @@ EOF
     python3 - "$model" <<'EOF' || exit 1
 import shutil, sys
 from pathlib import Path
-from rr_fast.models import cache_dir, save_dequantized, write_manifest
+from rr_fast.models.cache import cache_dir, write_manifest
+from rr_fast.models.conversion import save_dequantized
 model = sys.argv[1]
 target = cache_dir() / model
 save_dequantized(Path(f"/tmp/windows_device/{model}.gguf"), target)

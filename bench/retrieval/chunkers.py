@@ -6,28 +6,29 @@ size. Token sizes count rr-fast's default model's tokens (Gemma 3), the unit of 
 rr-fast is costly to score and cheap to segment, so each text is scored once per configuration (``ScoreCache``
 stands in for the chunker's engine and keeps the readout values under ``bench/out/retrieval/scores``) and every
 limit setting of the sweep re-runs only the DP on those values. The public API has no call that segments given
-scores with other limits, so ``with_limits`` copies a loaded ``Chunker`` with other limits; its engine, and so
-the cached scores, are shared.
+scores with other limits, so ``with_limits`` builds a ``Chunker`` with other limits over a loaded one's model and
+scorer, which share the cached scores.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from bench.common import save_npz
+from bench.engine import research_config
 from bench.quality.metrics import partition
 from bench.quality.peers import align
-from rr_fast import DEFAULT_MODEL, Chunker, ChunkerConfig, Limits
-from rr_fast.config import chunker_config
+from rr_fast import Chunker, ChunkerConfig, Limits
+from rr_fast.config import Reading, Resolved
+from rr_fast.models.recipes import DEFAULT_MODEL
 
 Spans = list[tuple]  # (start, end), or (start, end, what is embedded before the chunk's text)
 # rr-fast's limits sweep, (min, target, max) tokens and λ (None: the configuration's): retrieval-sized chunks up to
@@ -251,23 +252,38 @@ def peer_settings(families: list[str]) -> list[Setting]:
     return settings
 
 
-def rr_config(spec: str) -> ChunkerConfig:
-    """``preset:NAME`` or ``default`` (today's ``ChunkerConfig()``), optionally ``+key=value`` overrides."""
+def rr_config(spec: str) -> Resolved:
+    """``preset:NAME``, ``default`` (today's ``ChunkerConfig()``) or a model, optionally ``+key=value`` overrides of
+    ``ChunkerConfig``'s options and of a recipe's reading options (``readout``, ``window``, ``penalty``, ...),
+    resolved (``bench.engine.research_config``)."""
     base, *overrides = spec.split("+")
     options = {}
     for override in overrides:
         key, value = override.split("=", 1)
-        field_type = type(getattr(ChunkerConfig(), key))
-        options[key] = value if field_type is str or getattr(ChunkerConfig(), key) is None else field_type(value)
+        options[key] = _option_value(key, value)
     if options.get("length_unit") == EMBEDDER:
         from bench.quality.peers import _minilm_path
 
         options["length_unit"] = str(Path(_minilm_path()) / "tokenizer.json")
-    if base == "default":
-        return chunker_config(None, None, **options)
     if base.startswith("preset:"):
-        return chunker_config(base.removeprefix("preset:"), None, **options)
-    return chunker_config(None, None, model=base, **options)
+        options["preset"] = base.removeprefix("preset:")
+    elif base != "default":
+        options["model"] = base
+    return research_config(**options)
+
+
+def _option_value(key: str, text: str):
+    """A spec's ``text`` as the option ``key`` takes it (a number or a bool where its type says so); an unknown key
+    stays text, for ``research_config`` to name."""
+    spec = {**Reading.__dataclass_fields__, **ChunkerConfig.__dataclass_fields__}.get(key)
+    kind = str(spec.type) if spec is not None else "str"
+    if kind.startswith("bool"):
+        return text.lower() in ("1", "true", "yes")
+    if kind.startswith("int"):
+        return int(text)
+    if kind.startswith("float"):
+        return float(text)
+    return text
 
 
 class ScoreCache:
@@ -320,24 +336,31 @@ class ScoreCache:
             return dict(zip(saved["edges"].tolist(), saved["values"].tolist())), float(saved["seconds"])
 
 
-def cached_chunker(config: ChunkerConfig, cache: Path) -> Chunker:
-    """A ``Chunker`` for ``config`` whose scores live in ``cache/<key of the scoring options>``."""
-    chunker = Chunker(config)
+def cached_chunker(resolved: Resolved, cache: Path) -> Chunker:
+    """A ``Chunker`` of ``resolved`` whose scores live in ``cache/<key of the scoring options>``."""
     # what only the DP and the assembly read stays out of the key: settings that differ there share their scores
-    scoring = chunker.config.replace(
-        min_tokens=1, max_tokens=1, target_tokens=1, penalty=0.0, length_weight=0.0, length_unit="model", overlap=0
-    )
-    key = hashlib.sha1(repr(scoring).encode()).hexdigest()[:12]
-    chunker.scorer = ScoreCache(chunker.scorer, cache / key)
-    return chunker
+    lengths = resolved.config.replace(min_tokens=1, max_tokens=1, target_tokens=1, length_unit="model", overlap=0)
+    reading = replace(resolved.reading, penalty=0.0, length_weight=0.0)
+    key = hashlib.sha1(repr((lengths, reading, resolved.scoring)).encode()).hexdigest()[:12]
+    return Chunker(resolved, scorer=lambda product: ScoreCache(product, cache / key))
 
 
 def with_limits(chunker: Chunker, limits: Limits) -> Chunker:
-    """The same loaded chunker (engine and score cache shared) with other length limits."""
-    other = copy.copy(chunker)
-    other.config = chunker.config.replace(limits=limits)
-    other.limits = limits
-    return other
+    """A ``Chunker`` with other length limits (λ too) over ``chunker``'s loaded model and scorer (its score cache)."""
+    lengths = {"min_tokens": limits.min_tokens, "max_tokens": limits.max_tokens, "target_tokens": limits.target_tokens}
+    resolved = replace(
+        chunker.resolved,
+        config=chunker.config.replace(**lengths),
+        reading=replace(chunker.reading, length_weight=limits.length_weight),
+        limits=limits,
+    )
+    return Chunker(
+        resolved,
+        folder=chunker.folder,
+        tokenizer=chunker.tokenizer,
+        backend=chunker.backend,
+        scorer=lambda _: chunker.scorer,
+    )
 
 
 HEADINGS = "+embed=headings"  # a spec suffix: embed each chunk with its heading path, as LlamaIndex embeds metadata
@@ -353,13 +376,13 @@ def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], 
     giving a text's cached scoring CPU seconds. ``+embed=headings`` embeds each chunk with its heading path
     (``Chunk.headings``) before its text; the metrics still count only the chunk's own characters."""
     with_headings = HEADINGS in spec
-    config = rr_config(spec.replace(HEADINGS, ""))
-    sweep = LIMITS_SWEEP if config.length_unit == "model" else EMBEDDER_SWEEP
+    resolved = rr_config(spec.replace(HEADINGS, ""))
+    sweep = LIMITS_SWEEP if resolved.config.length_unit == "model" else EMBEDDER_SWEEP
     loaded: dict[str, Chunker] = {}
 
     def chunker() -> Chunker:
         if "chunker" not in loaded:
-            loaded["chunker"] = cached_chunker(config, cache)
+            loaded["chunker"] = cached_chunker(resolved, cache)
         return loaded["chunker"]
 
     def make(low: int, target: int, high: int, weight: float):
@@ -378,7 +401,7 @@ def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], 
     settings = []
     for low, target, high, weight in sweep:
         family = f"rr-fast {spec}" + ("" if weight is None else f" λ{weight}")
-        weight = config.length_weight if weight is None else weight
+        weight = resolved.reading.length_weight if weight is None else weight
         describe = f"min {low}, target {target}, max {high} tokens, λ {weight}"
         settings.append(Setting(family, f"{family}@{target}/{high}", describe, make(low, target, high, weight)))
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from bench.common import REPO_ROOT, data_dir
 from bench.speed.report import render
 from bench.speed.worker import Job
-from rr_fast.io import parse_size
+from rr_fast.cli_io import parse_size
 
 # name → (display name, job kind, backend, dtype)
 CONFIGS = {

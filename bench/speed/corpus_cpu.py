@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "machine": f"cpu, torch {torch.__version__}, {torch.get_num_threads()} threads",
         "model": chunker.config.model,
-        "readout": chunker.config.readout,
-        "window": chunker.config.window,
+        "readout": chunker.reading.readout,
+        "window": chunker.reading.window,
         "documents": len(docs),
         "source_tokens": source_tokens,
         "loop_s": loop_s,

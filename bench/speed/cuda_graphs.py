@@ -285,12 +285,12 @@ def measure(args, inputs: Path, folder: Path, begun: float) -> dict:
     texts = [json.loads(line)["text"] for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     docs = []
     for text in texts:
-        document = prepare_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
+        document = prepare_document(text, chunker.tokenize(text), chunker.resolved)
         docs.append((document.tokens.ids, document.scored.tokens))
     counts = np.cumsum([len(ids) for ids, _ in docs])
     scale = 1.0 if not args.smoke else counts[-1] / 100_000
     first = lambda tokens: docs[: max(1, int(np.searchsorted(counts, tokens * scale)))]  # noqa: E731
-    result["corpus"] = {"documents": len(docs), "tokens": int(counts[-1]), "dtype": chunker.config.dtype}
+    result["corpus"] = {"documents": len(docs), "tokens": int(counts[-1]), "dtype": chunker.reading.dtype}
     list(chunker.scorer.score_many(first(WARM_UP_TOKENS)))
     result["plain"], reference = engine_row(chunker, docs, device)
     save("plain")

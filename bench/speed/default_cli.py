@@ -34,7 +34,7 @@ STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
 
 def flattened_text(tokens: int, streams: Path = STREAMS) -> str:
     """Evaluation streams joined by a space until the default model counts at least ``tokens`` tokens."""
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import load_tokenizer
     from rr_fast.text.tokens import tokenize
 
@@ -71,7 +71,7 @@ STEPS = """
 import json, os, sys, time
 mark = time.perf_counter()
 from rr_fast import Chunker
-from rr_fast.models.cache import resolve
+from rr_fast.models.names import resolve
 from rr_fast.text.tokenizer import TokenizerProcess, load_tokenizer, tokenizer_file
 steps = {"import rr_fast": time.perf_counter() - mark}
 folder = resolve("gemma3-270m")
@@ -103,7 +103,7 @@ os._exit(0)
 def cold_start(text: str, tokens: int, out: Path, repeats: int = 3, baseline: Path | None = None) -> None:
     """Wall seconds of a fresh CLI process on a ``tokens``-token page, and one process's steps; with ``baseline`` (a
     checkout of another commit), its CLI's walls too, each of its runs right after one of this checkout's."""
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import load_tokenizer
     from rr_fast.text.tokens import tokenize
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json", args.repeats, args.baseline)
         return
     args.out = args.out or results / "cpu_default_cli.json"
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import load_tokenizer
     from rr_fast.text.tokens import tokenize
 

@@ -4,8 +4,8 @@
 
 Gemma 3 270M's residual stream passes float16's largest value (65,504) in its later layers. mlx-lm's Gemma 3
 clips it to the range in float16; rr-fast's backends keep it in float32 instead, with float16 weights and matmuls
-(``rr_fast.scoring.backends.plain.DecoderLayer``, ``rr_fast.scoring.backends.mlx.residual_dtype``). On the benchmark's
-flattened-record streams, with the real weights and the default configuration, this runs:
+(``rr_fast.models.families.gemma3.residual_dtype``, ``rr_fast.models.families.gemma3.round_as_transformers``). On the
+benchmark's flattened-record streams, with the real weights and the default configuration, this runs:
 
 1. torch float32 as shipped: the reference;
 2. torch float32 with the residual clipped to ±65,504 after every sum, as ``mlx_lm.models.gemma3_text``'s
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         model = None
     else:
-        from rr_fast.models.cache import resolve
+        from rr_fast.models.names import resolve
         from rr_fast.models.recipes import DEFAULT_MODEL
 
         model = args.model or resolve(DEFAULT_MODEL)

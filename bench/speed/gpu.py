@@ -114,8 +114,8 @@ def correctness() -> list[dict]:
     """Max |engine − per-edge reference| per readout, fp32, on this script's device."""
     from transformers import AutoModelForCausalLM
 
+    from bench.engine import paper_scoring
     from bench.reference import reference_scores
-    from rr_fast.config import paper_scoring
     from rr_fast.scoring.backends.torch import TorchBackend
 
     rows = []
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
-    from rr_fast.config import paper_scoring
+    from bench.engine import paper_scoring
     from rr_fast.scoring.backends.torch import TorchBackend
 
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"

@@ -92,7 +92,7 @@ def prepare(
     The corpus mixes lengths as a real one does: records (~300 tokens), Wiki-50 documents and book excerpts
     (1k-4k); the defaults make 320 documents of about 115k Gemma 3 tokens.
     """
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.models.recipes import DEFAULT_MODEL
 
     out.mkdir(parents=True, exist_ok=True)
@@ -258,15 +258,27 @@ def corpus_row(
 ) -> dict:
     """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset of the model in ``folder``, with
     ``changes``; ``prepare`` as ``--prepare``), its time split the run's own (the manifest's ``timings``).
-    ``batch_tokens``: what the backend takes per forward call here, for the row."""
+    ``batch_tokens``: what the backend takes per forward call here, for the row. Reading options among ``changes``
+    (``readout="lr"``) reach the run as a user's do: a recipe file whose preset reads so."""
+    from dataclasses import asdict, replace
+
     import pyarrow.parquet as pq
 
-    from rr_fast.config import chunker_config
-    from rr_fast.corpus.files import RunConfig
+    from bench.engine import research_config
+    from rr_fast.config import Reading
+    from rr_fast.corpus.manifest import RunConfig
     from rr_fast.corpus.run import run
+    from rr_fast.models.recipes import recipe_for, write_recipe
 
     out = scratch / f"out-{preset}-{data.stem}"
     options = {"preset": preset, "model": str(folder), "backend": "torch", "device": device, **changes}
+    reading = {name: options.pop(name) for name in list(options) if name in Reading.__dataclass_fields__}
+    if reading:  # the preset with these reading options over it, as resolve lays them, written as the preset itself
+        wanted = asdict(research_config(**options, **reading).reading)
+        recipe = recipe_for(str(folder), options.get("recipe"))
+        presets = {**recipe.presets, preset: {name: value for name, value in wanted.items() if value is not None}}
+        options["recipe"] = str(scratch / f"recipe-{preset}-{data.stem}.json")
+        write_recipe(replace(recipe, presets=presets), options["recipe"])
     config = RunConfig((str(data),), str(out), "id", "text", 256, options, prepare)
     memory_start(device)
     sync(device)
@@ -279,7 +291,8 @@ def corpus_row(
         for s in manifest["shards"]
     )
     shutil.rmtree(out, ignore_errors=True)
-    c = chunker_config(**options).resolve().config
+    resolved = research_config(**options)
+    c = resolved.reading
     load = manifest["timings"].get("model load", 0.0)
     return {
         "preset": preset,
@@ -298,7 +311,7 @@ def corpus_row(
         "tokens_per_s": tokens / wall,
         "tokens_per_s_after_load": tokens / (wall - load),
         "split_s": manifest["timings"],
-        "batch_tokens": c.batch_tokens or batch_tokens,
+        "batch_tokens": resolved.config.batch_tokens or batch_tokens,
         "max_memory_gib": memory_peak_gib(device),
     }
 
@@ -311,7 +324,7 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tu
 
     engine, docs, flops = chunker.scorer, [], 0.0
     for text in texts:
-        document = prepare_document(text, chunker.tokenize(text), chunker.config, chunker.limits)
+        document = prepare_document(text, chunker.tokenize(text), chunker.resolved)
         ids, edges = document.tokens.ids, document.scored.tokens
         docs.append((ids, edges))
         flops += total_flops(scorer_work(engine, len(ids), edges), shape)["total"]
@@ -339,15 +352,16 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tu
     }, scores
 
 
-@contextmanager
-def attention_path(backend, fused: bool) -> Iterator[None]:
-    """The backend's attention readout through the fused kernel or the explicit probabilities, for a block."""
-    before = backend.fused_attention
-    backend.fused_attention = fused
-    try:
-        yield
-    finally:
-        backend.fused_attention = before
+def attention_path(chunker, fused: bool):
+    """A ``Chunker`` of ``chunker``'s configuration and tokenizer over another copy of its model, loaded with its
+    attention readout through the fused kernel or the explicit probabilities (the torch backend's
+    ``fused_attention``)."""
+    from rr_fast import Chunker
+    from rr_fast.scoring.backends import load_backend
+
+    device = chunker.config.device
+    loaded = load_backend("torch", chunker.folder, chunker.reading.dtype, device, fused_attention=fused)
+    return Chunker(chunker.resolved, folder=chunker.folder, tokenizer=chunker.tokenizer, backend=loaded)
 
 
 def largest_difference(a: list, b: list) -> float:
@@ -357,13 +371,10 @@ def largest_difference(a: list, b: list) -> float:
     return max(float(np.nanmax(np.abs(x[ATTENTION] - y[ATTENTION]))) for x, y in zip(a, b))
 
 
-def cuts_row(chunker, streams: list[str]) -> dict:
-    """The flattened-record streams chunked through the fused kernel and through the explicit probabilities: how
-    many streams are cut alike, and the scores' largest difference."""
-    runs = {}
-    for fused in (True, False):
-        with attention_path(chunker.scorer.backend, fused):
-            runs[fused] = [chunker.explain(text) for text in streams]
+def cuts_row(fused, explicit, streams: list[str]) -> dict:
+    """The flattened-record streams chunked through the fused kernel (the ``fused`` chunker) and through the explicit
+    probabilities (``explicit``): how many streams are cut alike, and the scores' largest difference."""
+    runs = {path: [chunker.explain(text) for text in streams] for path, chunker in ((True, fused), (False, explicit))}
     same = sum([c.end for c in a[0]] == [c.end for c in b[0]] for a, b in zip(runs[True], runs[False]))
     diff = largest_difference([a[1].readouts for a in runs[True]], [b[1].readouts for b in runs[False]])
     return {"streams": len(streams), "identical_cuts": same, "scores_max_abs_diff": diff}
@@ -435,7 +446,7 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
 
     from bench.speed.flops import ModelShape, matmul_shapes
     from rr_fast.models.recipes import DEFAULT_MODEL
-    from rr_fast.scoring.backends.torch import LOGIT_BUDGET
+    from rr_fast.scoring.backends.torch_arrays import LOGIT_BUDGET
     from rr_fast.scoring.backends.torch_crossing import FUSED_ATTENTION_SWITCH, fused_attention_available
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
@@ -491,7 +502,7 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     default = Chunker(preset="balanced", model=str(folder), backend="torch", device=device)
     batch = default.scorer.batch_tokens
     if args.smoke and os.environ.get("TRITON_INTERPRET") == "1" and fused_attention_available():
-        default.scorer.backend.fused_attention = True  # the fused kernel's rows, in Triton's interpreter on the CPU
+        default = attention_path(default, fused=True)  # the fused kernel's rows, in Triton's interpreter on the CPU
 
     def row(data: Path, preset: str, prepare: str = "auto", **changes) -> dict:
         return corpus_row(data, preset, device, scratch, folder, batch, prepare, **changes)
@@ -499,8 +510,9 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     result["balanced"] = row(corpus, "balanced")
     save("balanced")
     wall = result["balanced"]["wall_s"]
-    backend = default.scorer.backend
+    backend = default.backend
     fused = backend.fused_attention
+    explicit = None  # the default's configuration through the explicit probabilities, where it runs the fused kernel
     if fits("engine", 2 * wall):
         texts = [r["text"] for r in rows]
         result["engine"], engine_scores = engine_row(default, texts, device, shape, peak)
@@ -508,19 +520,19 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
         result["engine"]["attention"] = "fused kernel" if fused else "explicit probabilities"
         result["engine"]["backend_notes"] = list(backend.notes)
         save("engine")
-        with attention_path(backend, fused=False):
-            if fused and fits("engine_explicit", 4 * result["engine"]["wall_s"]):
-                result["engine_explicit"], scores = engine_row(default, texts, device, shape, peak)
-                result["engine_explicit"]["scores_max_abs_diff_vs_engine"] = largest_difference(engine_scores, scores)
-                result["engine_explicit"]["engine_speedup_of_fused"] = (
-                    result["engine"]["tokens_per_s"] / result["engine_explicit"]["tokens_per_s"]
-                )
-                save("engine_explicit")
-            default.scorer.tile = base.ATTENTION_TILE  # the explicit attention in tiles of 256, as on a CPU
-            try:
-                result["engine_tile256"], scores = engine_row(default, texts, device, shape, peak)
-            finally:
-                default.scorer.tile = None
+        explicit = attention_path(default, fused=False) if fused else default
+        if fused and fits("engine_explicit", 4 * result["engine"]["wall_s"]):
+            result["engine_explicit"], scores = engine_row(explicit, texts, device, shape, peak)
+            result["engine_explicit"]["scores_max_abs_diff_vs_engine"] = largest_difference(engine_scores, scores)
+            result["engine_explicit"]["engine_speedup_of_fused"] = (
+                result["engine"]["tokens_per_s"] / result["engine_explicit"]["tokens_per_s"]
+            )
+            save("engine_explicit")
+        explicit.scorer.tile = base.ATTENTION_TILE  # the explicit attention in tiles of 256, as on a CPU
+        try:
+            result["engine_tile256"], scores = engine_row(explicit, texts, device, shape, peak)
+        finally:
+            explicit.scorer.tile = None
         result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = largest_difference(engine_scores, scores)
         save("engine_tile256")
         for times in (REPEAT, 4 * REPEAT):  # the engine alone over ~460k and ~1.84M tokens
@@ -529,8 +541,10 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
                 result[name], _ = engine_row(default, texts * times, device, shape, peak)
                 save(name)
     if fused and fits("cuts", 2 * wall):
-        result["cuts"] = cuts_row(default, json.loads((inputs / "streams.json").read_text(encoding="utf-8")))
+        streams = json.loads((inputs / "streams.json").read_text(encoding="utf-8"))
+        result["cuts"] = cuts_row(default, explicit or attention_path(default, fused=False), streams)
         save("cuts")
+    explicit = None  # the second copy of the model goes before the rows that measure memory
     if fits("profile", wall * PROFILE_TOKENS / 100_000 * 2):
         texts = [r["text"] for r in first(PROFILE_TOKENS)]
         result["profile"] = profile_row(default, texts, device, out / "profile.txt")

@@ -5,12 +5,13 @@
 For each size (MB of text, built into /tmp from the Gutenberg passages of the benchmark data, never into the
 repository) every measurement runs in a fresh process, so its peak RSS (``ru_maxrss``) is its own:
 
-- ``stages``: read the file (rr_fast.io), tokenize it in pieces (rr_fast.text.tokens.tokenize), find candidate and
+- ``stages``: read the file (rr_fast.cli_io), tokenize it in pieces (rr_fast.text.tokens.tokenize), find candidate and
   fallback edges; the peak after each stage, with the SmolLM2 tokenizer.
 - ``whole``: the same file tokenized in one call (the baseline, same run: what a naive reader does).
 - ``cli``: the whole command line, ``python -m rr_fast.chunk FILE -o /tmp/...``, with a tiny random Llama behind
   the SmolLM2 tokenizer (hidden size 32, 4 layers: the model's own memory is negligible, so what remains is
-  what rr-fast keeps per token) and ``--readout rr --window 8`` to keep the model pass short on a CPU.
+  what rr-fast keeps per token) and a recipe file reading rr at window 8 (``--recipe``) to keep the model pass
+  short on a CPU.
 
 Prints a table: peak RSS, and bytes per token above the process's footprint before reading the input.
 """
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench.common import data_dir
-from tests.tiny_models import tiny_llama_folder  # the test suite's tiny Llama, same weights
+from tests.tiny_models import recipe_file, tiny_llama_folder  # the test suite's tiny Llama, same weights
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRATCH = Path("/tmp/rr_fast_memory")
@@ -60,7 +61,7 @@ def peak_mb() -> float:
 
 def child(mode: str, path: str, model: str | None) -> None:
     """One measurement in this process; prints a JSON line."""
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import load_tokenizer
 
     out: dict = {"mode": mode}
@@ -69,15 +70,16 @@ def child(mode: str, path: str, model: str | None) -> None:
         from rr_fast.cli import main
 
         # what the process holds before the input: imports, the tokenizer and the (tiny) model
-        Chunker(model=model, backend="torch", readout="rr", window=8)
+        recipe = str(recipe_file(model, SCRATCH / "rr_w8_recipe.json", readout="rr", window=8))
+        Chunker(model=model, backend="torch", recipe=recipe)
         out["before input MB"] = peak_mb()
         started = time.perf_counter()
-        argv = [path, "--model", model, "--backend", "torch", "--readout", "rr", "--window", "8", "--quiet"]
+        argv = [path, "--model", model, "--backend", "torch", "--recipe", recipe, "--quiet"]
         code = main([*argv, "-o", str(SCRATCH / "chunks.jsonl")])
         out.update(status=code, seconds=time.perf_counter() - started, peak_MB=peak_mb())
         print(json.dumps(out), flush=True)
         return
-    from rr_fast.io import read_text
+    from rr_fast.cli_io import read_text
     from rr_fast.text.edges import candidate_edges, clean_edges
     from rr_fast.text.tokens import tokenize
 
@@ -149,7 +151,7 @@ def report(rows: list[dict]) -> str:
     for row in rows:
         stages = row["stages"]
         measured = [
-            ("read (rr_fast.io)", stages["before input MB"], stages["read MB"], None),
+            ("read (rr_fast.cli_io)", stages["before input MB"], stages["read MB"], None),
             ("tokenize in pieces", stages["before input MB"], stages["tokenize MB"], stages["tokenize seconds"]),
             ("+ candidate and fallback edges", stages["before input MB"], stages["edges MB"], None),
         ]

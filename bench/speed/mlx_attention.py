@@ -43,7 +43,8 @@ def layer(length: int, window: int | None, tile: int | None = None) -> dict:
 
     rng = np.random.default_rng(0)
     q, k, v = (mx.array(rng.normal(size=(1, heads, length, 256)), dtype=mx.bfloat16) for heads in (4, 1, 1))
-    request = CrossingPass(0, Crossing(np.arange(8, length, 8)[None], np.array([length]), SPANS, tile), [window])
+    edges = np.arange(8, length, 8)[None]
+    request = CrossingPass(0, Crossing(edges, np.array([length]), SPANS, layers=1, tile=tile), [window])
     mx.eval(q, k, v)
     mx.reset_peak_memory()
     inputs = mx.get_active_memory()
@@ -58,7 +59,7 @@ def layer(length: int, window: int | None, tile: int | None = None) -> dict:
 def document(tokens: int, inputs: Path, model: str | None) -> tuple[str, object]:
     """The first ``tokens`` tokens of the streams joined by a space, and a Chunker on MLX."""
     from rr_fast import Chunker
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.models.recipes import DEFAULT_MODEL
     from rr_fast.text.tokenizer import load_tokenizer
     from rr_fast.text.tokens import tokenize
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
             arms[name] = {"seconds": round(time.perf_counter() - started, 1), "ends": ends}
         result["document"] = {
             "tokens": args.document,
-            "dtype": chunker.config.dtype,
+            "dtype": chunker.reading.dtype,
             **{name: arm["seconds"] for name, arm in arms.items()},
             "identical_cuts": arms["tiled"]["ends"] == arms["one_tile"]["ends"],
         }

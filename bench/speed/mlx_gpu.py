@@ -42,9 +42,9 @@ def resolved(model: str, readout: str | None) -> dict:
     """The scoring options the arms run with: the model's recipe's defaults (with ``readout`` when given)."""
     from rr_fast.config import ChunkerConfig
 
-    c = ChunkerConfig(model=model, readout=readout).resolve().config
-    names = ("readout", "window", "step", "normalizer", "layer", "penalty", "batch_tokens")
-    return {name: getattr(c, name) for name in names}
+    resolved = ChunkerConfig(model=model).resolve({"readout": readout})
+    names = ("readout", "window", "step", "normalizer", "layer", "penalty")
+    return {name: getattr(resolved.reading, name) for name in names} | {"batch_tokens": resolved.config.batch_tokens}
 
 
 # (backend, dtype, tokens per call or None for the backend's own choice)
@@ -80,6 +80,7 @@ def run_arm(
     (``Chunker.explain``), timed together, for arms too slow to run twice (MLX on a CPU); else ``score_many`` is timed
     and ``chunk_many`` gives the cuts. ``adjust``: called with the loaded Chunker before anything runs (an instrument's
     change to the loaded model)."""
+    from bench.engine import research_config
     from rr_fast import Chunker
 
     options = {"model": model, "backend": backend, "dtype": dtype, "readout": readout}
@@ -87,7 +88,7 @@ def run_arm(
         options["batch_tokens"] = batch_tokens
     if backend == "torch":
         options["device"] = device
-    chunker = Chunker(**options)
+    chunker = Chunker(research_config(**options))
     if adjust is not None:
         adjust(chunker)
     list(chunker.score_many(streams[:1]))  # warm-up: weights on the device, kernels compiled

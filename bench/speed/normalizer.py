@@ -25,11 +25,11 @@ STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
 
 
 def compare(texts: list[str]) -> dict:
-    from rr_fast import Chunker
+    from bench.engine import research_chunker
 
     runs = {}
     for normalizer in ("full", "focused"):
-        chunker = Chunker(readout="lr", normalizer=normalizer)  # the attention readout has no normalizer
+        chunker = research_chunker(readout="lr", normalizer=normalizer)  # the attention readout has no normalizer
         chunker.chunk(texts[0][:1500])  # warm-up: first-call allocations and Numba are not the steady cost
         started = time.process_time()
         explained = [chunker.explain(text) for text in texts]

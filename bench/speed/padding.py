@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from rr_fast.config import ChunkerConfig
-from rr_fast.models.cache import resolve
-from rr_fast.scoring.backends.base import Forward
+from rr_fast.models.names import resolve
+from rr_fast.scoring.backends.arrays import HOST_ARRAYS
+from rr_fast.scoring.backends.base import Forward, Request
 from rr_fast.scoring.windows import WindowScorer
 from rr_fast.text.documents import prepare_document, text_tokens
 from rr_fast.text.tokenizer import load_tokenizer
@@ -29,14 +30,15 @@ class CountingBackend:
     For configurations with the focused normalizer (the default), where only a reset window's call carries its
     vocabulary."""
 
-    name, depth, hidden_size, uses_rope, max_positions, notes = "counting", 18, 8, True, None, ()
+    name, depth, uses_rope, max_positions, notes, arrays = "counting", 18, True, None, (), HOST_ARRAYS
 
     def __init__(self, batch_tokens: int):
         self.preferred_batch_tokens = batch_tokens
         self.counts = {"full pass": [0, 0, 0], "reset windows": [0, 0, 0]}  # calls, row tokens, real tokens
 
-    def forward(self, ids, positions, layer, targets=None, vocabulary=None, top_tokens=0):
-        part = self.counts["full pass" if vocabulary is None else "reset windows"]
+    def run(self, ids, positions, request: Request) -> Forward:
+        targets, top_tokens = request.targets, request.top_tokens
+        part = self.counts["full pass" if request.vocabulary is None else "reset windows"]
         part[0] += 1
         part[1] += ids.size
         part[2] += int((targets >= 0).sum()) if targets is not None else ids.size
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     documents = []
     for line in Path(args.corpus).read_text(encoding="utf-8").splitlines():
         text = json.loads(line)["text"]
-        document = prepare_document(text, text_tokens(tokenizer, text), resolved.config, resolved.limits)
+        document = prepare_document(text, text_tokens(tokenizer, text), resolved)
         documents.append((document.tokens.ids, document.scored.tokens))
     result = {"corpus": args.corpus, "documents": len(documents), "rows": {}}
     for batch_tokens in args.batch_tokens:

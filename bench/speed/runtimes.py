@@ -5,7 +5,7 @@ is a backend for the unchanged ``WindowScorer``, so every arm runs exactly the s
 right-padded reset-window batches ([B, W], positions re-indexed from 0):
 
 - ``torch``: the plain modules in fp32, the baseline of every ratio;
-- ``torch-int8``: the same with ``quantize_int8`` (dynamic int8 decoder matmuls);
+- ``torch-int8``: the same with ``bench.engine.quantize_int8`` (dynamic int8 decoder matmuls);
 - ``torch-bf16``: the same in bfloat16 (native on a CPU with AVX-512 BF16, emulated elsewhere);
 - ``ort``, ``ort-int8``, ``openvino``, ``openvino-bf16``: the same plain decoder exported once to ONNX (torch's
   dynamo exporter; dynamic batch and length), run by ONNX Runtime (CPUExecutionProvider; fp32, and its
@@ -14,7 +14,8 @@ right-padded reset-window batches ([B, W], positions re-indexed from 0):
 
 A graph stops where the readout reads: after the RR layer for ``rr`` (early exit, as the torch backend's
 view), after the final norm for ``lr``. LR's log-probabilities then come from the torch backend's own head
-(``TorchBackend.observed_logprobs``) in every arm, so only the decoder's runtime differs between arms.
+(``rr_fast.scoring.backends.torch_arrays.TorchHead.logprobs``) in every arm, so only the decoder's runtime differs
+between arms.
 
 For each configuration (the default, lr at W = 96; the ``fast`` preset, rr at W = 16) every arm chunks the same
 calibration streams in one process, the arms' order reversed from one stream to the next. Speed is source
@@ -38,12 +39,13 @@ import numpy as np
 import torch
 
 from bench.common import REPO_ROOT
+from bench.engine import quantize_int8
 from bench.quality.streams import read_streams
 from bench.speed.__main__ import locked
 from rr_fast.chunker import Chunker
-from rr_fast.scoring.backends.base import Forward
+from rr_fast.scoring.backends.arrays import HOST_ARRAYS
+from rr_fast.scoring.backends.base import Forward, Request
 from rr_fast.scoring.backends.torch import TorchBackend
-from rr_fast.scoring.windows import WindowScorer
 
 ARMS = ("torch", "torch-int8", "torch-bf16", "ort", "ort-int8", "openvino", "openvino-bf16")
 CONFIGS = {"default": {}, "fast": {"preset": "fast"}}  # Chunker options of each measured configuration
@@ -121,12 +123,15 @@ def openvino_runner(path: Path, threads: int, precision: str = "f32") -> Runner:
 
 
 class RuntimeBackend:
-    """A ``WindowScorer`` backend whose decoder runs in another runtime; its metadata and LR's head are the torch
-    backend's. ``runner(depth)`` gives the runtime's function for the graph that stops after ``depth`` layers."""
+    """A backend (``rr_fast.scoring.backends.base.Backend``) whose decoder runs in another runtime; its metadata and
+    LR's head are the torch backend's, its results numpy arrays. ``runner(depth)`` gives the runtime's function for
+    the graph that stops after ``depth`` layers."""
+
+    arrays = HOST_ARRAYS
 
     def __init__(self, name: str, reference: TorchBackend, runner: Callable[[int], Runner]):
         self.name, self.reference, self.runner = name, reference, runner
-        self.depth, self.hidden_size = reference.depth, reference.hidden_size
+        self.depth = reference.depth
         self.uses_rope, self.max_positions = reference.uses_rope, reference.max_positions
         self.preferred_batch_tokens = reference.preferred_batch_tokens
         self.notes = reference.notes
@@ -140,14 +145,17 @@ class RuntimeBackend:
         as_int64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
         return self._runners[depth](as_int64(ids), as_int64(positions))
 
-    def forward(self, ids, positions, layer: int | None, targets: np.ndarray | None = None) -> Forward:
+    def run(self, ids, positions, request: Request) -> Forward:
+        if request.crossing is not None or request.vocabulary is not None or request.top_tokens:
+            raise ValueError("the exported graphs run rr and lr with the whole vocabulary's normalizer only")
+        layer, targets = request.layer, request.targets
         if targets is None:
             return Forward(self.states(layer, ids, positions), None)
         if layer is not None:
             raise ValueError("rr+lr in one call is not measured here: run rr and lr separately")
         final = torch.from_numpy(self.states(self.depth, ids, positions))
         with torch.inference_mode():
-            return Forward(None, self.reference.observed_logprobs(final, targets).numpy())
+            return Forward(None, self.reference.head.logprobs(final, targets)[0].numpy())
 
 
 def build_arms(names: list[str], folder: str, cache: Path, threads: int) -> dict[str, object]:
@@ -156,7 +164,7 @@ def build_arms(names: list[str], folder: str, cache: Path, threads: int) -> dict
     graph = lambda depth: export_decoder(reference, depth, cache / f"decoder-{depth}.onnx")  # noqa: E731
     factories = {
         "torch": lambda: reference,
-        "torch-int8": lambda: TorchBackend.load(folder, dtype="int8", device="cpu"),
+        "torch-int8": lambda: _int8(TorchBackend.load(folder, dtype="float32", device="cpu")),
         "torch-bf16": lambda: TorchBackend.load(folder, dtype="bfloat16", device="cpu"),
         "ort": lambda: RuntimeBackend("ort", reference, lambda d: ort_runner(graph(d), threads)),
         "ort-int8": lambda: RuntimeBackend("ort-int8", reference, lambda d: ort_runner(quantized(graph(d)), threads)),
@@ -169,24 +177,25 @@ def build_arms(names: list[str], folder: str, cache: Path, threads: int) -> dict
 
 
 def measure(chunker: Chunker, arms: dict[str, object], texts: list[str]) -> list[dict]:
-    """Every arm on every text through ``chunker.explain`` (its engine rebuilt on the arm's backend), the
-    arms' order reversed from text to text; per arm its time, window-forward time, score drift and chunks."""
-    base = chunker.scorer
-    engines = {name: WindowScorer(backend, base.prefix.tolist(), base.config) for name, backend in arms.items()}
-    for engine in engines.values():  # warm-up: graph loading, first-shape compilation, allocations
-        chunker.scorer = engine
-        chunker.explain(texts[0][:600])
+    """Every arm on every text through ``Chunker.explain`` (a chunker of ``chunker``'s configuration and tokenizer
+    over the arm's backend), the arms' order reversed from text to text; per arm its time, window-forward time,
+    score drift and chunks."""
+    chunkers = {
+        name: Chunker(chunker.resolved, folder=chunker.folder, tokenizer=chunker.tokenizer, backend=backend)
+        for name, backend in arms.items()
+    }
+    for each in chunkers.values():  # warm-up: graph loading, first-shape compilation, allocations
+        each.explain(texts[0][:600])
     runs: dict[str, list] = {name: [] for name in arms}
     for i, text in enumerate(texts):
         for name in list(arms)[:: 1 if i % 2 == 0 else -1]:
-            engine = chunker.scorer = engines[name]
+            engine = chunkers[name].scorer
             before = dict(engine.timings)
             started = time.perf_counter()
-            chunks, scores = chunker.explain(text)
+            chunks, scores = chunkers[name].explain(text)
             seconds = time.perf_counter() - started
             windows = engine.timings["reset windows"] - before.get("reset windows", 0.0)
             runs[name].append((seconds, windows, scores, [(c.start, c.end) for c in chunks]))
-    chunker.scorer = base
     return summarise(runs, sum(len(chunker.tokenize(t)) for t in texts))
 
 
@@ -290,8 +299,8 @@ def main(argv: list[str] | None = None) -> dict:
     with locked(args.lock):
         for config in args.configs.split(","):
             chunker = Chunker(model=args.model, backend="torch", device="cpu", **CONFIGS[config])
-            cfg, layer = chunker.config, chunker.scorer.layer
-            results["settings"][config] = f"{cfg.readout}, W {cfg.window}, layer {layer}, step {cfg.step}"
+            reading, layer = chunker.reading, chunker.scorer.layer
+            results["settings"][config] = f"{reading.readout}, W {reading.window}, layer {layer}, step {reading.step}"
             backends = build_arms(arms, chunker.folder, cache, args.threads)
             results["configs"][config] = measure(chunker, backends, texts)
             print(render({**results, "configs": {config: results["configs"][config]}}), flush=True)
@@ -302,3 +311,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+
+
+def _int8(backend: TorchBackend) -> TorchBackend:
+    """The float32 backend with its decoder's linear layers in dynamic int8 (``bench.engine.quantize_int8``)."""
+    quantize_int8(backend.model)
+    return backend

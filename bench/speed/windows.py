@@ -1,7 +1,8 @@
 """What a longer reset window costs: the default chunker at each window, on one quality-benchmark stream.
 
 The quality benchmark picks the bundled models' windows; this prices that choice for a user of
-``python -m rr_fast.chunk``. Each row is ``Chunker(model, readout="lr", window=W).chunk(text)`` in-process on the
+``python -m rr_fast.chunk``. Each row is ``research_chunker(model, readout="lr", window=W).chunk(text)``
+(``bench.engine``: the product's ``Chunker`` with that reading) in-process on the
 same text (one warm-up call, then the best of ``--repeats``), and its speed is given as a ratio to the first row
 (W = 24, the paper's window) measured in the same run, since this machine's absolute speed moves between runs.
 
@@ -24,11 +25,11 @@ from bench.speed.__main__ import locked
 def time_runs(runs: list[tuple[str, int | None]], text: str, repeats: int = 2) -> list[dict]:
     """Source tokens per second of the whole chunk call for each (model, window): ``lr`` at that window, or the
     model's own default where the window is None; ``ratio`` is against the first run, timed in the same process."""
-    from rr_fast import Chunker
+    from bench.engine import research_chunker
 
     rows = []
     for model, window in runs:
-        chunker = Chunker(model=model, device="cpu", **({"readout": "lr", "window": window} if window else {}))
+        chunker = research_chunker(model=model, device="cpu", **({"readout": "lr", "window": window} if window else {}))
         tokens = len(chunker.tokenize(text))
         chunker.chunk(text)  # warm-up: first-call allocations and JIT compilation are not the window's cost
         seconds = []
@@ -36,7 +37,7 @@ def time_runs(runs: list[tuple[str, int | None]], text: str, repeats: int = 2) -
             started = time.perf_counter()
             chunker.chunk(text)
             seconds.append(time.perf_counter() - started)
-        row = {"model": model, "readout": chunker.config.readout, "window": chunker.config.window, "tokens": tokens}
+        row = {"model": model, "readout": chunker.reading.readout, "window": chunker.reading.window, "tokens": tokens}
         rows.append(row | {"seconds": min(seconds)})
     for row in rows:
         row["tokens_per_second"] = row["tokens"] / row["seconds"]

@@ -87,13 +87,14 @@ def model_shape(folder: str):
 def engine_job(job: Job) -> dict:
     started = time.perf_counter()
     from rr_fast import Chunker
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
     from rr_fast.text.edges import candidate_edges
     from rr_fast.text.tokens import tokenize
 
     import_s = time.perf_counter() - started
     set_threads(job.threads)
     from bench.common import data_dir
+    from bench.engine import research_config
     from bench.speed.data import timing_text
     from bench.speed.flops import engine_work, matmul_shapes, measure_matmul_peak, total_flops
     from rr_fast.text.tokenizer import load_tokenizer
@@ -104,9 +105,14 @@ def engine_job(job: Job) -> dict:
     text = timing_text(tokenizer, job.n, root)
     warm = timing_text(tokenizer, min(WARM_TOKENS, job.n), root)
     rss_start = rss_kib()
-    chunker = Chunker(
+    backend = None
+    if job.backend == "torch-transformers":  # the engine on transformers' model classes instead of plain modules
+        from rr_fast.scoring.backends import load_backend
+
+        backend = load_backend("torch", folder, job.dtype, "cpu", implementation="transformers")
+    resolved = research_config(
         model=job.model,
-        backend="torch" if job.backend == "torch-transformers" else job.backend,
+        backend=job.backend if backend is None else "torch",
         dtype=job.dtype,
         readout=job.readout,
         window=WINDOW,
@@ -114,10 +120,7 @@ def engine_job(job: Job) -> dict:
         device="cpu",
         structure="none",  # the paper's candidate set on the book text, as the speed results always measured
     )
-    if job.backend == "torch-transformers":  # the engine on transformers' model classes instead of plain modules
-        from rr_fast.scoring.backends.torch import TorchBackend
-
-        chunker.scorer.backend = TorchBackend.load(folder, job.dtype, "cpu", implementation="transformers")
+    chunker = Chunker(resolved, backend=backend)
     rss_loaded = rss_kib()
     captured: dict = {}
     chunker.scorer.score_many = capturing(chunker.scorer.score_many, captured)  # instrumentation only
@@ -151,7 +154,7 @@ def engine_job(job: Job) -> dict:
     )
     flops = total_flops(work, shape)
     tokens = tokenize(chunker.tokenizer, text)
-    assert len(tokens) == n and len(candidate_edges(text, tokens, chunker.config.step).tokens) == len(edges)
+    assert len(tokens) == n and len(candidate_edges(text, tokens, chunker.reading.step).tokens) == len(edges)
     result = {
         "n": n,
         "edges": int(len(edges)),
@@ -198,7 +201,8 @@ def reference_job(job: Job) -> dict:
     from bench.reference import reference_scores
     from bench.speed.data import timing_text
     from bench.speed.flops import reference_work, total_flops
-    from rr_fast.models.cache import bos_prefix, resolve
+    from rr_fast.models.families import bos_prefix
+    from rr_fast.models.names import resolve
     from rr_fast.models.recipes import BUNDLED
     from rr_fast.scoring.windows import default_layer
     from rr_fast.text.edges import candidate_edges
@@ -265,7 +269,7 @@ def startup_job(job: Job) -> dict:
     import rr_fast
 
     import_s = time.perf_counter() - started
-    from rr_fast.models.cache import resolve
+    from rr_fast.models.names import resolve
 
     started = time.perf_counter()
     folder = resolve(job.model)
@@ -386,13 +390,14 @@ def profile_job(job: Job) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from bench.common import data_dir
+    from bench.engine import research_config
     from bench.speed.data import timing_text
     from rr_fast import Chunker
     from rr_fast.text.edges import candidate_edges
     from rr_fast.text.tokens import tokenize
 
     set_threads(job.threads)
-    chunker = Chunker(
+    resolved = research_config(
         model=job.model,
         dtype=job.dtype,
         readout=job.readout,
@@ -401,9 +406,10 @@ def profile_job(job: Job) -> dict:
         device="cpu",
         structure="none",  # the paper's candidate set on the book text, as the speed results always measured
     )
+    chunker = Chunker(resolved)
     text = timing_text(chunker.tokenizer, job.n, data_dir(job.data_dir))
     tokens = tokenize(chunker.tokenizer, text)
-    edges = candidate_edges(text, tokens, chunker.config.step).tokens
+    edges = candidate_edges(text, tokens, chunker.reading.step).tokens
     chunker.scorer.score(tokens.ids[:WARM_TOKENS], edges[edges < WARM_TOKENS])
     started = time.perf_counter()
     chunker.scorer.score(tokens.ids, edges)
@@ -438,6 +444,7 @@ def profile_job(job: Job) -> dict:
 
 def agreement_job(job: Job) -> dict:
     """Scores and cuts of fp32 torch and of job's backend/dtype on the first streams of a streams file."""
+    from bench.engine import research_config
     from rr_fast import Chunker
 
     set_threads(job.threads)
@@ -451,9 +458,11 @@ def agreement_job(job: Job) -> dict:
         for domain in sorted(by_domain):
             if by_domain[domain] and len(picked) < job.stream_count:
                 picked.append(by_domain[domain].pop(0))
-    base = Chunker(model=job.model, readout=job.readout, window=WINDOW, device="cpu")
+    base = Chunker(research_config(model=job.model, readout=job.readout, window=WINDOW, device="cpu"))
     other = Chunker(
-        model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, window=WINDOW, device="cpu"
+        research_config(
+            model=job.model, backend=job.backend, dtype=job.dtype, readout=job.readout, window=WINDOW, device="cpu"
+        )
     )
     same_cuts, max_diff, tokens = 0, 0.0, 0
     for row in picked:

@@ -21,7 +21,7 @@ from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
 from bench.structure.scoring import SCORED, NotCached, cached_chunker
-from rr_fast.models.cache import resolve
+from rr_fast.models.names import resolve
 from rr_fast.text.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
@@ -42,25 +42,6 @@ def priors(heading: float, line: float, paragraph: float | None = None):
         PRIORS.update(saved)
 
 
-class ConstantEngine:
-    """No model: every edge gets the same score, so only the structure, priors and lengths choose."""
-
-    def __init__(self, replaced):
-        self.names = replaced.names
-        self.backend = replaced.backend  # the Scorer interface's; it runs nothing here, its notes still reach results
-        self.timings = {}
-
-    def score(self, ids, edges, progress=None):
-        return {name: np.zeros(len(edges)) for name in self.names}
-
-    def score_many(self, documents, progress=None):
-        for ids, edges in documents:
-            yield self.score(ids, edges)
-
-    def must_score(self, num_tokens, edges):
-        return np.ones(len(edges), dtype=bool)
-
-
 def chunk_starts(text: str, cuts) -> list[int]:
     out = []
     for cut in cuts:
@@ -75,8 +56,7 @@ def methods(args, limits) -> dict:
     """name → function(text) → internal character cuts."""
     options = _cached_options(args)
     rr = {s: cached_chunker(args.out, args.window, args.device, s, limits, **options) for s in ("auto", "none")}
-    plain = cached_chunker(args.out, args.window, args.device, "auto", limits, **options)
-    plain.scorer = ConstantEngine(plain.scorer)
+    plain = cached_chunker(args.out, args.window, args.device, "auto", limits, constant=True, **options)
     out = {
         "rr-fast auto": lambda t: [c.start for c in rr["auto"].chunk(t)[1:]],
         "rr-fast none": lambda t: [c.start for c in rr["none"].chunk(t)[1:]],
@@ -190,7 +170,7 @@ def calibrate(args) -> dict:
         "grid": grid,
         "best_paragraph": best_paragraph,
         "paragraph_grid": paragraph_grid,
-        "window": chunker.config.window,
+        "window": chunker.reading.window,
         "documents": [d.id for d in wiki],
         "chapter_documents": [d.id for d in chapters],
     }

@@ -2,7 +2,8 @@
 
 ``CachedEngine`` stands in for a ``Chunker``'s engine: it answers ``score(ids, edges)`` from a JSON cache
 keyed by the token ids' hash, scoring only the edges it has not seen (each edge's reset window is
-independent of the others, so scoring a subset gives the same values).
+independent of the others, so scoring a subset gives the same values). ``ConstantEngine`` stands in for one with no
+model at all. ``cached_chunker`` gives a ``Chunker`` either through its scorer hook.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import BENCH_MODEL
+from bench.engine import research_config
 from rr_fast import Chunker, Limits
 
 
@@ -70,6 +72,25 @@ class CachedEngine:
         temporary.replace(self.path)
 
 
+class ConstantEngine:
+    """No model: every edge gets the same score, so only the structure, priors and lengths choose."""
+
+    def __init__(self, replaced):
+        self.names = replaced.names
+        self.backend = replaced.backend  # the Scorer interface's; it runs nothing here, its notes still reach results
+        self.timings = {}
+
+    def score(self, ids, edges, progress=None):
+        return {name: np.zeros(len(edges)) for name in self.names}
+
+    def score_many(self, documents, progress=None):
+        for ids, edges in documents:
+            yield self.score(ids, edges)
+
+    def must_score(self, num_tokens, edges):
+        return np.ones(len(edges), dtype=bool)
+
+
 # SmolLM2's lr at W 96 with ρ 0.95: the structure priors were calibrated on its scores at that ρ, and the product
 # uses them unchanged at its other configurations (SmolLM2's lr at W 192, skip 4; Gemma 3's lr at W 192, both
 # ρ 0.95). The ρ is pinned here because calibration on 45 streams gives lr at W 96 ρ 1.00, which the priors never
@@ -86,8 +107,10 @@ def cached_chunker(
     strict: bool = False,
     model: str = BENCH_MODEL,
     length_unit: str = "model",
+    constant: bool = False,
 ) -> Chunker:
-    """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``.
+    """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``; with ``constant``, one
+    that gives every edge the same score instead (``ConstantEngine``: only the structure, priors and lengths choose).
 
     Without a window it runs ``SCORED``, the configuration the stored scores and priors were made with; with one,
     ``model``'s ``lr`` readout at that window (the reset windows the benchmark measures, whatever the model's
@@ -95,6 +118,11 @@ def cached_chunker(
     but not which edges are scored.
     """
     options = {"model": model, "readout": "lr", "window": window} if window is not None else SCORED
-    chunker = Chunker(device=device, structure=structure, limits=limits, length_unit=length_unit, **options)
-    chunker.scorer = CachedEngine(chunker.scorer, out / f"scores_w{chunker.config.window}.json", strict)
-    return chunker
+
+    def cached(product) -> CachedEngine | ConstantEngine:
+        if constant:
+            return ConstantEngine(product)
+        return CachedEngine(product, out / f"scores_w{product.settings.window}.json", strict)
+
+    resolved = research_config(device=device, structure=structure, limits=limits, length_unit=length_unit, **options)
+    return Chunker(resolved, scorer=cached)

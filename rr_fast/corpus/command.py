@@ -1,12 +1,13 @@
 """``python -m rr_fast.corpus INPUT... --output DIR``: chunk many documents into Parquet shards.
 
 Inputs are JSONL files, Parquet files, or folders of ``.txt``/``.md`` files (the path inside the folder is the
-document id). The output folder's layout, manifest and lock are ``corpus.files``'s, the same for a run on one machine
-(``corpus.run``) and on Ray (``corpus.ray``, ``--ray``): shard k holds documents [k·S, (k+1)·S) as
-``part-0000k.parquet`` (``files.COLUMNS``), and the documents that could not be chunked (id and reason) in
-``errors-0000k.jsonl``, gathered at the end into ``errors.jsonl``. A shard exists exactly when all its documents are
-done, so ``--resume`` after a crash, even ``kill -9``, skips the finished shards whose documents did not change and
-redoes the rest, and the output equals an uninterrupted run's, whatever the number of workers.
+document id; ``corpus.inputs``). The output folder's shards (``corpus.shards``), manifest (``corpus.manifest``) and
+lock (``corpus.lock``) are the same for a run on one machine (``corpus.run``) and on Ray (``corpus.ray``, ``--ray``):
+shard k holds documents [k·S, (k+1)·S) as ``part-0000k.parquet`` (``shards.COLUMNS``), and the documents that
+could not be chunked (id and reason) in ``errors-0000k.jsonl``, gathered at the end into ``errors.jsonl``. A shard
+exists exactly when all its documents are done, so ``--resume`` after a crash, even ``kill -9``, skips the finished
+shards whose documents did not change and redoes the rest, and the output equals an uninterrupted run's, whatever the
+number of workers.
 
 An id must name one document. Documents that share an id (two records with the same id, one file name in two input
 folders) all go to the errors file: no chunk id could say which of them it came from, and keeping only the first
@@ -18,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from rr_fast.cli import PROG, OneLineParser, add_config_options, given_options, run_command
-from rr_fast.corpus.files import RunConfig
+from rr_fast.corpus.manifest import RunConfig
 from rr_fast.corpus.run import PREPARE, run
 from rr_fast.errors import RRFastError, UsageError
 

@@ -9,7 +9,7 @@ materialized in the object store: Ray tasks read, each actor loads the model onc
 with ``Chunker.chunk_many``, and the writers take the chunks as they come, so the rows and their order equal
 the single-machine run's. The driver sees each document's id and digest once before chunking (as in
 ``rr_fast.corpus``, documents that share an id all go to the errors file), and at the end splits Ray's files,
-one at a time, into the shards of ``corpus.files``: the output folder, its manifest and its lock are the
+one at a time, into the shards of ``corpus.shards``: the output folder, its manifest and its lock are the
 single-machine run's. Ray is imported only when this module is used.
 """
 
@@ -20,33 +20,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rr_fast.config import Resolved, chunker_config
-from rr_fast.corpus.files import (
+from rr_fast.config import ChunkerConfig, Resolved
+from rr_fast.corpus.inputs import (
     JSONL_SUFFIXES,
-    STAGING,
     FolderEntry,
-    OutputLock,
     Record,
-    RunConfig,
-    Scan,
     checked_inputs,
-    chunk_records,
-    chunk_rows,
-    commit_shard,
     entry_record,
-    error_reason,
-    finish,
     folder_entries,
     jsonl_records,
     parse_record,
-    previous_run,
     pyarrow_modules,
-    record_digest,
-    scan,
-    schema,
-    start_run,
     without_repeated_ids,
 )
+from rr_fast.corpus.lock import OutputLock
+from rr_fast.corpus.manifest import RunConfig, Scan, finish, previous_run, record_digest, scan, start_run
+from rr_fast.corpus.shards import STAGING, chunk_records, chunk_rows, commit_shard, error_reason, schema
 from rr_fast.errors import RRFastError, UsageError
 
 RAY_HINT = 'rr_fast.corpus.ray needs Ray Data: pip install "rr-fast[ray]"'
@@ -102,7 +91,7 @@ class ParsedRecords:
 
 
 def _folder_records(batch):
-    """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``rr_fast.corpus.files.folder_entries``) →
+    """Rows of a folder's entries (``doc_id``, ``path``, ``skipped``: ``rr_fast.corpus.inputs.folder_entries``) →
     documents, each file read in the Ray task, as ``rr_fast.corpus`` reads it but for the inode check: a task may run
     on another machine, whose view of a shared filesystem need not number inodes as the driver's does."""
     entries = zip(*(batch.column(name).to_pylist() for name in ("doc_id", "path", "skipped")))
@@ -118,12 +107,14 @@ class ChunkActor:
 
     def __init__(self, chunker: Resolved, repeated: frozenset[str] = frozenset(), threads: int | None = None):
         from rr_fast.chunker import Chunker
+        from rr_fast.kernels import load_compiled
 
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         self.chunker = Chunker(chunker)
+        load_compiled()  # many documents: every DP compiled, even a small document's (rr_fast.kernels)
         self.repeated = repeated
 
     def __call__(self, batch):
@@ -140,7 +131,7 @@ class ChunkActor:
 
 
 def scan_datasets(datasets: list[Any], shard_docs: int = 1) -> Scan:
-    """``rr_fast.corpus.files.scan`` of the documents: Ray tasks hash each document, and only its id, whether it
+    """``rr_fast.corpus.manifest.scan`` of the documents: Ray tasks hash each document, and only its id, whether it
     was readable and its digest travel to the driver, in input order."""
 
     def entries():
@@ -183,7 +174,7 @@ def chunk_dataset(
     batch_size: int = 64,
 ) -> Any:
     """Chunk a ``ray.data.Dataset`` of documents (``id_field``, ``text_field`` columns) into a Dataset of
-    chunk rows (rr_fast.corpus.files.COLUMNS plus ``error``, set on one row per document that failed).
+    chunk rows (rr_fast.corpus.shards.COLUMNS plus ``error``, set on one row per document that failed).
 
     chunker: Chunker keyword arguments (ChunkerConfig fields; ``limits`` may be a dict), or a ``Resolved``
     configuration; either is resolved once, here, and every actor runs that resolution. actors: the actor
@@ -223,7 +214,9 @@ def chunk_records_dataset(
     return documents.map_batches(
         ChunkActor,
         fn_constructor_kwargs={
-            "chunker": chunker if isinstance(chunker, Resolved) else chunker_config(**(chunker or {})).resolve(),
+            "chunker": chunker
+            if isinstance(chunker, Resolved)
+            else ChunkerConfig().replace(**(chunker or {})).resolve(),
             "repeated": shared_ids(documents) if repeated is None else repeated,
             "threads": max(1, int(cpus_per_actor)),
         },
@@ -242,7 +235,7 @@ def read_datasets(inputs: list[str], id_field: str, text_field: str, follow_syml
     Parquet through Ray's reader, JSONL line by line in Ray tasks with ``rr_fast.corpus``'s own parser (a bad line
     is an error document, as on one machine; Ray's JSON reader would fail the whole run), URLs such as s3:// go to
     Ray as they are; folders' files are listed by the driver with ``rr_fast.corpus``'s rules (links and special
-    files: ``rr_fast.corpus.files.folder_entries``) and read in Ray tasks, one document per entry, skipped ones
+    files: ``rr_fast.corpus.inputs.folder_entries``) and read in Ray tasks, one document per entry, skipped ones
     included.
     Not one Dataset for all: ``Dataset.union`` interleaves its inputs' rows even when told to preserve order.
     """

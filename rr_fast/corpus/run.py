@@ -20,27 +20,12 @@ from contextlib import nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from rr_fast.corpus.files import (
-    OutputLock,
-    Record,
-    RunConfig,
-    Scan,
-    checked_inputs,
-    chunk_rows,
-    commit_shard,
-    done_shards,
-    error_reason,
-    finish,
-    previous_run,
-    pyarrow_modules,
-    read_records,
-    scan_records,
-    shard_sizes,
-    start_run,
-    without_repeated_ids,
-)
+from rr_fast.corpus.inputs import Record, checked_inputs, pyarrow_modules, read_records, without_repeated_ids
+from rr_fast.corpus.lock import OutputLock
+from rr_fast.corpus.manifest import RunConfig, Scan, finish, previous_run, scan_records, start_run
+from rr_fast.corpus.shards import chunk_rows, commit_shard, done_shards, error_reason, shard_sizes
 from rr_fast.errors import RRFastError
-from rr_fast.helper import Helper, die_with, exit_if_orphaned
+from rr_fast.helper_process import Helper, die_with, exit_if_orphaned
 from rr_fast.interrupts import signals_deferred
 
 
@@ -93,7 +78,8 @@ def run_worker(
     (``TokenizerProcess``).
     """
     from rr_fast.chunker import Chunker
-    from rr_fast.models.cache import resolve
+    from rr_fast.kernels import load_compiled
+    from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import TokenizerProcess, tokenizer_file
 
     output = Path(config.output)
@@ -101,6 +87,7 @@ def run_worker(
     shards = len(shard_sizes(found.documents, config.shard_docs))
     if all(k % workers != worker or k in skip for k in range(shards)):
         return {}
+    load_compiled()  # many documents: every DP compiled, even a small document's (rr_fast.kernels)
     resolved = config.resolved if device is None else config.resolved.on_device(device)
     folder = resolve(resolved.config.model)
     selection = (config, worker, workers, skip, found.repeated)
@@ -222,7 +209,7 @@ HELPER_THREADS = max(1, (os.cpu_count() or 1) // 4)
 
 
 class _PreparingHelper:
-    """A helper process (``rr_fast.helper``) that reads this worker's documents, tokenizes and prepares them
+    """A helper process (``rr_fast.helper_process``) that reads this worker's documents, tokenizes and prepares them
     (``prepared_documents``) and sends them on in order, while this process runs the model; iterating gives what it
     sends. It loads only the tokenizer, runs at most HELPER_AHEAD messages ahead, and a failure there ends the run
     as one line here.
@@ -280,7 +267,7 @@ def _prepare_in_helper(inbox: Connection, outbox: Connection) -> None:
         from rr_fast.text.tokenizer import load_tokenizer
 
         resolved = config.resolved
-        preparer = Preparer(load_tokenizer(folder), resolved.config, resolved.limits)
+        preparer = Preparer(load_tokenizer(folder), resolved)
         chars = 0
         selected = ((s, d) for _, s, d in _selected(config, worker, workers, skip, repeated, start))
         for item in prepared_documents(preparer, selected):

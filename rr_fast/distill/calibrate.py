@@ -2,16 +2,15 @@
 
 A stream is one JSON object per line: ``{"text": ..., "cuts": [...]}``, the character offsets where each true unit
 after the first starts (a flattened set of records, say). ρ is the value on a grid with the best mean clean-unit
-recovery: a true unit counts as recovered when one chunk holds at least 90% of its non-space characters and at least
-90% of that chunk's non-space characters are from it (the quality benchmark's measure; whitespace between units
-belongs to neither). Ties go to the smaller ρ. The streams must not be the ones a benchmark evaluates on.
+recovery (``rr_fast.clean_units``, the quality benchmark's measure): a true unit counts as recovered when one chunk
+holds at least 90% of its non-space characters and at least 90% of that chunk's non-space characters are from it.
+Ties go to the smaller ρ. The streams must not be the ones a benchmark evaluates on.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from rr_fast.corpus.files import json_line, read_regular_file
+from rr_fast import clean_units
+from rr_fast.corpus.inputs import json_line, read_regular_file
 from rr_fast.errors import RRFastError, UsageError, shown
 from rr_fast.text.edges import lone_surrogate, printable
 
 GRID = tuple(round(0.05 * i, 2) for i in range(25))  # 0.00 .. 1.20: past 1 a cut costs more than any percentile earns
-CLEAN = 0.9
 
 
 @dataclass(frozen=True)
@@ -103,28 +102,13 @@ def labelled_stream(record: Any) -> Stream:
 
 
 def recovery(stream: Stream, chunk_cuts: list[int]) -> float:
-    """The share of the stream's true units that one chunk holds cleanly (module docstring)."""
-    spaces = np.fromiter((c.isspace() for c in stream.text), dtype=bool, count=len(stream.text))
-    solid = np.concatenate([[0], np.cumsum(~spaces)])  # non-space characters before each offset
+    """The share of the stream's true units that one chunk holds cleanly (``rr_fast.clean_units.recovery``)."""
 
     def spans(cuts) -> list[tuple[int, int]]:
         bounds = [0, *cuts, len(stream.text)]
         return list(zip(bounds, bounds[1:]))
 
-    units, chunks = spans(stream.cuts), spans(chunk_cuts)
-    starts = [c for c, _ in chunks]
-    recovered = 0
-    for a, b in units:
-        size = solid[b] - solid[a]
-        first = max(0, bisect_right(starts, a) - 1)  # the chunk holding the unit's start: those before cannot hold it
-        for c, d in chunks[first:]:
-            if c >= b:
-                break
-            shared = solid[min(b, d)] - solid[max(a, c)] if min(b, d) > max(a, c) else 0
-            if size and shared >= CLEAN * size and shared >= CLEAN * (solid[d] - solid[c]):
-                recovered += 1
-                break
-    return recovered / len(units)
+    return clean_units.recovery(stream.text, spans(stream.cuts), spans(chunk_cuts))
 
 
 def calibrate(cuts_at: Callable[[float], list[list[int]]], streams: list[Stream]) -> tuple[float, list[dict]]:

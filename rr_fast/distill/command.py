@@ -21,14 +21,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from rr_fast.cli import PROG, OneLineParser, run_command
-from rr_fast.corpus.files import Record
+from rr_fast.corpus.inputs import Record
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.text.edges import printable
 
@@ -55,7 +54,12 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--text-field", default="text", help="JSONL/Parquet field holding the text")
     parser.add_argument("--follow-symlinks", action="store_true", help="follow links out of a folder input")
     parser.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda, mps")
-    parser.add_argument("--dtype", default="auto", help="as the chunk command's --dtype (default: the recipe's)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="the teacher's weights and activations: float32, bfloat16, float16, or auto (bfloat16 where the recipe "
+        "was calibrated in it and the hardware has it natively, else float32)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary (warnings still show)")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
     return parser
@@ -109,19 +113,19 @@ def distill(args) -> dict:
 
         streams = read_streams(args.calibrate, warn)
     readable = readable_texts(read_inputs(args.inputs, args.id_field, args.text_field, args.follow_symlinks), warn)
-    options = {"model": args.model, "recipe": args.recipe, "readout": "lr", "step": args.step, "backend": "torch"}
+    config = ChunkerConfig(model=args.model, recipe=args.recipe, backend="torch", device=args.device)
     try:
-        resolved = ChunkerConfig(**options, device=args.device, dtype=args.dtype).resolve()
+        resolved = config.resolve({"readout": "lr", "step": args.step, "dtype": args.dtype})
     except RRFastError as error:
         raise UsageError(str(error)) from None
     teacher = resolved.scoring
     spans = spans or tuple(s for s in DEFAULT_SPANS if s < teacher.window) + (teacher.window,)
     chunker = Chunker(resolved)  # the teacher: the model's own lr readout, as its recipe runs it
-    backend = chunker.scorer.backend
+    backend = chunker.backend
     layers_asked = layers_asked or tuple(sorted({backend.depth, max(1, backend.depth // 2)}, reverse=True))
     if max(layers_asked) > backend.depth:
         raise UsageError(f"--layers {max(layers_asked)}: {args.model} has {backend.depth} layers")
-    features = MassesScorer(backend, chunker.scorer.prefix.tolist(), spans, teacher.context, teacher.batch_tokens)
+    features = MassesScorer(backend, chunker.bos, spans, teacher.context, teacher.batch_tokens)
 
     documents, left_out = [], len(readable.unreadable)
     for name, document in zip(readable.names, chunker.preparer.prepare(readable.texts, "return", [])):
@@ -138,12 +142,12 @@ def distill(args) -> dict:
             f"{len(documents)} texts with {edges} candidate edges: distilling needs at least {MIN_DOCUMENTS} texts and "
             f"{MIN_EDGES} edges (a few dozen pages of text)"
         )
-    settings = {"teacher": repr(teacher), "dtype": resolved.config.dtype, "spans": spans, "step": args.step}
+    settings = {"teacher": repr(teacher), "dtype": resolved.reading.dtype, "spans": spans, "step": args.step}
     folder = work_folder(chunker.folder, settings)
     unread = f" ({left_out} left out: see the warnings)" if left_out else ""
     say(
         f"{len(documents)} texts{unread}, {tokens:,} tokens, {edges:,} candidate edges; teacher lr at W "
-        f"{teacher.window} (skip {teacher.skip}, {teacher.normalizer} normalizer, {resolved.config.dtype}); "
+        f"{teacher.window} (skip {teacher.skip}, {teacher.normalizer} normalizer, {resolved.reading.dtype}); "
         f"kept in {folder}"
     )
     started = time.perf_counter()
@@ -162,7 +166,7 @@ def distill(args) -> dict:
         head["weights_sha256"] = weights_fingerprint(chunker.folder, layers)
         head["teacher"] = (
             f"lr at W {teacher.window}, skip {teacher.skip}, step {args.step}, {teacher.normalizer} normalizer, "
-            f"{resolved.config.dtype}; within-document percentiles"
+            f"{resolved.reading.dtype}; within-document percentiles"
         )
         head["trained_on"] = f"{fitted['documents']} texts, {fitted['edges']} scored edges, no labels"
         head["fitted_at"] = f"{date.today().isoformat()}, rr-fast {_commit()}"
@@ -196,8 +200,6 @@ def distill(args) -> dict:
     try:
         write_recipe(recipe, destination)
     except OSError as error:
-        with suppress(OSError):
-            destination.with_name(f".{destination.name}.tmp").unlink(missing_ok=True)  # write_recipe's temporary
         raise RRFastError(f"cannot write --output {output}: {error.strerror or error}") from None
     say(f"wrote {output}: python -m rr_fast.chunk FILE --model {args.model} --recipe {output}")
     return {"documents": len(documents), "left_out": left_out, "tokens": tokens, "edges": edges, "heads": reports}
@@ -218,15 +220,15 @@ def _penalty(base, teacher, step, head, labelled, chunker, layers) -> tuple[floa
     streams, documents = [s for s, _ in labelled], [d for _, d in labelled]
     head_scorer = CrossingHead.from_dict(head)
     settings = CrossingSettings(layers, head_scorer.span, teacher.context, teacher.batch_tokens)
-    scorer = CrossingScorer(chunker.scorer.backend, chunker.scorer.prefix.tolist(), settings, head_scorer)
+    scorer = CrossingScorer(chunker.backend, chunker.bos, settings, head_scorer)
     values = list(scorer.score_many((d.tokens.ids, d.scored.tokens) for d in documents))
     utilities = [utility(v, "attention") for v in values]
 
     def cuts_at(rho: float) -> list[list[int]]:
-        config = chunker.config.replace(penalty=rho)
+        at_rho = replace(chunker.resolved, reading=replace(chunker.reading, penalty=rho))
         out = []
         for document, u in zip(documents, utilities):
-            result = cut_document(document, u, config, chunker.limits, chunker.unit)
+            result = cut_document(document, u, at_rho, chunker.unit)
             chars = dict(zip(document.clean.tokens.tolist(), document.clean.chars.tolist()))
             out.append([chars[int(c)] for c in result.cuts])
         return out
@@ -307,10 +309,10 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def input_kind(name: str) -> str:
-    """``text`` for a .txt or .md file, else the corpus command's kind of input (``corpus.files.input_kind``); a file
+    """``text`` for a .txt or .md file, else the corpus command's kind of input (``corpus.inputs.input_kind``); a file
     of another kind is one error listing what distill reads."""
-    from rr_fast.corpus.files import JSONL_SUFFIXES, TEXT_SUFFIXES
-    from rr_fast.corpus.files import input_kind as corpus_kind
+    from rr_fast.corpus.inputs import JSONL_SUFFIXES, TEXT_SUFFIXES
+    from rr_fast.corpus.inputs import input_kind as corpus_kind
 
     path = Path(name)
     if "://" not in name and path.exists() and not path.is_dir():
@@ -331,10 +333,10 @@ def checked_inputs(inputs: list[str]) -> None:
 
 def read_inputs(inputs: list[str], id_field: str, text_field: str, follow_symlinks: bool) -> Iterator[tuple[str, Any]]:
     """Every document of the inputs with the name a message gives it, read as the corpus command reads them
-    (``corpus.files.read_records``: JSONL, Parquet, folders with their rules for links and special files), and a
+    (``corpus.inputs.read_records``: JSONL, Parquet, folders with their rules for links and special files), and a
     .txt or .md file named on the command line as one document. A document that cannot be read carries its reason
     (``Record.error``), as it would in the corpus command's errors.jsonl."""
-    from rr_fast.corpus.files import file_record, read_records, read_regular_file
+    from rr_fast.corpus.inputs import file_record, read_records, read_regular_file
 
     for name in inputs:
         kind = input_kind(name)

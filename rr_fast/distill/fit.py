@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from rr_fast.atomic import replaced_on_success
 from rr_fast.models.cache import cache_dir
 from rr_fast.models.weights import weights_fingerprint
 from rr_fast.scoring.crossing import CrossingHead, CrossingScorer, CrossingSettings
@@ -98,9 +98,8 @@ def examples(
                 continue
         lr = teacher.score(ids, edges)["lr"]
         masses = features.score(ids, edges)["masses"]
-        temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")  # one per process: runs may share a folder
-        np.savez(temporary, edges=edges, teacher=lr, masses=masses)
-        temporary.replace(path)
+        with replaced_on_success(path) as temporary, temporary.open("wb") as stream:  # a file: savez adds no .npz
+            np.savez(stream, edges=edges, teacher=lr, masses=masses)
         done(len(ids))
         yield Example(lr, masses)
 

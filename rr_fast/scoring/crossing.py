@@ -20,7 +20,8 @@ import numpy as np
 from rr_fast.errors import UsageError
 from rr_fast.models.recipes import Recipe, RecipeError
 from rr_fast.models.weights import weights_fingerprint
-from rr_fast.scoring.backends.base import Backend, Crossing
+from rr_fast.scoring.backends.base import Backend, Crossing, Request
+from rr_fast.scoring.readouts import Readout, register
 from rr_fast.scoring.scorer import FullPassScorer
 
 ATTENTION = "attention"
@@ -36,30 +37,30 @@ class CrossingSettings:
     batch_tokens: int | None  # row tokens per forward call; None: the backend's choice
 
 
-def crossing_settings(config, recipe) -> CrossingSettings:
-    """The settings of a ``ChunkerConfig`` that asks for the attention readout, from the model's recipe
+def crossing_settings(asked, recipe, config) -> CrossingSettings:
+    """The settings of a requested ``config.Reading`` for the attention readout, from the model's recipe
     (``models.recipes.Recipe``), and the options this readout cannot use, refused by name."""
-    if config.normalizer is not None:
-        raise UsageError("the attention readout runs one full pass and no reset window: it takes no --normalizer")
+    if asked.normalizer is not None:
+        raise UsageError("the attention readout runs one full pass and no reset window: it takes no normalizer")
     if not recipe.heads:
         raise UsageError(
             f"the attention readout needs a head distilled for the model, and {recipe.source} has none: distill one "
-            f"(python -m rr_fast.distill --model {config.model} TEXTS -o RECIPE, then --recipe RECIPE), or use "
-            "--readout lr, rr or rr+lr"
+            f"(python -m rr_fast.distill --model {config.model} TEXTS -o RECIPE, then --recipe RECIPE), or use a "
+            "recipe whose readout is lr, rr or rr+lr"
         )
-    layers = config.layer if config.layer is not None else max(recipe.heads)
+    layers = next(layer for layer in (asked.layer, recipe.layer, max(recipe.heads)) if layer is not None)
     if layers not in recipe.heads:
         raise UsageError(
-            f"the attention readout needs a head for --layer {layers}; {recipe.source} has heads for "
-            f"--layer {', '.join(map(str, sorted(recipe.heads)))}"
+            f"the attention readout needs a head for layer {layers}; {recipe.source} has heads for "
+            f"layer {', '.join(map(str, sorted(recipe.heads)))}"
         )
     span = max(recipe.heads[layers]["spans"])
-    if config.window is not None and config.window != span:
+    if asked.window is not None and asked.window != span:
         raise UsageError(
             f"the attention readout runs no reset window (it reads the {span} tokens right of each edge, its head's "
-            f"spans): --window {config.window} needs --readout lr, rr or rr+lr"
+            f"spans): window {asked.window} needs the readout lr, rr or rr+lr"
         )
-    return CrossingSettings(layers, span, config.context, config.batch_tokens)
+    return CrossingSettings(layers, span, asked.context, config.batch_tokens)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def load_head(recipe: Recipe, layers: int, folder: str | Path) -> CrossingHead:
         raise RecipeError(
             f"recipe {recipe.source}: its head on {layers} layers was fitted on other weights than {folder}'s "
             f"(fingerprint {saved['weights_sha256'][:12]}, here {found[:12]}): distill a head for this model "
-            "(python -m rr_fast.distill), or use --readout lr"
+            "(python -m rr_fast.distill), or use a recipe whose readout is lr"
         )
     return CrossingHead.from_dict(saved)
 
@@ -157,8 +158,8 @@ class CrossingScorer(FullPassScorer):
         edges = np.full((len(jobs), max(1, max(b - a for a, b in picked))), -1, dtype=np.int64)
         for i, ((doc, (in_start, _, _)), (a, b)) in enumerate(zip(jobs, picked)):
             edges[i, : b - a] = p + doc.edges[a:b] - in_start
-        request = Crossing(edges, lengths, self.head.spans, self.tile)
-        masses = self.backend.crossing(rows, np.arange(rows.shape[1])[None], self.head.layers, request)
+        request = Request(crossing=Crossing(edges, lengths, self.head.spans, self.head.layers, self.tile))
+        masses = self.backend.run(rows, np.arange(rows.shape[1])[None], request).masses
         for i, ((doc, (_, _, out_end)), (a, b)) in enumerate(zip(jobs, picked)):
             doc.record(b - a, self.values(masses[i, : b - a]))
             doc.ready = doc.next_edge
@@ -168,3 +169,19 @@ class CrossingScorer(FullPassScorer):
         """The values of a row's edges from their masses [E, layers, heads, spans]. Extension point: distillation
         reads the masses themselves here (``rr_fast.distill``)."""
         return {ATTENTION: self.head(masses)}
+
+
+def _scorer(backend: Backend, bos: list[int], settings: CrossingSettings, recipe: Recipe, folder: str):
+    return CrossingScorer(backend, bos, settings, load_head(recipe, settings.layers, folder))
+
+
+register(
+    Readout(
+        name=ATTENTION,
+        parts=(ATTENTION,),
+        kind="one pass",
+        settings=crossing_settings,
+        fixes=lambda settings: {"layer": settings.layers, "window": settings.span, "normalizer": None},
+        scorer=_scorer,
+    )
+)

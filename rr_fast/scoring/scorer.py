@@ -116,7 +116,7 @@ class FullPassScorer(ABC):
         if backend.max_positions is not None:  # learned positions: a block's rows must fit the position table
             context = min(context, (backend.max_positions - len(self.prefix)) // 2)
         self.context = context
-        self.batch_tokens = batch_tokens or getattr(backend, "preferred_batch_tokens", 4096)
+        self.batch_tokens = batch_tokens or backend.preferred_batch_tokens
         self.timings: dict[str, float] = defaultdict(float)
 
     def score(self, ids: np.ndarray, edges: np.ndarray, progress: Progress | None = None) -> dict[str, np.ndarray]:

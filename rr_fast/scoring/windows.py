@@ -8,10 +8,10 @@ differences, so the states are the same and every row shares one rotary table); 
 positions keep the full pass's position ids.
 
 The readouts (paper, Eqs. 1 and 2) compare each window with the full pass at the same tokens: ``rr`` the cosine of
-the layer-ℓ states (``rr_cosine``), ``lr`` the log-probability of each observed next token (``lr_utility``), both
-oriented so that larger means a better cut. ``lr``'s normalizer runs over the whole vocabulary (``full``, the
-paper's) or over the full pass's FOCUS_TOKENS most probable tokens at each window position and the window's own
-tokens (``focused``).
+the layer-ℓ states, ``lr`` the log-probability of each observed next token, both oriented so that larger means a
+better cut (their arithmetic: ``backends.arrays.ArrayOps``, in the array library of the backend's results).
+``lr``'s normalizer runs over the whole vocabulary (``full``, the paper's) or over the full pass's FOCUS_TOKENS most
+probable tokens at each window position and the window's own tokens (``focused``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rr_fast.errors import UsageError
-from rr_fast.scoring.backends.base import Backend, Forward
+from rr_fast.scoring.backends.arrays import HOST_ARRAYS
+from rr_fast.scoring.backends.base import Backend, Forward, Request
+from rr_fast.scoring.readouts import Readout, register
 from rr_fast.scoring.scorer import FullPassScorer, InFlight
 
 WINDOW_READOUTS = ("rr", "lr")  # what a reset window gives an edge
@@ -47,19 +49,19 @@ class WindowSettings:
     normalizer: str  # lr's log-normalizer in the reset windows: full or focused (NORMALIZERS)
 
 
-def window_settings(config, recipe, readout: str) -> WindowSettings:
-    """The settings of a ``ChunkerConfig`` that asks for reset windows (``readout``: rr, lr or rr+lr), from the
+def window_settings(asked, recipe, config) -> WindowSettings:
+    """The settings of a requested ``config.Reading`` for reset windows (its readout: rr, lr or rr+lr), from the
     model's recipe (``models.recipes.Recipe``), checked: a window with a position to score, within the context."""
-    window = config.window if config.window is not None else recipe.window
+    window = asked.window if asked.window is not None else recipe.window
     skip = recipe.skip(window)
     if window < skip + 2:  # LR needs a scored position with a next token: positions skip..W-2 predict skip+1..W-1
         raise UsageError(f"window must be at least skip + 2 = {skip + 2} tokens (skip is {skip}), got {window}")
-    if config.context < window:
-        raise UsageError(f"context must be at least the window ({window}), got {config.context}")
-    layer = config.layer if config.layer is not None else recipe.layer
-    normalizer = config.normalizer or recipe.normalizer
-    readouts = tuple(readout.split("+"))
-    return WindowSettings(window, skip, layer, readouts, config.context, config.batch_tokens, normalizer)
+    if asked.context < window:
+        raise UsageError(f"context must be at least the window ({window}), got {asked.context}")
+    layer = asked.layer if asked.layer is not None else recipe.layer
+    normalizer = asked.normalizer or recipe.normalizer
+    readouts = tuple((asked.readout or recipe.readout).split("+"))
+    return WindowSettings(window, skip, layer, readouts, asked.context, config.batch_tokens, normalizer)
 
 
 def default_layer(depth: int) -> int:
@@ -116,7 +118,8 @@ class WindowScorer(FullPassScorer):
     (the token rows of a window batch, ``window_prefix`` tokens in front of each window) and ``window_readouts`` (a
     batch's per-edge values), and setting ``names`` (the readouts it returns) and ``window_prefix`` to match.
     ``reindex``: None re-indexes windows from 0 exactly when that cannot change the states (RoPE models); tests force
-    either. ``device_readouts``: the readouts on the backend's device (a GPU's default: states stay there).
+    either. ``device_readouts``: the readouts on the backend's device, with its own ``arrays`` (None: where those
+    are preferred, a GPU's: states stay there); False reads on the host, in numpy.
     """
 
     def __init__(
@@ -130,7 +133,7 @@ class WindowScorer(FullPassScorer):
         if not settings.readouts or set(settings.readouts) - set(WINDOW_READOUTS):
             raise ValueError(f"readouts must be among {WINDOW_READOUTS}, got {settings.readouts}")
         super().__init__(backend, bos, settings.context, settings.batch_tokens)
-        self.settings = self.config = settings
+        self.settings = settings
         self.layer = default_layer(backend.depth) if settings.layer is None else settings.layer
         if not 1 <= self.layer <= backend.depth:
             raise ValueError(f"layer must be in 1..{backend.depth} for this model, got {self.layer}")
@@ -139,13 +142,13 @@ class WindowScorer(FullPassScorer):
             raise ValueError("this model has absolute position embeddings: windows must keep their positions")
         self.names: tuple[str, ...] = settings.readouts
         self.window_prefix = len(self.prefix)  # tokens in front of every reset window
-        device_ops = getattr(backend, "device_readouts", None)
+        own = backend.arrays
         if device_readouts is None:
-            device_readouts = device_ops is not None and getattr(backend, "prefers_device_readouts", False)
-        if device_readouts and device_ops is None:
+            device_readouts = own.on_device and own.preferred
+        if device_readouts and not own.on_device:
             raise ValueError(f"the {backend.name} backend has no device readouts")
-        self.ops = device_ops if device_readouts else HOST_READOUTS
-        self._forward_options = {"on_device": True} if device_readouts else {}
+        self.on_device = device_readouts  # every pass returns the arrays of ``ops``
+        self.ops = own if device_readouts else HOST_ARRAYS
 
     def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
         """An edge whose window has a position to score: at least skip + 2 tokens right of it."""
@@ -163,9 +166,9 @@ class WindowScorer(FullPassScorer):
     def forward(self, ids: np.ndarray, positions: np.ndarray, targets: np.ndarray | None, **head) -> Forward:
         """One backend call over right-padded rows, full-pass blocks and reset windows alike: the RR layer's
         states when RR is read, and the log-probabilities of ``targets``. ``head``: the focused normalizer's
-        ``vocabulary`` or ``top_tokens`` (see ``Backend.forward``)."""
+        ``vocabulary`` or ``top_tokens`` (see ``backends.base.Request``)."""
         layer = self.layer if "rr" in self.settings.readouts else None
-        return self.backend.forward(ids, positions, layer, targets, **self._forward_options, **head)
+        return self.backend.run(ids, positions, Request(layer, targets, on_device=self.on_device, **head))
 
     def window_rows(self, batch: WindowBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """The token rows of a window batch ([B, window_prefix + W]: the BOS, then the window, right-padded with 0)
@@ -382,77 +385,18 @@ class _StateBuffer:
         return self.top_tokens[np.minimum(token_index, self.end - 1) - self.start]
 
 
-# --- the readouts --------------------------------------------------------------------------------------------------
-# All inputs are window-aligned: index q of row i is the q-th token right of edge b_i. ``mask`` marks the positions
-# that enter the mean.
-
-
-def rr_cosine(full: np.ndarray, reset: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Eq. 1: mean cosine between full-context and reset states over the masked positions.
-
-    full, reset: [B, W, d]; mask: [B, W] bool. High preservation means the right side barely depended on
-    the removed prefix, so it is a good cut.
-    """
-    # float32 sums are accurate to ~1e-7 here and avoid upcasting [B, W, d] copies (a GPU run's hot spot)
-    dot = np.einsum("bwd,bwd->bw", full, reset)
-    norms = np.sqrt(np.einsum("bwd,bwd->bw", full, full) * np.einsum("bwd,bwd->bw", reset, reset))
-    cosine = dot.astype(np.float64) / np.maximum(norms.astype(np.float64), 1e-30)
-    return masked_mean(cosine, mask)
-
-
-def lr_utility(full_logprobs: np.ndarray, reset_logprobs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Eq. 2, negated: −mean log p_full(x)/p_reset(x) over the observed next tokens.
-
-    full_logprobs, reset_logprobs: [B, W], the log-probability of the same observed token with and
-    without the prefix. Little damage from removing the prefix means a good cut.
-    """
-    damage = full_logprobs.astype(np.float64) - reset_logprobs.astype(np.float64)
-    return -masked_mean(damage, mask)
-
-
-def masked_mean(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Row means of ``values`` over ``mask``; NaN for a row with no masked position."""
-    counts = mask.sum(axis=1)
-    sums = np.where(mask, values, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-
-
-class HostReadouts:
-    """The scorer's array operations on host (numpy) arrays: what every backend's ``Forward`` holds.
-
-    A backend that keeps results on its device offers the same methods on its own arrays
-    (``device_readouts``), so states never leave the device and only per-edge scores come back.
-    """
-
-    @staticmethod
-    def concat(parts: list[np.ndarray]) -> np.ndarray:
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-    @staticmethod
-    def shifted(row: np.ndarray, first: int, count: int, fill: float = np.nan) -> np.ndarray:
-        """Per-token values for row tokens first..first+count-1 from a row whose index j holds what predicts
-        token j + 1 (log p(token j + 1 | ..j), or its most probable tokens); the row's first token has no
-        prediction: ``fill``."""
-        if first >= 1:
-            return row[first - 1 : first - 1 + count]
-        return np.concatenate([np.full((1, *row.shape[1:]), fill, dtype=row.dtype), row[: count - 1]])
-
-    @staticmethod
-    def focused_vocabulary(top_tokens: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """Each reset window's tokens for its focused normalizer ([B, W × k + W], -1 padding, repeats allowed):
-        the full pass's most probable next tokens at the window's scored positions and its observed next tokens.
-        A window's vocabulary depends only on its own text, never on the windows batched with it.
-
-        top_tokens: [B, W, k] the full pass's top tokens predicting each window position's next token;
-        targets: [B, W] the observed next tokens, -1 where a position is not scored.
-        """
-        scored = targets >= 0
-        tops = np.where(scored[:, :, None], top_tokens, -1).reshape(len(targets), -1)
-        return np.concatenate([tops, np.where(scored, targets, -1)], axis=1)
-
-    rr_cosine = staticmethod(rr_cosine)
-    lr_utility = staticmethod(lr_utility)
-
-
-HOST_READOUTS = HostReadouts()
+for _name in ("rr", "lr", "rr+lr"):  # rr+lr: both, ranked by the sum of their percentiles
+    register(
+        Readout(
+            name=_name,
+            parts=tuple(_name.split("+")),
+            kind="reset windows",
+            settings=window_settings,
+            fixes=lambda settings: {
+                "layer": settings.layer,
+                "window": settings.window,
+                "normalizer": settings.normalizer,
+            },
+            scorer=lambda backend, bos, settings, recipe, folder: WindowScorer(backend, bos, settings),
+        )
+    )

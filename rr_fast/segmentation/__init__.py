@@ -23,13 +23,12 @@ from rr_fast.text.documents import Document
 from rr_fast.text.structure import priors
 
 if TYPE_CHECKING:  # the configuration is resolved above this layer and handed down
-    from rr_fast.config import ChunkerConfig
+    from rr_fast.config import Resolved
 
 
-def cut_document(
-    document: Document, utilities: np.ndarray, config: ChunkerConfig, limits: Limits, unit: LengthUnit
-) -> Segmentation:
+def cut_document(document: Document, utilities: np.ndarray, resolved: Resolved, unit: LengthUnit) -> Segmentation:
     """The optimal cuts of one document given its scored edges' utilities (NaN: not usable)."""
+    config, limits, penalty = resolved.config, resolved.limits, resolved.reading.penalty
     tokens, clean = document.tokens, document.clean
     positions = edge_positions(unit, document.text, tokens, clean)
     if document.layout is None:
@@ -41,7 +40,7 @@ def cut_document(
                 document.scored.tokens[usable],
                 utilities[usable],
                 run,
-                penalty=config.penalty,
+                penalty=penalty,
                 num_chunks=config.num_chunks,
                 fallback_edges=clean.tokens,
                 positions=positions,
@@ -66,7 +65,7 @@ def cut_document(
                 every,
                 tiers,
                 run,
-                penalty=config.penalty,
+                penalty=penalty,
                 num_chunks=config.num_chunks,
                 positions=positions,
             )

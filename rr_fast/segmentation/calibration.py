@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rr_fast.scoring import readout_parts
+from rr_fast.scoring import readout
 
 
 def percentiles(scores: np.ndarray) -> np.ndarray:
@@ -41,13 +41,13 @@ def rank_sum(*readouts: np.ndarray) -> np.ndarray:
     return combined
 
 
-def utility(values: dict[str, np.ndarray], readout: str) -> np.ndarray:
-    """Calibrated per-edge utility of a readout (``"rr"``, ``"lr"`` or ``"rr+lr"``): within-document percentiles.
+def utility(values: dict[str, np.ndarray], name_of: str) -> np.ndarray:
+    """Calibrated per-edge utility of the readout ``name_of`` (its ``parts``' values): within-document percentiles.
 
     A combination is rank-averaged, the percentiles of its rank sum, so its utility is uniform on (0, 1] like
     a single readout's and one ρ scale serves every choice.
     """
-    combined = rank_sum(*(values[name] for name in readout_parts(readout)))
+    combined = rank_sum(*(values[name] for name in readout(name_of).parts))
     finite = np.isfinite(combined)
     out = np.full(finite.shape[0], np.nan)
     if finite.any():

@@ -23,7 +23,7 @@ from rr_fast.text.structure import Layout, Structure, analyse, lay_out
 from rr_fast.text.tokens import Tokens, tokenize_many
 
 if TYPE_CHECKING:  # the configuration is resolved above this layer and handed down
-    from rr_fast.config import ChunkerConfig
+    from rr_fast.config import Resolved
 
 BOM = "\ufeff"
 # texts read and tokenized together, up to this many or this many characters (a scorer keeps about as many
@@ -57,8 +57,8 @@ class Preparer:
     ``timings["tokenization"]`` adds up the tokenizer's seconds.
     """
 
-    def __init__(self, tokenizer, config: ChunkerConfig, limits: Limits, timings: dict[str, float] | None = None):
-        self.tokenizer, self.config, self.limits = tokenizer, config, limits
+    def __init__(self, tokenizer, resolved: Resolved, timings: dict[str, float] | None = None):
+        self.tokenizer, self.resolved = tokenizer, resolved
         self.timings = timings if timings is not None else {}
 
     def prepare(self, texts: Iterable, errors: str, source_failure: list) -> Iterator[Document | RRFastError]:
@@ -99,7 +99,7 @@ class Preparer:
                         started = time.perf_counter()
                         tokens = text_tokens(self.tokenizer, text)
                         self._add_time(started)
-                    yield prepare_document(text, tokens, self.config, self.limits)
+                    yield prepare_document(text, tokens, self.resolved)
                 except Exception as error:  # ours, or a tokenizer's own failure on exotic input: ours either way
                     failure = (
                         error
@@ -150,14 +150,15 @@ def texts_tokens(tokenizer, texts: list) -> list[Tokens | RRFastError]:
     return out
 
 
-def prepare_document(text: str, tokens: Tokens, config: ChunkerConfig, limits: Limits) -> Document:
+def prepare_document(text: str, tokens: Tokens, resolved: Resolved) -> Document:
     """Candidates of a tokenized text: the paper's, unless the text has structure beyond sentences."""
+    config, limits, step = resolved.config, resolved.limits, resolved.reading.step
     clean = clean_edges(text, tokens)
     structure = analyse(text, config.structure)
     if structure.mode == "none":
-        document = Document(text, tokens, clean, candidate_edges(text, tokens, config.step, clean), None)
+        document = Document(text, tokens, clean, candidate_edges(text, tokens, step, clean), None)
     else:
-        layout = lay_out(text, clean.tokens, clean.chars, tokens.starts, structure, config.step, limits.max_tokens)
+        layout = lay_out(text, clean.tokens, clean.chars, tokens.starts, structure, step, limits.max_tokens)
         scored = Edges(layout.tokens[layout.scored], layout.chars[layout.scored])
         document = Document(text, tokens, clean, scored, layout, structure)
     if config.num_chunks is not None and config.length_unit == MODEL:

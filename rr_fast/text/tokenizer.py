@@ -54,7 +54,7 @@ class JSONTokenizer:
 
 
 class TokenizerProcess:
-    """A ``JSONTokenizer`` loaded and run in a helper process (``rr_fast.helper``), for a command's cold start.
+    """A ``JSONTokenizer`` loaded and run in a helper process (``rr_fast.helper_process``), for a command's cold start.
 
     Gemma's tokenizer.json takes over a second to load, and holds Python's GIL throughout, as importing torch does:
     in one process the two add up, and a thread would not overlap them. Started before torch is imported, this
@@ -64,7 +64,7 @@ class TokenizerProcess:
     """
 
     def __init__(self, path: str | Path, bos_token: str | None = None):
-        from rr_fast.helper import Helper
+        from rr_fast.helper_process import Helper
 
         self.helper = Helper("rr_fast.text.tokenizer:_serve", "the process loading the tokenizer")
         self.helper.send((str(path), bos_token))

@@ -244,7 +244,7 @@ def chunk(
         for stream in todo:
             result = chunker.chunk(stream.text)
             spans = [(c.start, c.end) for c in result]
-            (folder / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.config.penalty}))
+            (folder / f"{stream.id}.json").write_text(json.dumps({"spans": spans, "penalty": chunker.reading.penalty}))
             tokens += sum(c.token_count for c in result)
         log(f"{name}: {len(todo)} evaluation streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 

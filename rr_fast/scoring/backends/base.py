@@ -1,46 +1,101 @@
-"""The one interface every backend implements (``Backend``): a forward pass that returns what a scorer asks for.
+"""The one interface every backend implements (``Backend``): a pass over a batch of rows that returns what a scorer
+asks for (``Request`` in, ``Forward`` out), and what the backends share to give it.
 
-``forward`` serves the reset-window scorer (layer-ℓ states, observed-token log-probabilities); ``crossing`` serves the
-attention readout (the attention masses across each edge, from probabilities that a backend forms explicitly, one
-attention function per backend family). What both families share of that function is here: how many queries a tile
-holds, and which edges a tile reads.
+A request asks for any of: the states after a layer (the ``rr`` readout), the observed tokens' log-probabilities
+under the whole vocabulary's normalizer or a focused one, with each position's most probable tokens (``lr``), and
+the attention masses across edges (the ``attention`` readout, from probabilities a backend forms explicitly, one
+attention function per backend family). A backend raises ValueError for what it cannot give. What every backend
+family shares of that attention function is here: how many queries a tile holds, and which edges a tile reads.
+
+The scorers' arithmetic on a pass's results (``backends.arrays``) belongs to the array library the results are in:
+every backend returns numpy arrays by default, and one that keeps results on its device offers its own
+``arrays`` over them (the torch backend's, ``backends.torch_arrays``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-
-@dataclass
-class Forward:
-    """What one forward pass returns (None when not asked for): numpy arrays, or the backend's own device
-    arrays where the scorer reads on the device (``device_readouts``).
-
-    hidden: [B, T, d] states after ``layer`` decoder layers (after the final norm when layer == depth,
-        matching ``hidden_states[layer]`` of a stock forward).
-    logprobs: [B, T], log p(targets[:, t] | ids[:, :t + 1]); only the observed tokens, never [B, T, V].
-    top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1
-        elsewhere), when ``forward`` was asked for them (the focused normalizer's vocabulary).
-    """
-
-    hidden: np.ndarray | None
-    logprobs: np.ndarray | None
-    top_tokens: np.ndarray | None = None
+from rr_fast.scoring.backends.arrays import ArrayOps
 
 
 @dataclass(frozen=True)
 class Crossing:
     """A request for the one-pass readout's features: for each edge of a row, the mean over the first k tokens right
     of it (one k per span) of the attention mass they put on the row's tokens left of it, BOS left out, in every
-    layer and head (``scoring.crossing``)."""
+    head of the first ``layers`` layers (``scoring.crossing``)."""
 
     edges: np.ndarray  # [B, E] row index of the first token right of each edge; -1 pads
     lengths: np.ndarray  # [B] real tokens in each row
     spans: tuple[int, ...]
+    layers: int  # the pass runs these first layers, and no more
     tile: int | None = None  # queries per tile of the explicit attention; None: ``attention_tile``'s choice
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one pass over right-padded rows is asked for. Padding needs no mask: attention is causal, so padded
+    positions at the right never reach the real ones.
+
+    layer: the states after this many decoder layers (after the final norm when it is the model's depth, matching
+        ``hidden_states[layer]`` of a stock forward); layers above it run only for log-probabilities.
+    targets: [B, T] token ids (-1: none): log p(targets[:, t] | ids[:, :t + 1]) at each position with one.
+    vocabulary: their normalizer over these token ids only ([B, V] per row, -1 as padding, repeats allowed: the
+        focused normalizer), in the backend's ``arrays``; None: over the whole vocabulary.
+    top_tokens: k > 0 also gives each position's k most probable next tokens (the focused normalizer's vocabulary).
+    crossing: the attention masses across edges (``Crossing``); such a pass is asked for nothing else.
+    on_device: results as the backend's ``arrays`` (its device's), not numpy.
+    """
+
+    layer: int | None = None
+    targets: np.ndarray | None = None
+    vocabulary: Any = None
+    top_tokens: int = 0
+    crossing: Crossing | None = None
+    on_device: bool = False
+
+
+@dataclass
+class Forward:
+    """What one pass returns (None where it was not asked for): numpy arrays, or the arrays of the backend's
+    ``arrays`` where the request said ``on_device``.
+
+    hidden: [B, T, d] states after ``Request.layer`` layers.
+    logprobs: [B, T] log-probabilities of ``Request.targets`` (NaN where there is none); never [B, T, V].
+    top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1 elsewhere).
+    masses: [B, E, layers, heads, spans] float32 numpy crossing masses (a few numbers per edge).
+    """
+
+    hidden: Any
+    logprobs: Any
+    top_tokens: Any = None
+    masses: np.ndarray | None = None
+
+
+class Backend(Protocol):
+    """A causal LM that runs batches of rows with explicit position ids and no KV cache: one class per backend, loaded
+    by ``load`` (``backends.load_backend`` calls it) or built by the caller and handed to ``rr_fast.Chunker``."""
+
+    name: str
+    depth: int  # number of decoder layers
+    uses_rope: bool  # True when attention sees only relative positions, so windows may start at 0
+    max_positions: int | None  # learned absolute position table size, None for RoPE models
+    preferred_batch_tokens: int  # row tokens per pass when the user does not say
+    notes: tuple[str, ...]  # what a user should know about this load (results repeat them as warnings)
+    arrays: ArrayOps  # the scorers' arithmetic on ``on_device`` results (``HOST_ARRAYS``: numpy ones)
+
+    @classmethod
+    def load(cls, folder: str, dtype: str, device: str, allow_pickle: bool, **settings: Any) -> Backend:
+        """The model in ``folder``; ``allow_pickle`` lets pickle weights load, ``settings`` are the backend's own."""
+        ...
+
+    def run(self, ids: np.ndarray, positions: np.ndarray, request: Request) -> Forward:
+        """One pass over right-padded rows ``ids`` [B, T] at ``positions`` ([B, T] or [1, T]): what ``request``
+        asks for, or a ValueError naming what this backend cannot give."""
+        ...
 
 
 # queries per tile where a backend forms attention probabilities explicitly (the attention readout), on a CPU:
@@ -80,43 +135,6 @@ def edge_columns(ordered: np.ndarray, reach: int, first: int, last: int) -> tupl
     if not near.any():
         return 0, 0
     return int(below[near].min()), int(through[near].max())
-
-
-class Backend(Protocol):
-    """A causal LM that runs batches of rows with explicit position ids and no KV cache."""
-
-    name: str
-    depth: int  # number of decoder layers
-    hidden_size: int
-    uses_rope: bool  # True when attention sees only relative positions, so windows may start at 0
-    max_positions: int | None  # learned absolute position table size, None for RoPE models
-    preferred_batch_tokens: int  # window tokens per forward call when the user does not say
-    notes: tuple[str, ...]  # what a user should know about this load (results repeat them as warnings)
-
-    def forward(
-        self,
-        ids: np.ndarray,
-        positions: np.ndarray,
-        layer: int | None,
-        targets: np.ndarray | None = None,
-        vocabulary: np.ndarray | None = None,
-        top_tokens: int = 0,
-    ) -> Forward:
-        """Run right-padded rows [B, T] at ``positions`` ([B, T] or [1, T]): the states after ``layer`` layers.
-
-        Layers above ``layer`` and the LM head run only when ``targets`` asks for log-probabilities. Their
-        normalizer runs over the whole vocabulary, or over ``vocabulary`` ([B, V] token ids per row, -1 as
-        padding, repeats allowed: the focused normalizer); ``top_tokens`` = k also returns each position's k
-        most probable next tokens. Padding needs no mask: attention is causal, so padded positions at the right
-        never reach the real ones.
-        """
-        ...
-
-    def crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, request: Crossing) -> np.ndarray:
-        """Run the first ``layers`` layers of right-padded rows [B, T] and return their attention masses across the
-        request's edges: [B, E, layers, heads, spans] float32 (``Crossing``). A backend or model family that cannot
-        form its attention probabilities raises ValueError."""
-        ...
 
 
 def length_dependent_rope(rope: dict) -> bool:

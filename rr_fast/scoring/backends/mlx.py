@@ -4,8 +4,9 @@ The layers are mlx-lm's own; this module replaces only the model's outer loop, t
 give every row its own position ids. mlx-lm's attention rotates queries and keys by ``cache.offset`` and
 ``mx.fast.rope`` accepts one offset per row, so a stand-in cache that holds the rows' first positions and
 stores nothing turns the stock layers into a batched, cache-free forward at arbitrary (consecutive)
-positions. The embedding step and the masks are replicated per family, following each family's
-``__call__`` in ``mlx_lm/models`` and transformers' conventions where the two differ.
+positions. The embedding step and the masks are replicated, following each family's ``__call__`` in
+``mlx_lm/models`` and transformers' conventions where the two differ; what differs by family (the embedding, which
+layers slide, layers replaced to round as transformers does) is the family's own (``rr_fast.models.families``).
 
 The attention readout needs each layer's attention probabilities, which mlx-lm's fused attention never forms. Each
 attention module of the families it supports is wrapped once, at load (``_Attention``): in an ordinary forward the
@@ -17,21 +18,23 @@ fused attention. Nothing of mlx-lm's is patched.
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 from mlx import nn
-from mlx_lm.models import gemma3_text, gpt2
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import load_model
 
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.models.hf import quiet_transformers, write_mlx_compatible_config
+from rr_fast.models.conversion import write_mlx_compatible_config
+from rr_fast.models.families import FAMILIES, Family, family_of, mlx_family
+from rr_fast.models.hf import quiet_transformers
+from rr_fast.scoring.backends.arrays import HOST_ARRAYS
 from rr_fast.scoring.backends.base import (
     Crossing,
     Forward,
+    Request,
     attention_tile,
     edge_columns,
     length_dependent_rope,
@@ -40,9 +43,8 @@ from rr_fast.scoring.backends.base import (
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 LOGIT_BUDGET = 1 << 24  # floats of logits alive at once: 64 MiB in fp32, whatever the vocabulary
-FAMILIES = ("llama", "qwen2", "qwen3", "gemma3_text", "gpt2")  # mlx-lm model modules this loop replicates
-# families whose attention modules project, normalise and rotate as ``_Attention`` replays them (the attention readout)
-CROSSING_FAMILIES = ("llama", "qwen2", "qwen3", "gemma3_text")
+# mlx-lm modules whose attention modules project, normalise and rotate as ``_Attention`` replays them
+CROSSING_MODULES = tuple(module for family in FAMILIES if family.mlx_crossing for module in family.mlx_modules)
 
 
 class _Positions:
@@ -56,75 +58,6 @@ class _Positions:
         return keys, values
 
 
-class _GPT2(gpt2.Model):
-    """mlx-lm's GPT-2 reads the original checkpoint layout; transformers saves GPT2LMHeadModel's weights
-    under ``transformer.`` and may keep the tied ``lm_head.weight``."""
-
-    def sanitize(self, weights: dict) -> dict:
-        weights = {k.removeprefix("transformer."): v for k, v in weights.items() if k != "lm_head.weight"}
-        return super().sanitize(weights)
-
-
-class _GemmaNorm(nn.Module):
-    """Gemma's RMSNorm as transformers and the torch backend compute it: in float32, scaled by 1 + w formed in
-    float32, rounded once to ``dtype``. mlx-lm forms 1 + w in the weights' dtype, which in bfloat16 moves every
-    scale by up to 0.4%: enough, over Gemma 3 270M's 18 layers of six norms each, to move a cut."""
-
-    def __init__(self, norm: gemma3_text.RMSNorm, dtype: mx.Dtype):
-        super().__init__()
-        # formed once, not on every call; private, so not a parameter: the model's parameters keep one dtype
-        self._scale, self.eps, self._dtype = 1.0 + norm.weight.astype(mx.float32), norm.eps, dtype
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return mx.fast.rms_norm(x.astype(mx.float32), self._scale, self.eps).astype(self._dtype)
-
-
-class _GemmaMLP(nn.Module):
-    """Gemma's MLP with its tanh GELU computed in float32 and rounded once, as torch's kernel computes it; mlx-lm's
-    ``gelu_approx`` rounds each of its elementwise steps to the working dtype."""
-
-    def __init__(self, mlp: gemma3_text.MLP):
-        super().__init__()
-        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(_gated(self.gate_proj(x), self.up_proj(x)))
-
-
-@partial(mx.compile, shapeless=True)
-def _gated(gate: mx.array, up: mx.array) -> mx.array:
-    return nn.gelu_approx(gate.astype(mx.float32)).astype(up.dtype) * up
-
-
-def _round_as_transformers(model: nn.Module) -> None:
-    """Gemma 3's norms and GELU computed in float32 and rounded once, as transformers does (in float32 this is
-    mlx-lm's own arithmetic). In bfloat16 mlx-lm's own layers put the default's scores about four times farther
-    from torch's than torch's bfloat16 sits from float32, enough to move cuts (bench/RESULTS.md, "MLX" and
-    "float16 on Gemma 3 (torch and MLX)").
-
-    Under float16 weights the residual stream stays float32, as the torch backend keeps it (``residual_dtype``):
-    the norms that open a branch round to float16, the two that close one keep float32, and mlx-lm's blocks then
-    add in float32 (their ``clip_residual`` clips float16 streams only)."""
-    working = model.model.norm.weight.dtype
-    stream = residual_dtype(working)
-    model.model.norm = _GemmaNorm(model.model.norm, working)
-    for layer in model.layers:
-        layer.input_layernorm = _GemmaNorm(layer.input_layernorm, working)
-        layer.pre_feedforward_layernorm = _GemmaNorm(layer.pre_feedforward_layernorm, working)
-        layer.post_attention_layernorm = _GemmaNorm(layer.post_attention_layernorm, stream)
-        layer.post_feedforward_layernorm = _GemmaNorm(layer.post_feedforward_layernorm, stream)
-        attention = layer.self_attn
-        attention.q_norm = _GemmaNorm(attention.q_norm, working)
-        attention.k_norm = _GemmaNorm(attention.k_norm, working)
-        layer.mlp = _GemmaMLP(layer.mlp)
-
-
-def residual_dtype(dtype: mx.Dtype) -> mx.Dtype:
-    """Gemma's residual stream: float32 under float16 weights, else the weights' dtype, as in the torch backend
-    (``plain.DecoderLayer`` says why)."""
-    return mx.float32 if dtype == mx.float16 else dtype
-
-
 class MLXBackend:
     name = "mlx"
 
@@ -132,29 +65,28 @@ class MLXBackend:
         self.notes: tuple[str, ...] = ()
         self.model = model
         self.config = config
-        self.family = _family(model)
-        if self.family not in FAMILIES:
+        self.family = mlx_family(_mlx_module(model))
+        if self.family is None:
             raise RRFastError(
                 f"the mlx backend does not support {config.get('model_type')!r} models; use --backend torch"
             )
         if config.get("attn_logit_softcapping"):  # mlx-lm's Gemma 3 attention has no softcap
             raise RRFastError("the mlx backend does not support attention logit softcapping; use --backend torch")
-        if self.family == "gemma3_text":
-            _round_as_transformers(model)
+        self.family.mlx_prepare(model)
         self.decoder = model.model
         self.layers = model.layers
         self.depth = len(self.layers)
         self.windows = [self._sliding_window(i) for i in range(self.depth)]
-        if self.family in CROSSING_FAMILIES:
+        if self.family.mlx_crossing:
             for layer in self.layers:
                 layer.self_attn = _Attention(layer.self_attn)
-        self.embed = self.decoder.wte if self.family == "gpt2" else self.decoder.embed_tokens
-        self.norm = self.decoder.ln_f if self.family == "gpt2" else self.decoder.norm
+        self.embed = getattr(self.decoder, self.family.mlx_embedding)
+        self.norm = getattr(self.decoder, self.family.mlx_final_norm)
         self.head = model.lm_head if "lm_head" in model else self.embed.as_linear
         self.head_weight = (model.lm_head if "lm_head" in model else self.embed).weight  # [V, d]
         self.hidden_size = int(config.get("hidden_size") or config["n_embd"])
         self.vocab_size = int((model.lm_head if "lm_head" in model else self.embed).weight.shape[0])
-        self.uses_rope = _relative_positions_only(config)
+        self.uses_rope = _relative_positions_only(config, self.family)
         table = config.get("max_position_embeddings") or config.get("n_positions")
         self.max_positions = None if self.uses_rope else int(table)
         self.softcap = config.get("final_logit_softcapping")
@@ -162,35 +94,48 @@ class MLXBackend:
         # (bench/RESULTS.md, "MLX"; not measured on Metal), its attention probabilities held to a tile
         # (crossing_attention); on a CPU the scorers' default of 4,096
         self.preferred_batch_tokens = 16384 if mx.default_device() == mx.gpu else 4096
+        self.arrays = HOST_ARRAYS  # results come back as numpy arrays
 
     @classmethod
-    def load(cls, folder: str | Path, dtype: str = "float32") -> MLXBackend:
+    def load(
+        cls, folder: str | Path, dtype: str = "float32", device: str = "auto", allow_pickle: bool = False
+    ) -> MLXBackend:
+        """The model in ``folder`` (or a hub id) on MLX's default device; ``device`` and ``allow_pickle`` change
+        nothing here (``check_backend`` has checked the device, and mlx-lm reads safetensors only)."""
         if dtype not in DTYPES:
-            raise UsageError(f"--dtype {dtype} is not available with --backend mlx: use {', '.join(DTYPES)}")
+            raise UsageError(f"dtype {dtype} is not available with --backend mlx: use {', '.join(DTYPES)}")
         path = Path(folder).expanduser()
-        if not path.is_dir():  # a hub id, as models.resolve passes them on
+        if not path.is_dir():  # a hub id, as rr_fast.models.names.resolve passes them on
             from huggingface_hub import snapshot_download
 
             path = Path(snapshot_download(str(folder), allow_patterns=["*.json", "*.safetensors"]))
         fixes = write_mlx_compatible_config(path / "config.json", write=False)
         classes = {}
-        if json.loads((path / "config.json").read_text()).get("model_type") == "gpt2":
-            classes["get_model_classes"] = lambda config: (_GPT2, gpt2.ModelArgs)
+        family = family_of(json.loads((path / "config.json").read_text()).get("model_type"))
+        if family is not None and family.mlx_model_classes is not None:
+            classes["get_model_classes"] = lambda config: family.mlx_model_classes()
         with quiet_transformers():
             model, config = load_model(path, model_config=fixes, **classes)
         model.set_dtype(DTYPES[dtype])
         return cls(model, config)
 
-    def forward(
+    def run(self, ids: np.ndarray, positions: np.ndarray, request: Request) -> Forward:
+        """See ``Backend.run``: numpy results whatever ``on_device`` says (its ``arrays`` are the host's)."""
+        if request.crossing is not None:
+            if request.layer is not None or request.targets is not None:
+                raise ValueError("a crossing pass gives its masses alone: ask for states or log-probabilities apart")
+            return Forward(None, None, masses=self._crossing(ids, positions, request.crossing))
+        return self._forward(ids, positions, request.layer, request.targets, request.vocabulary, request.top_tokens)
+
+    def _forward(
         self,
         ids: np.ndarray,
         positions: np.ndarray,
         layer: int | None,
-        targets: np.ndarray | None = None,
-        vocabulary: np.ndarray | None = None,
-        top_tokens: int = 0,
+        targets: np.ndarray | None,
+        vocabulary: np.ndarray | None,
+        top_tokens: int,
     ) -> Forward:
-        """See ``Backend.forward``."""
         if layer is None and targets is None:
             raise ValueError("nothing to compute: give a layer, targets or both")
         if layer is not None and not 0 <= layer <= self.depth:
@@ -221,11 +166,12 @@ class MLXBackend:
             hidden = np.array(hidden)
         return Forward(hidden, logprobs, top_tokens=top)
 
-    def crossing(self, ids: np.ndarray, positions: np.ndarray, layers: int, request: Crossing) -> np.ndarray:
-        """See ``Backend.crossing``: the first ``layers`` layers, each attention module in its crossing mode
+    def _crossing(self, ids: np.ndarray, positions: np.ndarray, request: Crossing) -> np.ndarray:
+        """The crossing masses of the first ``request.layers`` layers, each attention module in its crossing mode
         (``_Attention``), one layer evaluated at a time (rows start at one position each: full-pass rows)."""
-        if self.family not in CROSSING_FAMILIES:
-            raise ValueError(f"the attention readout runs on the mlx backend for {', '.join(CROSSING_FAMILIES)} models")
+        layers = request.layers
+        if not self.family.mlx_crossing:
+            raise ValueError(f"the attention readout runs on the mlx backend for {', '.join(CROSSING_MODULES)} models")
         h = self._embed(mx.array(np.asarray(ids, dtype=np.int32)), np.asarray(positions, dtype=np.int64))
         cache = CrossingPass(int(positions[0, 0]), request, self.windows)
         for i in range(layers):
@@ -235,22 +181,12 @@ class MLXBackend:
         return np.array(masses.astype(mx.float32))
 
     def _embed(self, ids: mx.array, positions: np.ndarray) -> mx.array:
-        h = self.embed(ids)
-        if self.family == "gpt2":
-            return h + self.decoder.wpe(mx.array(positions.astype(np.int32)))
-        if self.family == "gemma3_text":
-            # transformers rounds sqrt(d) to the weights' dtype from fp32; mlx-lm rounds it to bf16 always
-            scaled = h * mx.array(self.hidden_size**0.5, dtype=mx.float32).astype(h.dtype)
-            return scaled.astype(residual_dtype(h.dtype))
-        return h
+        """The residual stream's first state: the token embeddings, then the family's step (``Family.mlx_embed``)."""
+        return self.family.mlx_embed(self.embed(ids), positions, self.decoder)
 
     def _sliding_window(self, index: int) -> int | None:
         """The attention window of layer ``index``, None for full attention."""
-        layer = self.layers[index]
-        if self.family == "gemma3_text":
-            sliding = layer.self_attn.is_sliding
-        else:
-            sliding = getattr(layer, "use_sliding", False)
+        sliding = self.family.mlx_sliding(self.layers[index])
         types = self.config.get("layer_types")
         if types is not None and sliding != (types[index] == "sliding_attention"):
             # mlx-lm's Gemma 3 can only place full-attention layers periodically
@@ -262,7 +198,7 @@ class MLXBackend:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """log p(target) per position, in row chunks so [rows, V] logits stay within LOGIT_BUDGET; the normalizer
         over the whole vocabulary or each row's ``vocabulary``, and the ``top_tokens`` most probable tokens
-        (as the torch backend's ``head_readout``)."""
+        (as ``torch_arrays.TorchHead.logprobs``)."""
         flat = np.asarray(targets, dtype=np.int64).reshape(-1)
         wanted = np.flatnonzero(flat >= 0)
         rows = final.reshape(-1, final.shape[-1])[mx.array(wanted.astype(np.int32))]
@@ -419,7 +355,7 @@ def logsumexp(logits: mx.array, block: int = 512) -> mx.array:
     return mx.logsumexp(mx.logsumexp(padded.reshape(rows, -1, block), axis=-1), axis=-1)
 
 
-def _family(model: nn.Module) -> str:
+def _mlx_module(model: nn.Module) -> str:
     """The mlx-lm module that defines the architecture (mistral models, for one, run llama's)."""
     for cls in type(model).__mro__:
         if cls.__module__.startswith("mlx_lm.models."):
@@ -427,8 +363,8 @@ def _family(model: nn.Module) -> str:
     return type(model).__module__
 
 
-def _relative_positions_only(config: dict) -> bool:
+def _relative_positions_only(config: dict, family: Family) -> bool:
     """RoPE attention depends only on position differences, unless the rotation depends on length."""
-    if config.get("model_type") == "gpt2":
+    if family.absolute_positions:
         return False
     return not length_dependent_rope(config.get("rope_parameters") or config.get("rope_scaling") or {})

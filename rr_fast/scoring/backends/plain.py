@@ -1,5 +1,7 @@
-"""Plain PyTorch code for the decoder families rr-fast bundles, Llama (SmolLM2) and Gemma 3, and for Qwen3
-(the paper's model family).
+"""Plain PyTorch decoders for the model families that have one (``rr_fast.models.families``: Llama, as SmolLM2,
+Qwen3, the paper's model family, and Gemma 3): what they share is here, what a family does differently is in its
+family module (its norm, activation, embedding scale, attention scale, q/k norms, sandwich norms, sliding windows,
+and which of its configs it computes exactly).
 
 Why not transformers' classes: in a fresh process, importing transformers and loading its tokenizer and
 model classes takes several seconds (bench/RESULTS.md, "Speed on this CPU", "Cold start"); these modules and
@@ -22,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rr_fast.models.families import Family, plain_family
 from rr_fast.scoring.backends.torch_crossing import CrossingMasses, crossing_attention
-
-FAMILIES = ("llama", "qwen3", "gemma3_text")
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,10 @@ class Rope:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """The part of a Hugging Face config.json these modules use."""
+    """The part of a Hugging Face config.json these modules use, and the model's family."""
 
     model_type: str
+    family: Family
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -81,73 +83,62 @@ class DecoderConfig:
     rms_norm_eps: float
     ropes: tuple[Rope, ...]  # per layer
     sliding_windows: tuple[int | None, ...]  # per layer; None is full causal attention
+    attention_scale: float  # what scores are scaled by: s^-0.5 for the family's ``attention_scalar`` s
     attention_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = True
-    query_pre_attn_scalar: float | None = None  # Gemma: attention scale is its inverse square root
     final_logit_softcapping: float | None = None
-
-    @property
-    def gemma(self) -> bool:
-        return self.model_type == "gemma3_text"
-
-    @property
-    def qk_norm(self) -> bool:
-        """Qwen3 and Gemma 3 normalize each query and key head before RoPE."""
-        return self.model_type in ("qwen3", "gemma3_text")
 
     @classmethod
     def from_dict(cls, config: dict) -> DecoderConfig:
         if not supports(config):
             raise ValueError(f"no plain decoder for this config (model_type {config.get('model_type')!r})")
+        family = plain_family(config["model_type"])
         layers = int(config["num_hidden_layers"])
         heads = int(config["num_attention_heads"])
-        gemma = config["model_type"] == "gemma3_text"
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
         types = config.get("layer_types") or ["full_attention"] * layers
         ropes = tuple(Rope.from_dict(_rope(config, kind)) for kind in types)
         windows = tuple(int(config["sliding_window"]) if kind == "sliding_attention" else None for kind in types)
         return cls(
             model_type=config["model_type"],
+            family=family,
             vocab_size=int(config["vocab_size"]),
             hidden_size=int(config["hidden_size"]),
             intermediate_size=int(config["intermediate_size"]),
             num_hidden_layers=layers,
             num_attention_heads=heads,
             num_key_value_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+            head_dim=head_dim,
             rms_norm_eps=float(config["rms_norm_eps"]),
             ropes=ropes,
             sliding_windows=windows,
             attention_bias=bool(config.get("attention_bias", False)),
             mlp_bias=bool(config.get("mlp_bias", False)),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", True)),
-            query_pre_attn_scalar=float(config["query_pre_attn_scalar"]) if gemma else None,
+            attention_scale=family.attention_scalar(config, head_dim) ** -0.5,
             final_logit_softcapping=config.get("final_logit_softcapping"),
         )
 
 
 def supports(config: dict) -> bool:
-    """True for the Llama, Qwen3 and Gemma 3 text configs these modules compute exactly like transformers."""
-    kind = config.get("model_type")
-    if kind not in FAMILIES:
+    """True for the configs of a family with a plain decoder (Llama, Qwen3, Gemma 3) that these modules compute
+    exactly like transformers: the family's own checks (``Family.supports``), sliding-window layers only in a family
+    that has them, and RoPE of a type the family's decoder computes."""
+    family = plain_family(config.get("model_type"))
+    if family is None:
         return False
     types = config.get("layer_types") or ["full_attention"]
     if not set(types) <= {"full_attention", "sliding_attention"}:
         return False
-    if kind in ("llama", "qwen3") and (set(types) != {"full_attention"} or config.get("hidden_act", "silu") != "silu"):
-        return False
-    if kind == "gemma3_text" and (
-        config.get("attn_logit_softcapping")
-        or config.get("use_bidirectional_attention")
-        or config.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh"
-    ):
+    if (not family.sliding_layers and set(types) != {"full_attention"}) or not family.supports(config):
         return False
     for kind_name in set(types):
         rope = _rope(config, kind_name)
         rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", "llama3") or "rope_theta" not in rope:
+        if rope_type not in family.rope_types or "rope_theta" not in rope:
             return False
-        if rope.get("partial_rotary_factor", 1.0) != 1.0 or (rope_type == "llama3" and kind != "llama"):
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:
             return False
     return True
 
@@ -204,22 +195,16 @@ class CastHead(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """Llama scales the normalized states by w after casting back; Gemma by (1 + w) before, in fp32, and rounds
-    once to ``dtype``: the weights' dtype unless asked otherwise (Gemma's branch outputs join a float32 residual
-    stream in float16, see ``DecoderLayer``)."""
+    """An RMSNorm with a weight w, computed as the family computes it (``Family.norm``: Llama scales by w after the
+    cast back, Gemma by 1 + w before it); ``dtype``, where the family's norm takes one, is its output's."""
 
-    def __init__(self, size: int, eps: float, gemma: bool):
+    def __init__(self, size: int, eps: float, family: Family):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(size))
-        self.eps, self.gemma = eps, gemma
+        self.eps, self.family = eps, family
 
     def forward(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        # torch's fused kernel, in fp32 as the reference computes it: the same values, a third of the time on a
-        # CPU, where each of the unfused version's elementwise passes is a trip through memory
-        size = (x.shape[-1],)
-        if self.gemma:
-            return F.rms_norm(x.float(), size, 1.0 + self.weight.float(), self.eps).to(dtype or self.weight.dtype)
-        return self.weight * F.rms_norm(x.float(), size, None, self.eps).to(x.dtype)
+        return self.family.norm(x, self.weight, self.eps, dtype)
 
 
 class Attention(nn.Module):
@@ -231,11 +216,10 @@ class Attention(nn.Module):
         self.k_proj = Linear(d, kv * hd, bias=config.attention_bias)
         self.v_proj = Linear(d, kv * hd, bias=config.attention_bias)
         self.o_proj = Linear(h * hd, d, bias=config.attention_bias)
-        if config.qk_norm:
-            self.q_norm = RMSNorm(hd, config.rms_norm_eps, gemma=config.gemma)
-            self.k_norm = RMSNorm(hd, config.rms_norm_eps, gemma=config.gemma)
-        scalar = config.query_pre_attn_scalar if config.gemma else hd
-        self.scale = scalar**-0.5
+        if config.family.qk_norm:
+            self.q_norm = RMSNorm(hd, config.rms_norm_eps, config.family)
+            self.k_norm = RMSNorm(hd, config.rms_norm_eps, config.family)
+        self.scale = config.attention_scale
         self.rope = config.ropes[layer]
         self.sliding_window = config.sliding_windows[layer]
 
@@ -278,35 +262,29 @@ class MLP(nn.Module):
         self.gate_proj = Linear(d, m, bias=config.mlp_bias)
         self.up_proj = Linear(d, m, bias=config.mlp_bias)
         self.down_proj = Linear(m, d, bias=config.mlp_bias)
-        self.gemma = config.gemma
+        self.activation = config.family.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = self.gate_proj(x)
-        gate = F.gelu(gate, approximate="tanh") if self.gemma else F.silu(gate)
-        return self.down_proj(gate * self.up_proj(x))
+        return self.down_proj(self.activation(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block; Gemma also normalizes each branch's output (a "sandwich").
-
-    Gemma's residual stream ``x`` is float32 when the weights are float16 (``residual_dtype``): its norms read it
-    in float32 and hand the branches float16, and the branches' normalized outputs join it unrounded. Gemma 3
-    270M's stream passes float16's largest value, 65,504, in its later layers (up to about 104,000, in one of its
-    640 dimensions at two tokens of the README's sample): summed in float16 it turns infinite, and clipped to the
-    range, as mlx-lm's Gemma 3 does, it moved cuts on 5 of 24 streams (bench/RESULTS.md, "float16 on Gemma 3
-    (torch and MLX)")."""
+    """Pre-norm residual block; a family with sandwich norms (Gemma 3) also normalizes each branch's output, into
+    the residual stream's dtype: the stream ``x`` may be float32 under float16 weights (the embedding step puts it
+    there: ``rr_fast.models.families.gemma3.residual_dtype`` says why), and the branches' normalized outputs join it
+    unrounded."""
 
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
-        eps, gemma = config.rms_norm_eps, config.gemma
+        eps, family = config.rms_norm_eps, config.family
         self.self_attn = Attention(config, layer)
         self.mlp = MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, eps, gemma)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, gemma)
-        if gemma:
-            self.pre_feedforward_layernorm = RMSNorm(config.hidden_size, eps, gemma)
-            self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps, gemma)
-        self.gemma = gemma
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, family)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, family)
+        if family.sandwich_norms:
+            self.pre_feedforward_layernorm = RMSNorm(config.hidden_size, eps, family)
+            self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps, family)
+        self.sandwich = family.sandwich_norms
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], crossing: CrossingMasses | None = None
@@ -315,18 +293,13 @@ class DecoderLayer(nn.Module):
         mass = None
         if crossing is not None:
             attended, mass = attended
-        if not self.gemma:
+        if not self.sandwich:
             x = x + attended
             x = x + self.mlp(self.post_attention_layernorm(x))
         else:
             x = x + self.post_attention_layernorm(attended, x.dtype)
             x = x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)), x.dtype)
         return x if crossing is None else (x, mass)
-
-
-def residual_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Gemma's residual stream: float32 under float16 weights (see ``DecoderLayer``), else the weights' dtype."""
-    return torch.float32 if dtype == torch.float16 else dtype
 
 
 @dataclass
@@ -345,7 +318,7 @@ class Decoder(nn.Module):
         self.config = config
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.gemma)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.family)
 
     def forward(
         self,
@@ -357,8 +330,7 @@ class Decoder(nn.Module):
     ) -> DecoderOutput:
         x = self.embed_tokens(input_ids)
         dtype = x.dtype  # the weights'
-        if self.config.gemma:  # the scale is rounded to the weights' dtype first, as transformers does
-            x = (x * torch.tensor(math.sqrt(self.config.hidden_size)).to(dtype)).to(residual_dtype(dtype))
+        x = self.config.family.embed(x, self.config.hidden_size)  # Gemma's scale; the residual stream's dtype
         ropes: dict[Rope, tuple[torch.Tensor, torch.Tensor]] = {}
         states = [x] if output_hidden_states else None
         masses = []

@@ -2,9 +2,9 @@
 
 Input is read in 1 MiB pieces through an incremental UTF-8 decoder, so an endless stream (``/dev/zero``, a
 pipe that never closes) ends at ``--max-input`` with one line, Ctrl-C is seen between pieces, and a bad byte is
-reported with its offset. Output goes to a temporary file beside the destination, created *before* the model
-runs (so a missing or read-only folder is reported at once) and renamed into place only after everything
-succeeded: a failed or interrupted run leaves an existing file untouched and no partial one.
+reported with its offset. Output goes to a temporary file beside the destination (``rr_fast.atomic``), created
+*before* the model runs (so a missing or read-only folder is reported at once) and renamed into place only after
+everything succeeded: a failed or interrupted run leaves an existing file untouched and no partial one.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import math
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rr_fast.atomic import replaced_on_success
 from rr_fast.errors import RRFastError, UsageError
 
 DEFAULT_MAX_INPUT = 1 << 30  # bytes: generous for text (a 1 GiB file is ~250M tokens), and ends /dev/zero
@@ -101,64 +101,65 @@ def _decode_stream(stream, name: str, errors: str, max_bytes: int) -> str:
 
 @dataclass
 class Output:
-    """Where the result goes: stdout, or a temporary file renamed over ``destination`` by ``commit``."""
+    """Where the result goes: stdout, or ``path`` (the temporary that replaces the destination when the command
+    succeeds, or a special file written in place)."""
 
     target: str  # as the user wrote it, for messages
-    destination: Path | None = None  # symlinks followed; None for stdout
-    temporary: Path | None = None  # None for stdout and for special files (/dev/null, a FIFO), written in place
-    mode: int = 0o644
+    path: Path | None = None  # None for stdout
 
     def write(self, pieces: Iterable[str]) -> None:
-        """Write the whole result; for a file it lands in the temporary until ``commit``."""
-        if self.destination is None:
+        """Write the whole result."""
+        if self.path is None:
             for piece in pieces:
                 sys.stdout.write(piece)
             sys.stdout.flush()
             return
-        path = self.temporary or self.destination
         try:
-            with open(path, "w", encoding="utf-8") as stream:
+            with open(self.path, "w", encoding="utf-8") as stream:
                 for piece in pieces:
                     stream.write(piece)
         except OSError as error:
             raise RRFastError(f"cannot write --output {self.target}: {error.strerror or error}") from None
 
-    def commit(self) -> None:
-        if self.temporary is None:
-            return
-        try:
-            os.chmod(self.temporary, self.mode)
-            os.replace(self.temporary, self.destination)
-        except OSError as error:
-            raise RRFastError(f"cannot write --output {self.target}: {error.strerror or error}") from None
-        self.temporary = None
-
-    def discard(self) -> None:
-        if self.temporary is not None:
-            self.temporary.unlink(missing_ok=True)
-            self.temporary = None
-
 
 @contextmanager
 def prepared_output(target: str, source: str | None = None) -> Iterator[Output]:
-    """Check and open ``--output`` before any work; commit on success, remove every trace on failure.
+    """Check and open ``--output`` before any work; the file replaces the destination on success
+    (``rr_fast.atomic``), and a failure leaves no trace.
 
     The semantics are cp's: a symlink is followed and its target replaced (atomically, by a rename in the
     target's folder), and a link that never resolves (a loop) is refused and left as it is; an existing file
     keeps its permission bits, a new one gets the umask's; a special file such as /dev/null is written in place;
     the input file itself is refused.
     """
-    output = open_output(target, source)
-    try:
-        yield output
-        output.commit()
-    finally:
-        output.discard()
-
-
-def open_output(target: str, source: str | None = None) -> Output:
     if target == "-":
-        return Output(target)
+        yield Output(target)
+        return
+    destination = _checked_destination(target, source)
+    exists = destination.exists()
+    if exists and not destination.is_file():
+        yield Output(target, destination)  # /dev/null, a FIFO: write into it, as cp does
+        return
+    mode = stat.S_IMODE(destination.stat().st_mode) if exists else None  # None: a new file's, the umask's
+    stage = "create"  # the temporary is created here, before the model runs: an unwritable folder fails at once
+    try:
+        with replaced_on_success(destination, mode) as temporary:
+            stage = "write"
+            yield Output(target, temporary)
+            stage = "replace"
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if stage == "create":
+            folder = destination.parent
+            raise RRFastError(f"cannot write --output {target}: folder {folder} is not writable ({reason})") from None
+        if stage == "replace":
+            raise RRFastError(f"cannot write --output {target}: {reason}") from None
+        raise
+
+
+def _checked_destination(target: str, source: str | None) -> Path:
+    """The file ``--output`` names, symlinks followed; refused when it is a directory, a link loop, the input
+    file itself, or in a folder that does not exist."""
     destination = Path(os.path.realpath(target))
     if destination.is_symlink():  # realpath stops at a link it cannot resolve: a loop, or too many levels
         raise RRFastError(f"cannot write --output {target}: {os.strerror(errno.ELOOP)}")
@@ -170,20 +171,4 @@ def open_output(target: str, source: str | None = None) -> Output:
     folder = destination.parent
     if not folder.is_dir():
         raise RRFastError(f"cannot write --output {target}: folder {folder} does not exist")
-    exists = destination.exists()
-    if exists and not destination.is_file():
-        return Output(target, destination, None)  # /dev/null, a FIFO: write into it, as cp does
-    mode = stat.S_IMODE(destination.stat().st_mode) if exists else 0o666 & ~_umask()
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".part", dir=folder)
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise RRFastError(f"cannot write --output {target}: folder {folder} is not writable ({reason})") from None
-    os.close(handle)
-    return Output(target, destination, Path(temporary), mode)
-
-
-def _umask() -> int:
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
+    return destination

@@ -32,7 +32,7 @@ class Helper:
         from_helper, outbox = os.pipe()  # and this process reads what it writes
         env = {**os.environ, **_python_path()} | ({"RAYON_NUM_THREADS": str(threads)} if threads else {})
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from rr_fast.helper import _main; _main()", function]
+            [sys.executable, "-c", "from rr_fast.helper_process import _main; _main()", function]
             + [str(inbox), str(outbox), str(os.getpid())],
             stdin=subprocess.DEVNULL,
             pass_fds=(inbox, outbox),
