@@ -15,6 +15,7 @@ head's ρ is calibrated there.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -125,7 +126,9 @@ def distill(args) -> dict:
     layers_asked = layers_asked or tuple(sorted({backend.depth, max(1, backend.depth // 2)}, reverse=True))
     if max(layers_asked) > backend.depth:
         raise UsageError(f"--layers {max(layers_asked)}: {args.model} has {backend.depth} layers")
-    features = MassesScorer(backend, chunker.bos, spans, teacher.context, teacher.batch_tokens)
+    heads = json.loads((Path(chunker.folder) / "config.json").read_text(encoding="utf-8")).get("num_attention_heads")
+    heads = heads if isinstance(heads, int) and not isinstance(heads, bool) else None  # None: not checked
+    features = MassesScorer(backend, chunker.bos, spans, teacher.context, teacher.batch_tokens, heads)
 
     documents, left_out = [], len(readable.unreadable)
     for name, document in zip(readable.names, chunker.preparer.prepare(readable.texts, "return", [])):

@@ -52,7 +52,16 @@ class Example:
 class MassesScorer(CrossingScorer):
     """The crossing scorer reading every layer with no head: its values are the masses themselves."""
 
-    def __init__(self, backend, bos: list[int], spans: tuple[int, ...], context: int, batch_tokens: int | None):
+    def __init__(
+        self,
+        backend,
+        bos: list[int],
+        spans: tuple[int, ...],
+        context: int,
+        batch_tokens: int | None,
+        heads: int | None = None,
+    ):
+        self.heads = heads  # attention heads per layer, where the caller knows them (the model's config.json)
         layers = backend.depth
         blank = CrossingHead(layers, tuple(spans), np.zeros(1), np.ones(1), np.zeros(1))
         super().__init__(backend, bos, CrossingSettings(layers, max(spans), context, batch_tokens), blank)
@@ -61,10 +70,8 @@ class MassesScorer(CrossingScorer):
         return {"masses": masses.astype(np.float32)}
 
     def masses_shape(self, edges: int) -> tuple[int | None, ...]:
-        """The shape of a document's masses: [edges, layers, attention heads, spans] (None: a backend that does not
-        say how many heads its layers have)."""
-        heads = getattr(getattr(self.backend, "config", None), "num_attention_heads", None)
-        return (edges, self.backend.depth, heads, len(self.head.spans))
+        """The shape of a document's masses: [edges, layers, attention heads, spans] (None: heads not given)."""
+        return (edges, self.backend.depth, self.heads, len(self.head.spans))
 
 
 def examples(
