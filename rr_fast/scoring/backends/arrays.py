@@ -11,12 +11,13 @@ in float64, from each row's sum.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 
 
-class ArrayOps:
+class ArrayOps(ABC):
     """The scorers' array operations; a subclass gives the array library's primitives (``concat``, ``filled_like``,
     ``where``, ``host_to``, ``cosine``, ``difference``, ``row_sums``), and every formula is here.
 
@@ -29,30 +30,34 @@ class ArrayOps:
 
     # --- the array library's primitives ---------------------------------------------------------------------------
 
-    def concat(self, parts: list, axis: int = 0) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def concat(self, parts: list, axis: int = 0) -> Any: ...
 
+    @abstractmethod
     def filled_like(self, rows: Any, fill: float) -> Any:
         """An array of ``rows``' shape and dtype holding ``fill``."""
-        raise NotImplementedError
+        ...
 
-    def where(self, condition: Any, values: Any, other: float) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def where(self, condition: Any, values: Any, other: float) -> Any: ...
 
+    @abstractmethod
     def host_to(self, array: np.ndarray, like: Any) -> Any:
         """A numpy array as this library's array, where ``like`` is."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def cosine(self, full: Any, reset: Any) -> Any:
         """[B, W] cosine of states [B, W, d]."""
-        raise NotImplementedError
+        ...
 
-    def difference(self, full: Any, reset: Any) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def difference(self, full: Any, reset: Any) -> Any: ...
 
+    @abstractmethod
     def row_sums(self, values: Any, mask: np.ndarray) -> np.ndarray:
         """[B] float64 numpy sums of each row's masked values."""
-        raise NotImplementedError
+        ...
 
     # --- the formulas -----------------------------------------------------------------------------------------------
 
