@@ -117,9 +117,27 @@ def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):
     np.testing.assert_allclose(both[1, :2], alone[0], atol=1e-5)
 
 
-def test_scorer_scores_each_edge_from_its_block_and_batches_do_not_matter(gemma):
-    """Short and long documents (several full-pass blocks), alone and batched, against the head on reference masses
-    of each edge's own block: the block's input range and the head's longest span after its output end."""
+def test_carried_keys_continue_a_pass_exactly(gemma):
+    """A pass over a row's second part that carries in every key and value of its first part gives that part's
+    edges the masses of one pass over the whole row (transformers' own attention), past the sliding window."""
+    backend, eager = gemma
+    ids = np.random.default_rng(6).integers(3, 512, size=60)
+    ids[0] = 1
+    split, spans = 25, (2, 5, 20)
+    first = Crossing(np.array([[3]]), np.array([split]), spans, backend.depth, keep=np.arange(split)[None])
+    carried = backend.run(ids[None, :split], np.arange(split)[None], Request(crossing=first)).carried
+    assert carried[0].shape[-2] == split  # [layers, 2, kv heads, keys, head dim]
+    edges = np.array([25, 26, 31, 44, 59])
+    second = Crossing(edges[None], np.array([60]), spans, backend.depth, past=tuple(carried))
+    got = backend.run(ids[None, split:], np.arange(split, 60)[None], Request(crossing=second))
+    np.testing.assert_allclose(got.masses[0], reference_masses(eager, ids, edges, spans), atol=2e-5)
+    assert got.carried == [None]  # nothing asked to be kept
+
+
+def test_batches_do_not_matter_and_no_token_runs_twice(gemma, monkeypatch):
+    """Short and long documents (several full-pass blocks), alone and batched, score alike; a long document's
+    blocks carry their keys on, so the forward calls compute each token once but the spans a row reads past its
+    block; a document of at most 2 × context tokens is one row, as ever."""
     backend, eager = gemma
     head = random_head(backend)
     context = 20
@@ -128,17 +146,23 @@ def test_scorer_scores_each_edge_from_its_block_and_batches_do_not_matter(gemma)
     for length in (12, 35, 90):
         ids = rng.integers(3, 512, size=length)
         documents.append((ids, np.unique(rng.integers(1, length, size=length // 3))))
+    computed = []
+    run = backend.run
+    monkeypatch.setattr(backend, "run", lambda ids, *rest: computed.append(ids.shape) or run(ids, *rest))
     alone = [scorer(backend, head, context).score(ids, edges) for ids, edges in documents]
+    # blocks of 2 × context, then context at a time (rr_fast.scoring.scorer.blocks), each reading 9 tokens past its
+    # end; after the first, a row holds no BOS and nothing before its block
+    assert computed[2:] == [(1, 1 + 40 + 9), (1, 20 + 9), (1, 20 + 9), (1, 10)]
     batched = list(scorer(backend, head, context).score_many(documents))
     for a, b in zip(alone, batched):
         np.testing.assert_allclose(a[ATTENTION], b[ATTENTION], atol=1e-4)
-    ids, edges = documents[2]  # blocks of 2 × context, then context at a time (rr_fast.scoring.scorer.blocks)
-    for in_start, out_start, out_end in [(0, 0, 40), (20, 40, 60), (40, 60, 80), (60, 80, 90)]:
-        end = min(len(ids), out_end + max(SPANS))
-        row = np.concatenate([[1], ids[in_start:end]])
-        inside = (edges >= out_start) & (edges < out_end)
-        masses = reference_masses(eager, row, 1 + edges[inside] - in_start)
-        np.testing.assert_allclose(alone[2][ATTENTION][inside], head(masses), atol=1e-3)
+    for ids, edges in documents[:2]:  # one row: the masses of transformers' own attention
+        row = np.concatenate([[1], ids])
+        np.testing.assert_allclose(
+            scorer(backend, head, context).score(ids, edges)[ATTENTION],
+            head(reference_masses(eager, row, edges + 1)),
+            atol=1e-3,
+        )
 
 
 def test_a_head_reads_only_its_layers(gemma):

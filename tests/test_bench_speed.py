@@ -391,3 +391,34 @@ def test_against_commit_times_both_trees(tiny_model, tmp_path):
     assert all(value > 0 for value in result["median_tokens_per_s"].values())
     assert result["ratio"] > 0
     assert worktrees() == before
+
+
+def test_shapes_table_from_made_up_runs():
+    """``bench.speed.shapes`` without a model: the names it accepts, and its table from made-up runs, one failed."""
+    from bench.speed import shapes
+
+    with pytest.raises(SystemExit):
+        shapes.parse_args(["HEAD", "--shapes", "stream,huge"])
+    quick = shapes.parse_args(["HEAD", "--quick"])
+    assert quick.configs == ["default"] and quick.shapes == list(shapes.SHAPES) and quick.rounds == 1
+    seconds = {("many", "this tree"): 0.5, ("loop", "this tree"): 1.0, ("many", "commit"): 1.0}
+    runs = [
+        {"config": "default", "shape": shape, "tree": tree, "wall_seconds": [wall], "cpu_seconds": [2 * wall]}
+        | {"peak_rss_mib": 900.0, "model": "gemma3-270m"}
+        for (shape, tree), wall in seconds.items()
+    ]
+    runs.append({"config": "default", "shape": "loop", "tree": "commit", "error": "UsageError: no such preset"})
+    described = {name: {"label": name, "source_tokens": 1000, "documents": 4} for name in ("many", "loop")}
+    rows = shapes.summarize(runs, described)
+    assert [row["ratio"] for row in rows] == [2.0, None]
+    assert rows[1]["commit"]["errors"] == ["UsageError: no such preset"]
+    result = {
+        "meta": {"this tree": {"short": "aaaaaaa", "changed": []}, "commit": {"short": "bbbbbbb"}},
+        "settings": {"rounds": 1, "repeat": 1, "threads": 2, "stream_tokens": 200},
+        "shapes": described,
+        "rows": rows,
+    }
+    text = shapes.render(result)
+    assert "| default | many | 1,000 | 2,000 | 1,000 | 2.000 | 900 | 900 |" in text
+    assert "| default | loop | 1,000 | 1,000 | failed | – | 900 | – |" in text
+    assert "| default | 4 streams | 2.00× | – |" in text

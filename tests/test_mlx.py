@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +249,14 @@ def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory, mo
     want = theirs.run(rows, np.arange(41)[None], request).masses
     assert got.shape == want.shape == (2, 4, layers, heads, 3)
     np.testing.assert_allclose(got, want, atol=TOL)
+    # a pass that carries in an earlier pass's keys and values, as a long document's blocks do
+    first = Crossing(np.array([[2, 9]]), np.array([18]), spans, layers, keep=np.arange(18)[None])
+    second = Crossing(np.array([[20, 38]]), np.array([41]), spans, layers)
+    for backend, masses in ((ours, got), (theirs, want)):
+        carried = backend.run(rows[:1, :18], np.arange(18)[None], Request(crossing=first)).carried
+        rest = replace(second, past=tuple(carried))
+        continued = backend.run(rows[:1, 18:], np.arange(18, 41)[None], Request(crossing=rest)).masses
+        np.testing.assert_allclose(continued[0], masses[0, 2:], atol=TOL)
     size = layers * heads * 3
     head = CrossingHead(layers, spans, np.zeros(size), np.ones(size), rng.normal(size=size))
     settings = CrossingSettings(layers, head.span, 20, None)

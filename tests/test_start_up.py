@@ -1,18 +1,21 @@
 """What the command line's cold start relies on: the tokenizer loaded in a helper process answers as the one loaded
-here, the command's output is the same with it, its failures are one line, and the process ends without the
-interpreter's teardown but with its output and atexit handlers whole. (The DP's interpreted kernels:
-tests/test_segment.py.)"""
+here, the command's output is the same with it, its failures are one line, a large tokenizer.json loads from a quick
+form that is the same tokenizer, and the process ends without the interpreter's teardown but with its output and
+atexit handlers whole. (The DP's interpreted kernels: tests/test_segment.py.)"""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from tiny_models import run_cli, tiny_options
 
 import rr_fast.cli
+import rr_fast.text.tokenizer
 from rr_fast.errors import RRFastError
-from rr_fast.text.tokenizer import JSONTokenizer, TokenizerProcess, tokenizer_file
+from rr_fast.text.tokenizer import JSONTokenizer, TokenizerProcess, quick_form, tokenizer_file
 
 TEXTS = ["Hello there, world.", "A second text\n\nwith a paragraph, and ünïcode ✓.", "x"]
 
@@ -119,3 +122,60 @@ def test_the_command_ends_without_teardown_but_with_its_output_and_atexit_handle
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 3 and done.stdout == "x" * 1_000_000 and done.stderr == "handler ran"
+
+
+@pytest.fixture()
+def quick_forms(tmp_path, monkeypatch):
+    """Every tokenizer.json large enough for a quick form, kept in a cache of this test's own; that cache's folder."""
+    monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(rr_fast.text.tokenizer, "QUICK_FORM_BYTES", 0)
+    return tmp_path / "cache" / "tokenizers"
+
+
+def test_a_quick_form_is_the_same_tokenizer_and_follows_its_source(tiny, tmp_path, quick_forms):
+    from tokenizers import Tokenizer
+
+    source = tmp_path / "tokenizer.json"
+    source.write_bytes((Path(tiny) / "tokenizer.json").read_bytes())
+    exact = Tokenizer.from_file(str(source))
+    first = JSONTokenizer(source)  # loads the source, and writes the quick form
+    quick = quick_form(source)
+    assert [p.name for p in quick_forms.iterdir()] == [quick.name]
+    merges = json.loads(quick.read_text(encoding="utf-8"))["model"]["merges"]
+    assert merges and all(isinstance(merge, str) for merge in merges)  # the form that loads faster
+    second = JSONTokenizer(source)  # loads the quick form
+    for tokenizer in (first, second):
+        assert tokenizer.backend.to_str() == exact.to_str()
+        encoded, expected = tokenizer.backend.encode_batch(TEXTS), exact.encode_batch(TEXTS)
+        assert [(e.ids, e.offsets) for e in encoded] == [(e.ids, e.offsets) for e in expected]
+    source.write_bytes(source.read_bytes())  # rewritten: a new quick form replaces the old one
+    assert quick_form(source) != quick
+    assert JSONTokenizer(source).backend.to_str() == exact.to_str()
+    assert [p.name for p in quick_forms.iterdir()] == [quick_form(source).name]
+    quick_form(source).write_text("{not json")  # damaged: the source loads, and the quick form is written again
+    assert JSONTokenizer(source).backend.to_str() == exact.to_str()
+    assert quick_form(source).read_text(encoding="utf-8").startswith('{"version"')
+
+
+def test_merges_that_no_string_holds_keep_their_source_as_the_quick_form(tmp_path, quick_forms):
+    """The library splits a merge string at its space: a merge with a space in it keeps the source's pairs."""
+    from tokenizers import Tokenizer, models
+
+    source = tmp_path / "tokenizer.json"
+    Tokenizer(models.BPE(vocab={"a": 0, " ": 1, "a ": 2, "b": 3}, merges=[("a", " ")])).save(str(source))
+    exact = Tokenizer.from_file(str(source)).to_str()
+    assert JSONTokenizer(source).backend.to_str() == exact  # loads the source, and writes the quick form
+    assert quick_form(source).read_bytes() == source.read_bytes()
+    assert JSONTokenizer(source).backend.to_str() == exact
+
+
+def test_no_quick_form_for_a_small_file_or_an_unwritable_cache(tiny, tmp_path, monkeypatch):
+    from tokenizers import Tokenizer
+
+    source = Path(tiny) / "tokenizer.json"
+    assert quick_form(source) is None  # SmolLM2's 3.5 MB: under QUICK_FORM_BYTES
+    monkeypatch.setattr(rr_fast.text.tokenizer, "QUICK_FORM_BYTES", 0)
+    (tmp_path / "cache").write_text("a file where the cache folder would be")
+    monkeypatch.setenv("RR_FAST_CACHE", str(tmp_path / "cache"))
+    assert JSONTokenizer(source).backend.to_str() == Tokenizer.from_file(str(source)).to_str()  # from the source
+    assert not quick_form(source).exists()

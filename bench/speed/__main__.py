@@ -169,7 +169,8 @@ def wall_of(command: list[str], repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def machine_meta(args: argparse.Namespace, argv: list[str]) -> dict:
+def machine_facts(threads: int) -> dict:
+    """The machine and library versions a timing depends on, for a speed benchmark's JSON."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
@@ -183,16 +184,22 @@ def machine_meta(args: argparse.Namespace, argv: list[str]) -> dict:
             return None
 
     return {
-        "command": "python -m bench.speed " + " ".join(argv),
         "cpu": cpu,
         "cores": os.cpu_count(),
         "torch": version("torch"),
         "transformers": version("transformers"),
         "mlx": version("mlx"),
-        "threads": args.threads,
+        "threads": threads,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def machine_meta(args: argparse.Namespace, argv: list[str]) -> dict:
+    return {
+        "command": "python -m bench.speed " + " ".join(argv),
+        **machine_facts(args.threads),
         "model": args.model,
         "text": f"Gutenberg books from {data_dir(args.data_dir)}/passages, cut at n tokens",
-        "date": datetime.date.today().isoformat(),
     }
 
 

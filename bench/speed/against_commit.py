@@ -14,12 +14,14 @@ bench/out/against_commit.json. Both trees share the model cache (``~/.cache/rr_f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,26 +40,41 @@ print(json.dumps({"tokens_per_s": tokens * int(sys.argv[2]) / (time.perf_counter
 """
 
 
-def time_tree(tree: Path, text: Path, repeat: int, options: dict) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    args = [sys.executable, "-c", WORKER, str(text), str(repeat), json.dumps(options)]
-    done = subprocess.run(args, env=env, cwd=tree, capture_output=True, text=True, check=True)
+@contextlib.contextmanager
+def commit_tree(commit: str) -> Iterator[Path]:
+    """A detached git worktree of ``commit`` in a temporary folder, removed (with the worktree's record) on exit."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True, capture_output=True
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def run_in_tree(tree: Path, code: str, *args: str, env: dict[str, str] | None = None) -> dict:
+    """``python -c code args`` in a fresh process whose ``import rr_fast`` is ``tree``'s (first on ``PYTHONPATH``
+    and the working folder); the last line of its stdout, read as JSON. A failed process raises
+    ``subprocess.CalledProcessError``, its stderr attached."""
+    environment = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], env=environment, cwd=tree, capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def time_tree(tree: Path, text: Path, repeat: int, options: dict) -> dict:
+    return run_in_tree(tree, WORKER, str(text), str(repeat), json.dumps(options))
+
+
 def compare(commit: str, text: Path, rounds: int, repeat: int, options: dict) -> dict:
-    with tempfile.TemporaryDirectory() as scratch:
-        base = Path(scratch) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(base), commit], cwd=ROOT, check=True, capture_output=True
-        )
-        try:
-            runs: dict[str, list[float]] = {"this tree": [], commit: []}
-            for _ in range(rounds):
-                for name, tree in (("this tree", ROOT), (commit, base)):
-                    runs[name].append(time_tree(tree, text, repeat, options)["tokens_per_s"])
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+    with commit_tree(commit) as base:
+        runs: dict[str, list[float]] = {"this tree": [], commit: []}
+        for _ in range(rounds):
+            for name, tree in (("this tree", ROOT), (commit, base)):
+                runs[name].append(time_tree(tree, text, repeat, options)["tokens_per_s"])
     medians = {name: statistics.median(values) for name, values in runs.items()}
     return {
         "commit": commit,

@@ -57,13 +57,19 @@ def corpus(root: Path, min_chars: int) -> str:
     return text
 
 
+def token_prefix(tokenizer, text: str, tokens: int) -> str | None:
+    """The prefix of ``text`` that ends where its ``tokens``-th token of ``tokenizer`` (a Hugging Face tokenizer)
+    ends, or None when ``text`` holds no more than ``tokens`` tokens: a text cut by characters may end in part of a
+    word, so a prefix ends before the last token."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return text[: offsets[tokens - 1][1]] if len(offsets) > tokens else None
+
+
 def timing_text(tokenizer, tokens: int, root: Path) -> str:
     """A prefix of the corpus that ends on a token boundary after ``tokens`` tokens of ``tokenizer``."""
     chars = tokens * 6 + 1000  # English prose is about 4–5 characters per token here
     while True:
-        text = corpus(root, chars)[:chars]
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets = encoded["offset_mapping"]
-        if len(offsets) > tokens:
-            return text[: offsets[tokens - 1][1]]
+        text = token_prefix(tokenizer, corpus(root, chars)[:chars], tokens)
+        if text is not None:
+            return text
         chars *= 2

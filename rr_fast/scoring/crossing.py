@@ -148,9 +148,18 @@ class CrossingScorer(FullPassScorer):
         return min(len(doc.ids), block[2] + self.head.span)
 
     def run_rows(self, jobs) -> None:
-        """Each row's full pass scores the edges in its block's output range."""
+        """Each row's full pass scores the edges in its block's output range, and keeps the keys and values its
+        document's next block starts from: the BOS's and those of the ``context`` tokens before the block's output
+        end (``scorer.blocks``), so no token is computed twice but the few a row reads past its block."""
         p = len(self.prefix)
         rows, lengths = self.rows(jobs)
+        past = tuple(doc.past for doc, _ in jobs) if jobs[0][0].past is not None else None
+        first = p + jobs[0][1][1] - jobs[0][1][0] if past is not None else 0  # key index of the rows' first token
+        keep = np.full((len(jobs), p + self.context), -1, dtype=np.int64)
+        for i, (doc, (in_start, _, out_end)) in enumerate(jobs):
+            if out_end < len(doc.ids):
+                end = p + out_end - in_start
+                keep[i] = np.concatenate([np.arange(p), np.arange(end - self.context, end)])
         picked = []  # each row's edges: indices [first, last) of its document's
         for doc, (_, _, out_end) in jobs:
             last = len(doc.edges) if out_end == len(doc.ids) else int(np.searchsorted(doc.edges, out_end))
@@ -158,12 +167,15 @@ class CrossingScorer(FullPassScorer):
         edges = np.full((len(jobs), max(1, max(b - a for a, b in picked))), -1, dtype=np.int64)
         for i, ((doc, (in_start, _, _)), (a, b)) in enumerate(zip(jobs, picked)):
             edges[i, : b - a] = p + doc.edges[a:b] - in_start
-        request = Request(crossing=Crossing(edges, lengths, self.head.spans, self.head.layers, self.tile))
-        masses = self.backend.run(rows, np.arange(rows.shape[1])[None], request).masses
+        crossing = Crossing(
+            edges, lengths, self.head.spans, self.head.layers, self.tile, past, keep if (keep >= 0).any() else None
+        )
+        forward = self.backend.run(rows, np.arange(first, first + rows.shape[1])[None], Request(crossing=crossing))
         for i, ((doc, (_, _, out_end)), (a, b)) in enumerate(zip(jobs, picked)):
-            doc.record(b - a, self.values(masses[i, : b - a]))
+            doc.record(b - a, self.values(forward.masses[i, : b - a]))
             doc.ready = doc.next_edge
             doc.blocks_left = out_end < len(doc.ids)
+            doc.past = forward.carried[i] if forward.carried is not None else None
 
     def values(self, masses: np.ndarray) -> dict[str, np.ndarray]:
         """The values of a row's edges from their masses [E, layers, heads, spans]. Extension point: distillation

@@ -9,12 +9,15 @@ are two kinds, one per kind of readout:
   window per edge, many windows per forward call.
 
 Both read a document's full pass the same way (``FullPassScorer``): documents are read lazily and kept in flight a
-few at a time, so memory stays bounded however many there are; a long document's full pass runs in blocks of 2·C
-tokens advancing by C (C = ``context``), so every token sees at least C tokens of left context (all of it when the
-text is shorter than 2·C; beyond that the full pass approximates an unbounded one); and the blocks of several
-documents are packed into the rows of one forward call. Every row is its own exact computation (causal attention,
-per-row positions), so a document's scores do not depend on its neighbours beyond float rounding of differently
-shaped matrix products. A new readout is a new scorer here; a new backend implements ``backends.base.Backend``.
+few at a time, so memory stays bounded however many there are; a long document's full pass runs in blocks (``blocks``:
+the first 2·C tokens, then C at a time, C = ``context``), so every token sees at least C tokens of left context (all of
+it when the text is shorter than 2·C; beyond that the full pass approximates an unbounded one); and the blocks of
+several documents are packed into the rows of one forward call. A scorer whose backend carries keys and values from
+one pass to the next (the attention readout's: ``backends.base.Crossing.past``) starts each later block from the
+BOS's and the C tokens' before it, computed once, in the block before; otherwise a block recomputes those C tokens.
+Every row is its own exact computation (causal attention, per-row positions), so a document's scores do not depend on
+its neighbours beyond float rounding of differently shaped matrix products. A new readout is a new scorer here; a new
+backend implements ``backends.base.Backend``.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class InFlight:
         self.next_edge = 0  # edges before it are scored
         self.ready = 0  # edges [next_edge, ready) can be scored from what the full pass has given
         self.blocks_left = self.edges.shape[0] > 0  # a document without edges needs no model call
+        self.past = None  # what its last block carried on to its next (``Forward.carried``), if the scorer carries
 
     @property
     def unscored(self) -> int:
@@ -89,7 +93,8 @@ class InFlight:
 
 
 def blocks(count: int, context: int) -> Iterator[tuple[int, int, int]]:
-    """(input start, output start, output end) of each full-pass block; inputs end at the output end."""
+    """(input start, output start, output end) of each full-pass block; inputs end at the output end. A block's
+    tokens before its output are its left context: recomputed, or carried in from the block before."""
     if count <= 2 * context:
         yield 0, 0, count
         return
@@ -200,14 +205,18 @@ class FullPassScorer(ABC):
         Rows are right-padded to their batch's longest, so blocks go longest first and a batch takes no row under
         half its longest: on a corpus of mixed lengths at a GPU's batch size, packing in document order computed
         about five row tokens per real one, this packing 1.4 (each row's result is its own, whatever its batch)."""
-        p = len(self.prefix)
         jobs = [(doc, next(doc.blocks)) for doc in documents]
-        jobs.sort(key=lambda job: job[1][0] - self.row_end(*job))
+        jobs.sort(key=lambda job: (job[0].past is None, -self.row_width(*job)))
         group: list = []
         longest = 0
         for job in jobs:
-            length = p + self.row_end(*job) - job[1][0]
-            if group and (longest * (len(group) + 1) > self.batch_tokens or 2 * length < longest):
+            length = self.row_width(*job)
+            carries = job[0].past is not None
+            if group and (
+                longest * (len(group) + 1) > self.batch_tokens
+                or 2 * length < longest
+                or carries != (group[0][0].past is not None)  # a pass's rows all carry keys in, or none does
+            ):
                 self._timed(group)
                 group = []
             longest = longest if group else length
@@ -219,12 +228,27 @@ class FullPassScorer(ABC):
         self.run_rows(jobs)
         self.timings["full pass"] += time.perf_counter() - started
 
+    def row_width(self, doc: InFlight, block: tuple[int, int, int]) -> int:
+        """How many tokens a block's row computes (``row_tokens``)."""
+        start = block[1] if doc.past is not None else block[0] - len(self.prefix)
+        return self.row_end(doc, block) - start
+
+    def row_tokens(self, doc: InFlight, block: tuple[int, int, int]) -> np.ndarray:
+        """The tokens a block's row computes: the BOS, then the block from its input start through ``row_end``; a
+        block whose document carries in its earlier keys and values (``InFlight.past``, which stand for the BOS and
+        the tokens before the block's output) starts at its output."""
+        if doc.past is not None:
+            return doc.ids[block[1] : self.row_end(doc, block)]
+        return np.concatenate([self.prefix, doc.ids[block[0] : self.row_end(doc, block)]])
+
     def rows(self, jobs) -> tuple[np.ndarray, np.ndarray]:
-        """The token rows of a batch of blocks ([B, T]: the BOS, then the block through ``row_end``, right-padded
-        with 0; padding needs no mask, since attention is causal) and each row's length."""
+        """The token rows of a batch of blocks ([B, T]: ``row_tokens``, right-padded with 0; padding needs no mask,
+        since attention is causal) and each row's length in keys: the BOS and the block from its input start, carried
+        keys included."""
         p = len(self.prefix)
         lengths = np.array([p + self.row_end(doc, block) - block[0] for doc, block in jobs], dtype=np.int64)
-        rows = np.zeros((len(jobs), int(lengths.max())), dtype=np.int64)
-        for i, (doc, block) in enumerate(jobs):
-            rows[i, : lengths[i]] = np.concatenate([self.prefix, doc.ids[block[0] : self.row_end(doc, block)]])
+        tokens = [self.row_tokens(doc, block) for doc, block in jobs]
+        rows = np.zeros((len(jobs), max(len(t) for t in tokens)), dtype=np.int64)
+        for i, row in enumerate(tokens):
+            rows[i, : len(row)] = row
         return rows, lengths

@@ -26,13 +26,21 @@ from rr_fast.scoring.backends.arrays import ArrayOps
 class Crossing:
     """A request for the one-pass readout's features: for each edge of a row, the mean over the first k tokens right
     of it (one k per span) of the attention mass they put on the row's tokens left of it, BOS left out, in every
-    head of the first ``layers`` layers (``scoring.crossing``)."""
+    head of the first ``layers`` layers (``scoring.crossing``).
 
-    edges: np.ndarray  # [B, E] row index of the first token right of each edge; -1 pads
-    lengths: np.ndarray  # [B] real tokens in each row
+    A long text's pass runs in blocks, and a block can start from the keys and values an earlier pass carried
+    (``past``) instead of recomputing the tokens they came from. Indices below then count keys: the carried ones
+    first, at positions 0 onwards, then the row's own tokens, whose positions go on from there; a row is the same
+    computation as one holding the carried tokens, except that their keys and values saw their own, longer, left
+    context. Carried keys are kept before RoPE, so they take their new positions in the next pass."""
+
+    edges: np.ndarray  # [B, E] key index of the first token right of each edge; -1 pads
+    lengths: np.ndarray  # [B] real keys in each row (carried ones included)
     spans: tuple[int, ...]
     layers: int  # the pass runs these first layers, and no more
     tile: int | None = None  # queries per tile of the explicit attention; None: ``attention_tile``'s choice
+    past: tuple[Any, ...] | None = None  # one ``Forward.carried`` state per row, all of one length; None: none
+    keep: np.ndarray | None = None  # [B, K] key indices whose keys and values each row carries on (-1: none)
 
 
 @dataclass(frozen=True)
@@ -67,12 +75,15 @@ class Forward:
     logprobs: [B, T] log-probabilities of ``Request.targets`` (NaN where there is none); never [B, T, V].
     top_tokens: [B, T, k] int64 ids of the k most probable next tokens at each position with a target (-1 elsewhere).
     masses: [B, E, layers, heads, spans] float32 numpy crossing masses (a few numbers per edge).
+    carried: per row, the keys and values that ``Crossing.keep`` asked for, as the backend holds them (None for a row
+        that keeps none): the ``Crossing.past`` of that row's next pass.
     """
 
     hidden: Any
     logprobs: Any
     top_tokens: Any = None
     masses: np.ndarray | None = None
+    carried: list[Any] | None = None
 
 
 class Backend(Protocol):

@@ -124,7 +124,8 @@ class MLXBackend:
         if request.crossing is not None:
             if request.layer is not None or request.targets is not None:
                 raise ValueError("a crossing pass gives its masses alone: ask for states or log-probabilities apart")
-            return Forward(None, None, masses=self._crossing(ids, positions, request.crossing))
+            masses, carried = self._crossing(ids, positions, request.crossing)
+            return Forward(None, None, masses=masses, carried=carried)
         return self._forward(ids, positions, request.layer, request.targets, request.vocabulary, request.top_tokens)
 
     def _forward(
@@ -166,9 +167,10 @@ class MLXBackend:
             hidden = np.array(hidden)
         return Forward(hidden, logprobs, top_tokens=top)
 
-    def _crossing(self, ids: np.ndarray, positions: np.ndarray, request: Crossing) -> np.ndarray:
+    def _crossing(self, ids: np.ndarray, positions: np.ndarray, request: Crossing) -> tuple[np.ndarray, list]:
         """The crossing masses of the first ``request.layers`` layers, each attention module in its crossing mode
-        (``_Attention``), one layer evaluated at a time (rows start at one position each: full-pass rows)."""
+        (``_Attention``), one layer evaluated at a time (rows start at one position each: full-pass rows), and per
+        row what it carries on (``Forward.carried``: an mx.array [layers, 2, kv_heads, K, head_dim])."""
         layers = request.layers
         if not self.family.mlx_crossing:
             raise ValueError(f"the attention readout runs on the mlx backend for {', '.join(CROSSING_MODULES)} models")
@@ -176,9 +178,9 @@ class MLXBackend:
         cache = CrossingPass(int(positions[0, 0]), request, self.windows)
         for i in range(layers):
             h = self.layers[i](h, None, cache)  # the attention masks by itself, from its layer's window
-            mx.eval(h, cache.masses[-1])
+            mx.eval(h, cache.masses[-1], *cache.kept[-1:])
         masses = mx.stack(cache.masses, axis=1).transpose(0, 3, 1, 2, 4)  # [B, E, layers, heads, spans]
-        return np.array(masses.astype(mx.float32))
+        return np.array(masses.astype(mx.float32)), cache.carried()
 
     def _embed(self, ids: mx.array, positions: np.ndarray) -> mx.array:
         """The residual stream's first state: the token embeddings, then the family's step (``Family.mlx_embed``)."""
@@ -263,8 +265,9 @@ class _Attention(nn.Module):
         if "q_norm" in attention:  # qwen3 and gemma3: an RMSNorm over each head's last axis
             queries, keys = attention.q_norm(queries), attention.k_norm(keys)
         queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
+        keys, values = cache.with_past(keys, values)  # the carried keys first, at positions 0 onwards
         queries = attention.rope(queries, offset=cache.offset)
-        keys = attention.rope(keys, offset=cache.offset)
+        keys = attention.rope(keys, offset=cache.offset - (keys.shape[2] - length))
         output = cache.attend(queries, keys, values, attention.scale)
         return attention.o_proj(output.transpose(0, 2, 1, 3).reshape(batch, length, -1))
 
@@ -277,6 +280,9 @@ class CrossingPass:
 
     def __init__(self, offset: int, request: Crossing, windows: list[int | None]):
         self.offset = offset  # RoPE reads the rows' first position here, as from an mlx-lm cache
+        self.past = None if request.past is None else mx.stack(list(request.past))  # [B, layers, 2, kv, K, d]
+        self.keep = request.keep  # [B, K'] key indices to carry on (``base.Crossing.keep``)
+        self.kept: list[mx.array] = []  # per layer, [B, 2, kv, K', d]: what the rows carry on
         self.edges = mx.array(request.edges.astype(np.int32))  # [B, E]
         self.ordered = ordered_edges(request.edges)
         self.lengths = mx.array(request.lengths.astype(np.int32))  # [B]
@@ -286,6 +292,30 @@ class CrossingPass:
         self.counted = mx.array(np.maximum(ends - request.edges[..., None], 1)[:, None].astype(np.float32))
         self.windows = windows
         self.masses: list[mx.array] = []
+
+    def with_past(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """The calling layer's keys (before RoPE) and values [B, kv_heads, T, d] with the carried ones in front, and
+        the ones to carry on set aside (``torch_crossing.CrossingMasses.with_past``)."""
+        layer = len(self.masses)
+        if self.past is not None:
+            keys = mx.concatenate([self.past[:, layer, 0], keys], axis=2)
+            values = mx.concatenate([self.past[:, layer, 1], values], axis=2)
+        if self.keep is not None:
+            index = mx.array(np.maximum(self.keep, 0).astype(np.int32))[:, None, :, None]
+            taken = [
+                mx.take_along_axis(t, mx.broadcast_to(index, (*t.shape[:2], index.shape[2], t.shape[3])), 2)
+                for t in (keys, values)
+            ]
+            self.kept.append(mx.stack(taken, axis=1))
+        return keys, values
+
+    def carried(self) -> list[mx.array | None]:
+        """Per row, what it carries to its next pass: [layers, 2, kv_heads, K', d] (None: nothing)."""
+        if self.keep is None:
+            return [None] * self.edges.shape[0]
+        kept = mx.stack(self.kept, axis=1)
+        # each row its own copy, so a row carried on does not hold the whole batch's
+        return [mx.contiguous(kept[i]) if (row >= 0).any() else None for i, row in enumerate(self.keep)]
 
     def attend(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
         output, mass = crossing_attention(queries, keys, values, scale, self.windows[len(self.masses)], self)
@@ -301,19 +331,20 @@ def crossing_attention(
     before the next, so memory holds one tile's [B, heads, tile, keys] probabilities whatever the row's length (the
     torch backend's ``torch_crossing.crossing_attention``; tests/test_mlx.py holds the two together)."""
     batch, heads, length, _ = queries.shape
-    window = window or length
+    offset = keys.shape[2] - length  # the key index of the first query: the keys before it were carried in
+    window = window or keys.shape[2]
     if keys.shape[1] != heads:
         keys = mx.repeat(keys, heads // keys.shape[1], axis=1)
         values = mx.repeat(values, heads // values.shape[1], axis=1)
     band = max(request.spans)
-    tile = attention_tile(mx.default_device() == mx.gpu, batch, heads, length, request.tile)
+    tile = attention_tile(mx.default_device() == mx.gpu, batch, heads, keys.shape[2], request.tile)
     outputs, mass = [], mx.zeros((batch, heads, request.edges.shape[1], len(request.spans)))
-    for first in range(0, length, tile):
-        last = min(length, first + tile)
+    for first in range(offset, offset + length, tile):  # in key indices
+        last = min(offset + length, first + tile)
         at = mx.arange(first, last)
         low = max(0, first - window + 1)  # the first key the tile's window reaches
         tile_keys = keys[:, :, low:last].astype(mx.float32)
-        scores = (queries[:, :, first:last].astype(mx.float32) @ tile_keys.swapaxes(2, 3)) * scale
+        scores = (queries[:, :, first - offset : last - offset].astype(mx.float32) @ tile_keys.swapaxes(2, 3)) * scale
         gap = at[:, None] - mx.arange(low, last)[None]
         probs = mx.softmax(mx.where((gap >= 0) & (gap < window), scores, -mx.inf), axis=-1)
         outputs.append(probs.astype(values.dtype) @ values[:, :, low:last])

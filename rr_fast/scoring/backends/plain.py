@@ -220,6 +220,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(hd, config.rms_norm_eps, config.family)
             self.k_norm = RMSNorm(hd, config.rms_norm_eps, config.family)
         self.scale = config.attention_scale
+        self.index = layer
         self.rope = config.ropes[layer]
         self.sliding_window = config.sliding_windows[layer]
 
@@ -227,15 +228,19 @@ class Attention(nn.Module):
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], crossing: CrossingMasses | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The attention block's output; with ``crossing``, also its masses [B, heads, E, spans]
-        (``CrossingMasses``)."""
+        (``CrossingMasses``), its keys and values behind those the request carries. ``rope``'s tables cover the keys'
+        positions; the queries are the last ``x.shape[1]`` of them."""
         batch, length, _ = x.shape
         q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
+        if crossing is not None:
+            k, v = crossing.with_past(self.index, k, v)
         cos, sin = rope
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        q = q * cos[..., -length:, :] + _rotate_half(q) * sin[..., -length:, :]
+        k = k * cos + _rotate_half(k) * sin
         if crossing is None:
             out = self._attend(q, k, v)
         else:
@@ -331,6 +336,10 @@ class Decoder(nn.Module):
         x = self.embed_tokens(input_ids)
         dtype = x.dtype  # the weights'
         x = self.config.family.embed(x, self.config.hidden_size)  # Gemma's scale; the residual stream's dtype
+        if crossing is not None and crossing.past is not None:  # the carried keys sit at positions 0 onwards
+            carried = crossing.past.shape[-2]
+            before = torch.arange(carried, device=position_ids.device).expand(position_ids.shape[0], carried)
+            position_ids = torch.cat((before, position_ids), dim=1)
         ropes: dict[Rope, tuple[torch.Tensor, torch.Tensor]] = {}
         states = [x] if output_hidden_states else None
         masses = []

@@ -190,7 +190,8 @@ class TorchBackend:
         if request.crossing is not None:
             if request.layer is not None or request.targets is not None:
                 raise ValueError("a crossing pass gives its masses alone: ask for states or log-probabilities apart")
-            return Forward(None, None, masses=self._crossing(ids_t, pos_t, request.crossing))
+            masses, carried = self._crossing(ids_t, pos_t, request.crossing)
+            return Forward(None, None, masses=masses, carried=carried)
         layer, targets = request.layer, request.targets
         if layer is None and targets is None:
             raise ValueError("nothing to compute: ask for a layer's states, log-probabilities or crossing masses")
@@ -205,20 +206,25 @@ class TorchBackend:
             logprobs, top = logprobs.cpu().numpy(), None if top is None else top.cpu().numpy()
         return Forward(hidden, logprobs, top_tokens=top)
 
-    def _crossing(self, ids_t: torch.Tensor, pos_t: torch.Tensor, request: Crossing) -> np.ndarray:
+    def _crossing(self, ids_t: torch.Tensor, pos_t: torch.Tensor, request: Crossing) -> tuple[np.ndarray, list]:
         """The first ``request.layers`` layers of rr-fast's own decoders (Llama, Qwen3, Gemma 3), each attention layer
-        through ``torch_crossing.crossing_attention``: the masses [B, E, layers, heads, spans]."""
+        through ``torch_crossing.crossing_attention``: the masses [B, E, layers, heads, spans], and per row what it
+        carries on (``Forward.carried``: a tensor on the device). The fused kernel takes no carried keys: a pass
+        with them runs the explicit path."""
         if not isinstance(self.decoder, plain.Decoder):
             raise ValueError("the attention readout needs rr-fast's own decoders (Llama, Qwen3, Gemma 3)")
         layers = request.layers
         edges = np.ascontiguousarray(request.edges, dtype=np.int64)
+        keep = None if request.keep is None else torch.from_numpy(np.ascontiguousarray(request.keep, dtype=np.int64))
         masses = CrossingMasses(
             torch.from_numpy(edges).to(self.device),
             torch.from_numpy(np.ascontiguousarray(request.lengths, dtype=np.int64)).to(self.device),
             request.spans,
             host_edges=edges,
             tile=request.tile,
-            fused=self.fused_attention,
+            fused=self.fused_attention and request.past is None,
+            past=None if request.past is None else torch.stack(request.past).to(self.device),
+            keep=None if keep is None else keep.to(self.device),
         )
         try:
             out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
@@ -235,7 +241,7 @@ class TorchBackend:
             )
             masses = dataclasses.replace(masses, fused=False)
             out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
-        return out.crossing.cpu().numpy()
+        return out.crossing.cpu().numpy(), masses.carried()
 
 
 def _require_safetensors(folder: Path, allow_pickle: bool) -> None:

@@ -27,13 +27,35 @@ class CrossingMasses:
     (one k per span), of the attention mass they put on the tokens left of it, row index 0 (the BOS, where models park
     unused attention) left out, in every layer and head."""
 
-    edges: torch.Tensor  # [B, E] row index of the first token right of each edge, increasing in a row; -1 pads
-    lengths: torch.Tensor  # [B] real tokens in each row (queries past them are padding)
+    edges: torch.Tensor  # [B, E] key index of the first token right of each edge, increasing in a row; -1 pads
+    lengths: torch.Tensor  # [B] real keys in each row (queries past them are padding)
     spans: tuple[int, ...]
     host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
     tile: int | None = None  # queries per tile (``base.Crossing.tile``)
     fused: bool = False  # the fused Triton kernel (``rr_fast.kernels.crossing_attention``) instead of explicit tiles
+    past: torch.Tensor | None = None  # [B, layers, 2, kv_heads, K, head_dim] carried keys (before RoPE) and values
+    keep: torch.Tensor | None = None  # [B, K'] key indices to carry on (``base.Crossing.keep``)
+    kept: list = field(default_factory=list, init=False, repr=False, compare=False)  # per layer, [B, 2, kv, K', d]
     _fused_plans: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # by row length
+
+    def with_past(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s keys (before RoPE) and values [B, kv_heads, T, d] with the carried ones in front, and the
+        ones to carry on set aside in ``kept``."""
+        if self.past is not None:
+            k = torch.cat((self.past[:, layer, 0], k), dim=2)
+            v = torch.cat((self.past[:, layer, 1], v), dim=2)
+        if self.keep is not None:
+            index = self.keep.clamp(min=0)[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+            self.kept.append(torch.stack((k.gather(2, index), v.gather(2, index)), dim=1))
+        return k, v
+
+    def carried(self) -> list[torch.Tensor | None]:
+        """Per row, what it carries to its next pass: [layers, 2, kv_heads, K', d], its own copy (None: nothing)."""
+        if self.keep is None:
+            return [None] * self.edges.shape[0]
+        kept = torch.stack(self.kept, dim=1)
+        wanted = (self.keep >= 0).any(dim=1).tolist()
+        return [row.clone() if want else None for row, want in zip(kept.unbind(0), wanted)]
 
     @cached_property
     def _ordered_edges(self) -> np.ndarray:
@@ -81,11 +103,11 @@ def crossing_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention's output [B, heads, T, head_dim] and its crossing masses [B, heads, E, spans].
 
-    q: [B, heads, T, d]; k, v: [B, kv_heads, T, d] (grouped-query heads are shared); ``window``: a sliding-window
-    layer's width, None for full attention. A query less than a span right of an edge attends to keys [edge, query],
-    all among its last max(spans) keys, so the mass it puts left of the edge (the BOS left out) is
-    1 − p(BOS) − Σ p(key) over keys [edge, query]: a running sum over those few keys' probabilities, not over every
-    key of the row.
+    q: [B, heads, T, d], the last T of the keys' tokens; k, v: [B, kv_heads, K, d] (grouped-query heads are shared;
+    K − T of them carried from an earlier pass); ``window``: a sliding-window layer's width, None for full attention.
+    A query less than a span right of an edge attends to keys [edge, query], all among its last max(spans) keys, so
+    the mass it puts left of the edge (the BOS left out) is 1 − p(BOS) − Σ p(key) over keys [edge, query]: a running
+    sum over those few keys' probabilities, not over every key of the row.
     """
     if request.fused:
         from rr_fast.kernels.crossing_attention import crossing_attention as fused
@@ -93,25 +115,26 @@ def crossing_attention(
         out, mass = fused(q, k, v, scale, window, request.fused_plan(q.shape[2]))
         return out, mass / request.counted
     batch, heads, length, _ = q.shape
+    offset = k.shape[2] - length  # the key index of the first query
     if k.shape[1] != heads:
         k = k.repeat_interleave(heads // k.shape[1], dim=1)
         v = v.repeat_interleave(heads // v.shape[1], dim=1)
     band = max(request.spans)
-    tile = attention_tile(q.device.type != "cpu", batch, heads, length, request.tile)
+    tile = attention_tile(q.device.type != "cpu", batch, heads, k.shape[2], request.tile)
     device = q.device
     out = torch.empty_like(q)
-    window = window or length
+    window = window or k.shape[2]
     mass = torch.zeros((batch, heads, request.edges.shape[1], len(request.spans)), device=device)
     behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
-    for first in range(0, length, tile):
-        last = min(length, first + tile)
+    for first in range(offset, offset + length, tile):  # in key indices
+        last = min(offset + length, first + tile)
         queries = torch.arange(first, last, device=device)
         low = max(0, first - window + 1)  # the first key the tile's window reaches
-        scores = (q[:, :, first:last].float() @ k[:, :, low:last].float().transpose(-1, -2)) * scale
+        scores = (q[:, :, first - offset : last - offset].float() @ k[:, :, low:last].float().transpose(-1, -2)) * scale
         gap = queries[:, None] - torch.arange(low, last, device=device)[None]
         scores = scores.masked_fill_((gap < 0) | (gap >= window), -torch.inf)
         probs = scores.softmax(dim=-1)
-        out[:, :, first:last] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
+        out[:, :, first - offset : last - offset] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
         bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
         key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
         near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
