@@ -31,9 +31,9 @@ The commit's tree is a git worktree in a temporary folder (``bench.speed.against
 (configuration, shape) the two trees run one right after the other, the first of them alternating by round, so a
 slow stretch of a shared machine falls on both. Source tokens are the inputs' tokens in the default model's
 tokenizer, one count for every configuration and both trees (as ``bench.quality.pareto`` counts them); a tree's
-speed is the median over ``--rounds`` of source tokens ÷ its process's median timed wall seconds, and its peak the largest
-over the rounds. "This tree" is the working tree while the run goes, uncommitted changes included (the JSON lists
-the changed files of rr_fast/).
+speed is the median over ``--rounds`` of source tokens ÷ its process's median timed wall seconds, and its peak the
+largest over the rounds. "This tree" is the working tree while the run goes, uncommitted changes included (the JSON
+lists the changed files of rr_fast/).
 
 Printed: a markdown table (each tree's source tokens/s, this tree's ÷ the commit's, both peaks in MiB) and
 chunk_many ÷ the per-document loop in each tree. Written: ``--out`` (default bench/out/shapes.json), every run with
