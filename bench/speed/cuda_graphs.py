@@ -109,7 +109,8 @@ class BucketedForward:
         self.pool = torch.cuda.graph_pool_handle() if graphs else None
 
     def __call__(self, input_ids, position_ids, use_cache=False, output_hidden_states=False, crossing=None):
-        if crossing is None or output_hidden_states:
+        if crossing is None or output_hidden_states or crossing.past is not None or crossing.keep is not None:
+            # a long document's carried blocks run unbucketed: the graphs hold no keys carried in or out
             return self.forward(input_ids, position_ids, use_cache, output_hidden_states, crossing)
         rows, length = input_ids.shape
         edges = crossing.edges.shape[1]
