@@ -33,7 +33,7 @@ from rr_fast.scoring import readout
 from rr_fast.scoring.backends.base import Backend
 from rr_fast.scoring.scorer import Scorer
 from rr_fast.segmentation import cut_document
-from rr_fast.segmentation.calibration import utility
+from rr_fast.segmentation.calibration import blend, utility
 from rr_fast.segmentation.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.text.documents import Document, Preparer, text_tokens
 from rr_fast.text.tokenizer import load_tokenizer
@@ -61,7 +61,8 @@ class Chunker:
     scorer over its ``backend``: the benchmarks' caches and research scorers).
 
     Attributes: ``resolved`` (and its ``config``, ``reading`` and ``limits``), ``backend`` (the loaded model),
-    ``bos`` (the token ids in front of every row), ``scorer``, ``tokenizer``, ``timings``.
+    ``bos`` (the token ids in front of every row), ``scorer``, ``tokenizer``, ``timings``, ``companion`` (the Chunker
+    of the reading's companion model, or None).
     """
 
     def __init__(
@@ -94,6 +95,8 @@ class Chunker:
         self.scorer: Scorer = product if scorer is None else scorer(product)
         self.unit: LengthUnit = unit or load_unit(MODEL, self.tokenizer)
         self.preparer = Preparer(self.tokenizer, self.resolved, self.timings)
+        # a second model whose reading is blended into this one's utilities (``config.Reading.companion``)
+        self.companion = shared_chunker(self.resolved.companion) if self.resolved.companion else None
         self.timings["model load"] += time.perf_counter() - started
         if backend is None and scorer is None:  # a chunker of its configuration alone
             _alive.setdefault(self.resolved, self)
@@ -157,7 +160,7 @@ class Chunker:
                 yield document
                 continue
             edges = document.scored
-            yield Scores(edges.tokens, edges.chars, values, len(document.tokens), utility(values, self.reading.readout))
+            yield Scores(edges.tokens, edges.chars, values, len(document.tokens), self._utilities(document, values))
         if source_failure:
             raise source_failure[0]
 
@@ -205,14 +208,26 @@ class Chunker:
 
     def _segment(self, document: Document, values: dict[str, np.ndarray]) -> tuple[ChunkResult, Scores]:
         """Utilities, the DP in the length unit, and the chunks with their metadata."""
+        utilities = self._utilities(document, values)
         started = time.perf_counter()
-        utilities = utility(values, self.reading.readout)
         result = cut_document(document, utilities, self.resolved, self.unit)
         chunks = assemble(document, result, utilities, self.config, self.unit, self.notes)
         edges = document.scored
         scores = Scores(edges.tokens, edges.chars, values, len(document.tokens), utilities, chunks.warnings)
         self.timings["dp"] += time.perf_counter() - started
         return chunks, scores
+
+    def _utilities(self, document: Document, values: dict[str, np.ndarray]) -> np.ndarray:
+        """What the DP weighs at each scored edge: the readout's utilities, blended with the companion model's where
+        the reading has one (it reads the document's text with its own tokenizer and edges)."""
+        utilities = utility(values, self.reading.readout)
+        if self.companion is None:
+            return utilities
+        started = time.perf_counter()
+        other = self.companion.score(document.text)
+        self.timings["companion"] += time.perf_counter() - started
+        weight = self.reading.companion_weight
+        return blend(utilities, document.scored.chars, other.utility, other.chars, weight)
 
     def _check_finite(self, values: dict[str, np.ndarray], num_tokens: int, edges: np.ndarray) -> None:
         """Every edge the scorer must score (``Scorer.must_score``) gets a number: NaN or inf means a broken model.

@@ -43,6 +43,7 @@ CHECKS = {
     "non_negative": (lambda v: isinstance(v, Integral) and v >= 0, "must be an integer >= 0"),
     "finite": (lambda v: _finite(v), "must be a finite number"),
     "finite_non_negative": (lambda v: _finite(v) and v >= 0, "must be a finite number >= 0"),
+    "share": (lambda v: _finite(v) and 0 <= v <= 1, "must be a number from 0 to 1"),
 }
 
 
@@ -188,7 +189,18 @@ class ChunkerConfig:
                 raise UsageError(words(self))
         limits = Limits(self.min_tokens, self.max_tokens, self.target_tokens, filled.length_weight)
         notes = (note,) if note and asked.penalty is None else ()
-        return Resolved(self, filled, notes, limits, scoring)
+        return Resolved(self, filled, notes, limits, scoring, self._companion(filled.companion, filled.step))
+
+    def _companion(self, model: str | None, step: int) -> Resolved | None:
+        """The companion model (``Reading.companion``) with its own default reading on this reading's candidate step
+        (each edge takes its nearest edge's utility, so a coarser grid would hand it a far edge's), run where this
+        model runs."""
+        if model is None:
+            return None
+        if model == self.model:
+            raise UsageError(f"companion {model} is the model itself: a companion must be another model")
+        options = {"backend": self.backend, "device": self.device, "batch_tokens": self.batch_tokens}
+        return ChunkerConfig(model=model, **options).resolve({"step": step})
 
     def recipe_used(self) -> Recipe:
         """The model's recipe (``models.recipes.recipe_for``); one that cannot be read is a usage error."""
@@ -251,6 +263,16 @@ class Reading:
     length_weight: float = option(
         0.02, "reading", "λ: how strongly lengths are pulled towards the target", "finite_non_negative"
     )
+    companion: str | None = option(
+        None,
+        "reading",
+        "another bundled model that reads the same text its own default way, on the same candidate step; its "
+        "utility at each edge (the nearest of its own edges by character) is blended into this model's. Two models "
+        "that fail on different text miss fewer boundaries together, for the price of both passes. Only rr-fast's "
+        "own recipes may name one (another model to load is the user's choice, never a downloaded recipe's)",
+        choices=tuple(sorted(bundled_recipes())),
+    )
+    companion_weight: float = option(0.5, "reading", "the companion's share of each edge's utility", "share")
 
 
 # The options of a Reading that belong to its readout's kind: with a readout of another kind (the attention readout
@@ -301,10 +323,12 @@ class Resolved:
     notes: tuple[str, ...]  # what the defaults filled in mean for the results (an uncalibrated ρ): warnings
     limits: Limits  # the DP's length rules
     scoring: Any  # the chosen readout's scorer settings (``scoring.readouts.Readout.settings``)
+    companion: Resolved | None = None  # the companion model's own resolution (``Reading.companion``), if any
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""
-        return replace(self, config=replace(self.config, device=device))
+        companion = self.companion and self.companion.on_device(device)
+        return replace(self, config=replace(self.config, device=device), companion=companion)
 
 
 def check_preset(options: Any, label: str) -> dict[str, Any]:

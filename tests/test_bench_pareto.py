@@ -51,7 +51,7 @@ def test_calibration_noise_is_the_bootstrap_half_width():
 )
 def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
     """``--preset`` runs exactly the option whose row the Presets table shows; the default is ``balanced``."""
-    fields = ("readout", "window", "step", "layer", "dtype", "normalizer", "penalty")
+    fields = ("readout", "window", "step", "layer", "dtype", "normalizer", "penalty", "companion", "companion_weight")
     options = pareto.option_config(option)
     research = {name: options.pop(name) for name in RESEARCH_OPTIONS if name in options}
     scored = research_config(**options)  # ρ: the option's, from the recipe's table

@@ -247,6 +247,8 @@ def test_a_bundled_recipe_written_out_leaves_its_weights_source_behind(tmp_path)
     recipes.write_recipe(bundled, written)
     loaded = load_recipe(written)
     assert loaded.weights == {} and loaded.install == bundled.install and loaded.conversion == bundled.conversion
+    assert "companion" in bundled.presets["quality"] and "quality" not in loaded.presets  # a second model: ours only
+    assert loaded.presets["balanced"] == bundled.presets["balanced"]
     assert [p.name for p in tmp_path.iterdir()] == ["recipe.json"]  # written whole, no temporary left
 
 

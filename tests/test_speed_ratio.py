@@ -57,14 +57,15 @@ def test_engine_is_faster_than_the_per_edge_loop(tiny_model_factory, stock_model
 
 
 @pytest.mark.bundled
-def test_default_is_faster_than_the_quality_preset(benchmark):
-    """The default (the rule's pick within the calibration noise of the best) against ``--preset quality``."""
+def test_the_quality_preset_costs_a_few_times_the_default(benchmark):
+    """``--preset quality`` runs both bundled models on a finer candidate grid: it costs more than the default, and
+    its promise is at least a quarter of the default's speed (a generous ceiling here: CPU time on a shared machine)."""
     from rr_fast import Chunker
 
     text = (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8")
     default, quality = Chunker(), Chunker(preset="quality")
     slow = cpu_seconds(lambda: quality.chunk(text), 1, lambda: quality.chunk(text[:400]))
     fast = cpu_seconds(lambda: default.chunk(text), 1, lambda: default.chunk(text[:400]))
-    record("default_vs_quality", slow / fast)
-    assert slow / fast > 15.0, f"the default is only {slow / fast:.1f}× the quality preset"
+    record("quality_vs_default", slow / fast)
+    assert 1.0 < slow / fast < 6.0, f"the quality preset costs {slow / fast:.1f}× the default"
     benchmark(default.chunk, text)

@@ -15,7 +15,8 @@ not fit its model is refused in one line naming the file. A recipe may come insi
 data and nothing more: its presets set only how the model reads boundaries (``config.PRESET_OPTIONS``), never which
 model, files or code run, and every number in it is checked. Only rr-fast's own recipes (the files in
 BUNDLED_RECIPES) say where a bundled model's weights come from (``bundled.weights``): getting them may import a
-package, which runs its code, so any other recipe that says it is refused.
+package, which runs its code, so any other recipe that says it is refused; for the same reason only they may name a
+preset's companion model (``config.Reading.companion``), a second model to load.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         """The recipe as a recipe file holds it (``from_dict`` reads it back): all of it but where a bundled model's
-        weights come from, which no recipe file but rr-fast's own may say (module docstring)."""
+        weights come from and the presets that name a companion model, which no recipe file but rr-fast's own may
+        say (module docstring)."""
         penalties: dict[str, dict[str, dict[str, float]]] = {}
         for (readout, window, step), value in sorted(self.penalties.items()):
             penalties.setdefault(readout, {}).setdefault(str(window), {})[str(step)] = value
@@ -138,7 +140,7 @@ class Recipe:
                 "bfloat16": self.bfloat16,
             },
             "penalties": penalties,
-            "presets": self.presets,
+            "presets": {name: options for name, options in self.presets.items() if options.get("companion") is None},
             "heads": [self.heads[layers] for layers in sorted(self.heads, reverse=True)],
         }
         bundled = {key: value for key, value in (self.bundled or {}).items() if key != "weights"}
@@ -204,6 +206,11 @@ class Recipe:
         presets = {}
         for name, options in _object(data.get("presets", {}), "presets").items():
             presets[name] = check_preset(options, f"preset {shown(name)}")
+            if presets[name].get("companion") is not None and not shipped:
+                raise RecipeError(
+                    f"preset {shown(name)} names a companion model; only rr-fast's own recipes may (another model to "
+                    "load is the user's choice)"
+                )
         heads: dict[int, dict[str, Any]] = {}
         stored = data.get("heads", [])
         if not isinstance(stored, list):

@@ -53,3 +53,27 @@ def utility(values: dict[str, np.ndarray], name_of: str) -> np.ndarray:
     if finite.any():
         out[finite] = percentiles(combined[finite])
     return out
+
+
+def blend(
+    utilities: np.ndarray, chars: np.ndarray, other: np.ndarray, other_chars: np.ndarray, weight: float
+) -> np.ndarray:
+    """Utilities of one model's edges blended with another model's over the same text (``config.Reading.companion``).
+
+    The two tokenizers put their edges at different characters, so each edge takes the other model's utility at its
+    nearest usable edge by character (a tie goes to the later one); ``weight`` is the other's share. The blend is made
+    percentiles again, so it is uniform on (0, 1] like any utility and the recipe's ρ means what it always does.
+    Where the other model has no usable edge, the utilities are returned as they are.
+    """
+    usable = np.isfinite(other)
+    finite = np.isfinite(utilities)
+    if not usable.any() or not finite.any():
+        return utilities
+    other, other_chars = other[usable], np.asarray(other_chars)[usable]
+    at = np.asarray(chars)[finite]
+    right = np.clip(np.searchsorted(other_chars, at), 0, len(other_chars) - 1)
+    left = np.clip(right - 1, 0, len(other_chars) - 1)
+    nearest = np.where(np.abs(other_chars[left] - at) < np.abs(other_chars[right] - at), left, right)
+    out = np.full(utilities.shape[0], np.nan)
+    out[finite] = percentiles((1 - weight) * utilities[finite] + weight * other[nearest])
+    return out
