@@ -32,7 +32,7 @@ from rr_fast.scoring import READOUTS, readout
 from rr_fast.scoring.backends import BACKENDS, DTYPES
 from rr_fast.scoring.windows import NORMALIZERS
 from rr_fast.segmentation.dp import Limits
-from rr_fast.text.structure import STRUCTURE_CHOICES
+from rr_fast.text.structure import STRUCTURE_CHOICES, STRUCTURED_PENALTY
 
 # The largest integer an option takes: far beyond any text's length in tokens, and small enough that lengths and
 # products of them stay within the DP's 64-bit integers
@@ -178,6 +178,9 @@ class ChunkerConfig:
             step=step,
             dtype=self._dtype(recipe, asked.dtype),
             penalty=asked.penalty if asked.penalty is not None else rho,
+            structured_penalty=(
+                asked.structured_penalty if asked.structured_penalty is not None else STRUCTURED_PENALTY
+            ),
             **fixed,
         )
         for spec in fields(filled):
@@ -253,6 +256,13 @@ class Reading:
     )
     context: int = option(2048, "reading", "guaranteed left context of the full pass, in tokens", "positive")
     penalty: float | None = option(None, "reading", "cut penalty ρ (default: the recipe's calibrated value)", "finite")
+    structured_penalty: float | None = option(
+        None,
+        "reading",
+        "cut penalty ρ on text with a writer's structure (headings, paragraphs, lists: see --structure); default: "
+        "rr_fast.text.structure.STRUCTURED_PENALTY, calibrated with the structure priors",
+        "finite",
+    )
     dtype: str = option(
         "auto",
         "reading",

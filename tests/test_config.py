@@ -9,7 +9,7 @@ import pytest
 
 import rr_fast
 from bench.engine import research_config
-from rr_fast import Chunker, ChunkerConfig, Limits, RRFastError
+from rr_fast import Chunker, ChunkerConfig, Limits, RRFastError, UsageError
 from rr_fast.cli import build_parser, config_from_args
 from rr_fast.config import PRESET_NAMES, Reading
 from rr_fast.models.recipes import (
@@ -101,6 +101,16 @@ def test_penalty_follows_the_window_and_says_when_it_was_not_calibrated():
     assert "calibrated for rr at window 48, step 8" in between.notes[0]
     explicit = ChunkerConfig().resolve({"readout": "lr", "window": 40, "penalty": 0.7})
     assert explicit.notes == ()  # an explicit ρ needs no note
+
+
+def test_structured_text_takes_its_own_penalty_whatever_the_recipe_s():
+    from rr_fast.text.structure import STRUCTURED_PENALTY
+
+    for resolved in (ChunkerConfig().resolve(), ChunkerConfig(model="some/hub-model").resolve()):
+        assert resolved.reading.structured_penalty == STRUCTURED_PENALTY != resolved.reading.penalty
+    assert ChunkerConfig().resolve({"structured_penalty": 1.2, "penalty": 0.7}).reading.structured_penalty == 1.2
+    with pytest.raises(UsageError, match="structured_penalty"):
+        ChunkerConfig().resolve({"structured_penalty": float("nan")})
 
 
 def test_resolved_uses_the_paper_configuration_for_other_models():

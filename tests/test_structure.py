@@ -12,7 +12,7 @@ from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.cli import main
 from rr_fast.segmentation.dp import segment_tiered
 from rr_fast.text.edges import candidate_edges
-from rr_fast.text.structure import Level, analyse, detect, levels
+from rr_fast.text.structure import STRUCTURED_PENALTY, Level, analyse, detect, levels
 from rr_fast.text.tokens import tokenize
 
 MARKDOWN = """# Ownership
@@ -98,6 +98,21 @@ def test_flattened_text_is_unchanged(tiny, text):
         assert np.array_equal(scores_auto.readouts[name], values, equal_nan=True)
     tokens = tokenize(auto.tokenizer, text)
     assert np.array_equal(scores_none.tokens, candidate_edges(text, tokens).tokens)
+
+
+def test_structured_text_has_its_own_penalty(tiny):
+    """A writer's text is cut at ρ on structured text (``structured_penalty``); a flattened one at the recipe's ρ."""
+
+    def chunker(**reading):
+        return Chunker(research_config(model=tiny, backend="torch", limits=Limits(8, 120, 60, 0.02), **reading))
+
+    assert chunker().reading.structured_penalty == STRUCTURED_PENALTY
+    cheap, dear = chunker(structured_penalty=-2.0).chunk(MARKDOWN), chunker(structured_penalty=2.0).chunk(MARKDOWN)
+    assert len(cheap) > len(dear) >= 2  # the limits force cuts at any ρ
+    # the recipe's ρ moves neither the structured text's cuts nor the flattened text's ρ its own
+    assert chunker(penalty=0.1).chunk(MARKDOWN) == chunker(penalty=0.9).chunk(MARKDOWN)
+    assert chunker(structured_penalty=-2.0).chunk(FLAT) == chunker(structured_penalty=2.0).chunk(FLAT)
+    assert chunker(penalty=-2.0).chunk(FLAT) != chunker(penalty=2.0).chunk(FLAT)
 
 
 def cut_levels(text: str, chunks) -> list[Level]:

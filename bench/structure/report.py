@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from bench.common import BENCH_MODEL
 from bench.quality.baselines import default_tokenizer
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
 from bench.structure.peers import PEERS
-from bench.structure.scoring import NotCached, cached_chunker, describe, scored_model
+from bench.structure.scoring import CONFIGS, NotCached, cached_chunker, describe, scored_model
 from rr_fast.models.names import resolve
 from rr_fast.text.structure import PRIORS, Level, analyse, levels
 
@@ -28,6 +29,20 @@ BOOTSTRAP = 10_000
 HEADING_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
 PARAGRAPH_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
 LINE_GRID = (0.0, 0.05, 0.1, 0.2)  # a writer's break is never weaker than a sentence end (see calibrate)
+# ρ on structured text (``Reading.structured_penalty``): from a recipe's flattened-stream values to past 1 + the
+# heading prior, where headings stop paying for their cuts
+PENALTY_GRID = (0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 2.0)
+
+
+@contextmanager
+def structured_penalty(chunker, value: float):
+    """The chunker's ρ on structured text set to ``value`` for one grid point (the scores stay the cache's)."""
+    saved = chunker.resolved
+    chunker.resolved = replace(saved, reading=replace(saved.reading, structured_penalty=value))
+    try:
+        yield
+    finally:
+        chunker.resolved = saved
 
 
 @contextmanager
@@ -141,6 +156,11 @@ def scored(chunk, text: str) -> bool:
 def calibrate(args) -> dict:
     """Level priors with the lowest pooled P_k on calibration documents, in two steps.
 
+    Then ρ on structured text (``PENALTY_GRID``), with the shipped priors, on both sets together: the pooled P_k over
+    Wiki-50's calibration documents and the chapter boundaries. The shipped ρ is one value for every model (the
+    percentile utilities mean the same for each), the grid value whose pooled P_k averaged over the bundled
+    configurations is lowest: ``shared_penalty`` prints it once each configuration's calibration is in.
+
     1. Heading and line priors on the Wiki-50 calibration documents. They tell a heading from a line break
        (every Wiki-50 sentence is a line) and nothing else, so LINE is searched only at or above SENTENCE's 0
        (a writer's break is never weaker than a sentence end; below 0 it would only stand in for a larger cut
@@ -167,11 +187,16 @@ def calibrate(args) -> dict:
         for p in (PARAGRAPH_GRID if chapters else ())
     ]
     best_paragraph = min(paragraph_grid, key=lambda g: (round(g["pk"], 9), g["paragraph"]), default=None)
+    penalty_grid = []
+    for value in PENALTY_GRID:
+        penalty_grid.append(_grid_point(chunker, wiki + chapters, structured_penalty=value))
     result = {
         "best": best,
         "grid": grid,
         "best_paragraph": best_paragraph,
         "paragraph_grid": paragraph_grid,
+        "penalty_grid": penalty_grid,
+        "best_penalty": min(penalty_grid, key=lambda g: (round(g["pk"], 9), g["structured_penalty"])),
         "window": chunker.reading.window,
         "rr_fast": describe(getattr(args, "config", None), args.window, args.model),
         "documents": [d.id for d in wiki],
@@ -187,10 +212,30 @@ def calibrate(args) -> dict:
             picked["paragraph"] = best_paragraph["paragraph"]
         result["evaluation"] = priors_evaluation(chunker, plain, evaluation, picked)
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
-    print("best:", best, "paragraph:", best_paragraph)
+    print("best:", best, "paragraph:", best_paragraph, "ρ on structured text:", result["best_penalty"])
     if "evaluation" in result:
         print("evaluation:", json.dumps(result["evaluation"], indent=2))
+    shared = shared_penalty(args.out.parent)
+    if shared is not None:
+        print("ρ on structured text for every configuration:", json.dumps(shared))
     return result
+
+
+def shared_penalty(folder) -> dict | None:
+    """The ρ on structured text that every model ships with: the ``PENALTY_GRID`` value whose calibration P_k,
+    averaged over the bundled configurations (bench.structure.scoring.CONFIGS), is lowest, ties to the smaller. None
+    until each configuration's ``calibrate`` has written its grid (in ``folder``/structure_CONFIG)."""
+    grids = {}
+    for config in CONFIGS:
+        path = folder / f"structure_{config}" / "calibration.json"
+        grid = json.loads(path.read_text()).get("penalty_grid") if path.exists() else None
+        if not grid:
+            return None
+        grids[config] = {g["structured_penalty"]: g["pk"] for g in grid}
+    shared = [v for v in PENALTY_GRID if all(v in grid for grid in grids.values())]
+    mean = {v: float(np.mean([grid[v] for grid in grids.values()])) for v in shared}
+    best = min(mean, key=lambda v: (round(mean[v], 9), v))
+    return {"structured_penalty": best, "mean_pk": mean, "configurations": sorted(grids)}
 
 
 def priors_evaluation(chunker, plain, evaluation, picked: dict) -> dict:
@@ -224,7 +269,15 @@ def bootstrap(parts: dict[str, np.ndarray], count: int) -> dict[str, tuple[np.nd
 
 
 def _grid_point(chunker, docs, **values) -> dict:
-    with priors(**values):
+    """Pooled P_k and WindowDiff of ``docs`` at one grid point: level priors (``priors``' arguments) and/or the
+    ρ on structured text (``structured_penalty``)."""
+    rho = values.get("structured_penalty")
+    level_priors = {name: value for name, value in values.items() if name != "structured_penalty"}
+    with ExitStack() as stack:
+        if level_priors:
+            stack.enter_context(priors(**level_priors))
+        if rho is not None:
+            stack.enter_context(structured_penalty(chunker, rho))
         parts = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in docs])
     pk, wd = pooled(parts)
     point = {**values, "pk": pk, "windowdiff": wd}

@@ -6,7 +6,8 @@
 - ``overlap``: neighbouring text in context fields, never in the chunks.
 
 ``cut_document`` puts them together for one document: for structured text each writer's break adds its level's
-prior and fallback edges wait in higher tiers (``dp.segment_tiered``), else the paper's open-count or fixed-count DP
+prior, fallback edges wait in higher tiers (``dp.segment_tiered``) and cuts cost the structured text's ρ
+(``Reading.structured_penalty``), else the paper's open-count or fixed-count DP
 runs over the scored candidates with every clean edge as a fallback (``dp.segment``).
 """
 
@@ -65,7 +66,7 @@ def cut_document(document: Document, utilities: np.ndarray, resolved: Resolved, 
                 every,
                 tiers,
                 run,
-                penalty=penalty,
+                penalty=resolved.reading.structured_penalty,
                 num_chunks=config.num_chunks,
                 positions=positions,
             )

@@ -58,6 +58,18 @@ PRIORS: dict[Level, float] = {
     Level.HEADING: 1.0,
 }
 
+# The cut penalty ρ on structured text (``Reading.structured_penalty`` overrides it), in the same percentile units as
+# the priors. A recipe's ρ is calibrated on flattened streams, where every cut is the model's to find; on a writer's
+# text most cuts are forced by the length limits, and at that ρ the chunker cuts about a third more often than the
+# structure-only DP, at paragraph breaks and sentence ends the model ranks highly, which Wiki-50's sections and
+# the books' chapters do not bear out. Above 1 + the paragraph prior no sentence end, line or paragraph break pays for
+# its cut (percentiles are at most 1): those are cut only where the limits force a cut, and there the model chooses
+# which; below 1 + the heading prior a heading still pays where the model ranks it high. Chosen by
+# `python -m bench.structure calibrate --config C` for the bundled configurations (the default, ``fast``, SmolLM2's
+# default): the grid value with the lowest P_k pooled over Wiki-50's calibration documents and the chapter
+# boundaries, averaged over the three (bench/RESULTS.md, "Structured documents")
+STRUCTURED_PENALTY = 1.5
+
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^ {0,3}#{1,6}(\s|$)")
 # "== Title ==", and " = = Title = = " as WikiText writes it: as many "=" on each side, one to six
