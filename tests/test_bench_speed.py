@@ -422,3 +422,20 @@ def test_shapes_table_from_made_up_runs():
     assert "| default | many | 1,000 | 2,000 | 1,000 | 2.000 | 900 | 900 |" in text
     assert "| default | loop | 1,000 | 1,000 | failed | – | 900 | – |" in text
     assert "| default | 4 streams | 2.00× | – |" in text
+
+
+def test_the_fused_mlp_lever_computes_the_same_states(tiny):
+    """bench.speed.levers' fused gate/up matmul is the same MLP: its speed is all that it measures."""
+    import torch
+
+    from bench.speed.levers import fuse_mlps
+    from rr_fast.scoring.backends import plain
+
+    model = plain.load(tiny)
+    ids = torch.arange(2, 40)[None]
+    positions = torch.arange(ids.shape[1])[None]
+    with torch.inference_mode():
+        before = model.model(input_ids=ids, position_ids=positions).last_hidden_state
+        fuse_mlps(model)
+        after = model.model(input_ids=ids, position_ids=positions).last_hidden_state
+    assert torch.allclose(before, after, atol=1e-5)
