@@ -60,6 +60,24 @@ def test_a_cpu_model_in_bfloat16_computes_as_if_every_weight_were_cast(tiny_mode
             assert x.dtype == torch.bfloat16 and torch.equal(x, y), layer
         assert torch.equal(lazy.lm_head(a.last_hidden_state), cast.lm_head(b.last_hidden_state))
     assert lazy.get_output_embeddings().weight.dtype == torch.bfloat16
+    assert lazy.model.embed_tokens.mapping is not None  # the table on a map of its own (plain.MappedTable)
+    with torch.inference_mode():  # its pages handed back after each gather, the next gather reads them again
+        again = lazy.model(input_ids=ids, position_ids=positions).last_hidden_state
+    assert torch.equal(again, a.last_hidden_state)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_mapped_table_holds_the_stored_tensor(tmp_path, dtype):
+    """MappedTable reads one tensor of a safetensors file, wherever its bytes start (maps start at page
+    boundaries), as safetensors itself does."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {"a.first": torch.randn(3, 5).to(dtype), "b.table": torch.randn(1000, 7).to(dtype)}
+    save_file(tensors, tmp_path / "model.safetensors")
+    mapped = plain.MappedTable(tmp_path, "b.table")
+    assert torch.equal(mapped.tensor, load_file(tmp_path / "model.safetensors")["b.table"])
+    mapped.release()
+    assert torch.equal(mapped.tensor, tensors["b.table"])
 
 
 def test_plain_bfloat16_follows_transformers_roundings(tiny_model_factory):

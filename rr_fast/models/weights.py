@@ -26,7 +26,7 @@ LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 def weights_fingerprint(folder: str | Path, layers: int) -> str:
     """The fingerprint (sha256 hex) of the embedding table and the first ``layers`` decoder layers' tensors, as stored
     in ``folder``'s safetensors files. Raises ValueError where the folder has none of them."""
-    tensors = _stored_tensors(Path(folder))
+    tensors = stored_tensors(Path(folder))
     chosen = sorted(
         name
         for name in tensors
@@ -52,7 +52,7 @@ def weights_fingerprint(folder: str | Path, layers: int) -> str:
     return digest.hexdigest()
 
 
-def _stored_tensors(folder: Path) -> dict[str, tuple[Path, str, list[int], int, int]]:
+def stored_tensors(folder: Path) -> dict[str, tuple[Path, str, list[int], int, int]]:
     """name → (file, dtype, shape, first byte, end byte) of every tensor in the folder's safetensors files."""
     tensors = {}
     for path in sorted(folder.glob("*.safetensors")):

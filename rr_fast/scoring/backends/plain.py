@@ -164,16 +164,48 @@ class Linear(nn.Linear):
 
 class Embedding(nn.Embedding):
     """With ``compute_dtype`` set, the table stays in the checkpoint's dtype and the gathered rows are cast: the same
-    values as gathering from a cast table, without casting rows a text never uses (``load``)."""
+    values as gathering from a cast table, without casting rows a text never uses (``load``). With ``mapping`` (the
+    table's own memory map of the checkpoint, ``MappedTable``), the pages a gather read are handed back to the OS
+    after it: a long text gathers rows from all over a large vocabulary's table, and they would otherwise stay
+    resident for the life of the process."""
 
     compute_dtype: torch.dtype | None = None
+    mapping: MappedTable | None = None
 
     def reset_parameters(self) -> None:
         """Nothing, as for Linear."""
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = super().forward(input_ids)
-        return rows if self.compute_dtype is None else rows.to(self.compute_dtype)
+        rows = rows if self.compute_dtype is None else rows.to(self.compute_dtype)
+        if self.mapping is not None:
+            self.mapping.release()
+        return rows
+
+
+class MappedTable:
+    """One tensor of a safetensors file on a private memory map of its own bytes (copy-on-write, never written), so
+    that nothing else of the file stays mapped with it, and ``release`` drops its resident pages (the next read
+    faults them in from the page cache)."""
+
+    DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}  # safetensors' names
+
+    def __init__(self, folder: Path, name: str):
+        import mmap
+
+        from rr_fast.models.weights import stored_tensors
+
+        path, dtype, shape, begin, end = stored_tensors(folder)[name]
+        start = begin - begin % mmap.ALLOCATIONGRANULARITY  # a map's offset must be a multiple of it
+        with path.open("rb") as stream:
+            self.map = mmap.mmap(stream.fileno(), end - start, offset=start, access=mmap.ACCESS_COPY)
+        data = torch.frombuffer(self.map, dtype=self.DTYPES[dtype], offset=begin - start, count=math.prod(shape))
+        self.tensor = data.view(*shape)
+        self.dontneed = getattr(mmap, "MADV_DONTNEED", None)
+
+    def release(self) -> None:
+        if self.dontneed is not None:
+            self.map.madvise(self.dontneed)
 
 
 class CastHead(nn.Module):
@@ -404,14 +436,21 @@ def load(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "
             f"weights do not match the config: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
         )
     # On a CPU the embedding table keeps the checkpoint's dtype (memory-mapped): it is 63% of Gemma 3's weights, whose
-    # cast would be a large part of a command's cold start, and a text gathers a few thousand of its 262k rows
+    # cast would be a large part of a command's cold start, and a text gathers a few thousand of its 262k rows. It
+    # gets a map of its own (``MappedTable``): the whole file's map would keep every page the casts below read
+    # resident for as long as the table lives
     table = "model.embed_tokens.weight"
     lazy = device == "cpu" and weights[table].dtype != dtype
+    mapped = MappedTable(folder, table) if lazy and weights[table].dtype in MappedTable.DTYPES.values() else None
+    if mapped is not None:  # the file's own map then goes with the other weights, once they are cast
+        weights[table] = mapped.tensor
     model.load_state_dict(
         {k: v if lazy and k == table else v.to(device).to(dtype) for k, v in weights.items()}, strict=False, assign=True
     )
+    del weights
     if lazy:
         model.model.embed_tokens.compute_dtype = dtype
+        model.model.embed_tokens.mapping = mapped
     if config.tie_word_embeddings:
         embedding = model.model.embed_tokens.weight
         if lazy:

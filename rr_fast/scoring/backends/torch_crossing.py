@@ -114,11 +114,12 @@ def crossing_attention(
 
         out, mass = fused(q, k, v, scale, window, request.fused_plan(q.shape[2]))
         return out, mass / request.counted
-    batch, heads, length, _ = q.shape
+    batch, heads, length, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads  # query heads per key/value head: each group is one product against its shared keys
     offset = k.shape[2] - length  # the key index of the first query
-    if k.shape[1] != heads:
-        k = k.repeat_interleave(heads // k.shape[1], dim=1)
-        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    keys = k.float().transpose(-1, -2)  # [B, kv, d, K], cast once per layer, not once per tile
+    values = v.repeat_interleave(group, dim=1) if group > 1 else v  # per query head, as SDPA's products round
     band = max(request.spans)
     tile = attention_tile(q.device.type != "cpu", batch, heads, k.shape[2], request.tile)
     device = q.device
@@ -128,13 +129,14 @@ def crossing_attention(
     behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
     for first in range(offset, offset + length, tile):  # in key indices
         last = min(offset + length, first + tile)
+        count = last - first
         queries = torch.arange(first, last, device=device)
         low = max(0, first - window + 1)  # the first key the tile's window reaches
-        scores = (q[:, :, first - offset : last - offset].float() @ k[:, :, low:last].float().transpose(-1, -2)) * scale
-        gap = queries[:, None] - torch.arange(low, last, device=device)[None]
-        scores = scores.masked_fill_((gap < 0) | (gap >= window), -torch.inf)
+        grouped = q[:, :, first - offset : last - offset].reshape(batch, kv_heads, group * count, dim)
+        scores = (grouped.float() @ keys[..., low:last]).mul_(scale).view(batch, heads, count, last - low)
+        _mask_outside_window(scores, first, low, window)
         probs = scores.softmax(dim=-1)
-        out[:, :, first - offset : last - offset] = (probs.to(v.dtype) @ v[:, :, low:last]).to(out.dtype)
+        out[:, :, first - offset : last - offset] = (probs.to(v.dtype) @ values[:, :, low:last]).to(out.dtype)
         bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
         key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
         near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
@@ -152,3 +154,19 @@ def crossing_attention(
             inside = real & (right >= 0) & (right < span)
             mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
     return out, mass / request.counted
+
+
+def _mask_outside_window(scores: torch.Tensor, first: int, low: int, window: int) -> None:
+    """Set to −inf, in place, the scores [..., tile, keys low..] of keys a query of the tile (key indices first
+    onwards) may not see: keys after it, and keys ``window`` or more before it. Only two corners of the tile hold
+    such keys, the diagonal block of its own keys and (for a sliding window) the block of keys it starts from, so
+    only those are masked: a [tile, keys] mask for every tile of a long row's global layers would be most of their
+    temporary memory."""
+    count = scores.shape[-2]
+    queries = torch.arange(first, first + count, device=scores.device)[:, None]
+    ahead = scores[..., first - low :]  # the tile's own keys: a query sees those up to itself
+    ahead.masked_fill_(torch.arange(first, first + ahead.shape[-1], device=scores.device)[None] > queries, -torch.inf)
+    if first + count - 1 - low >= window:  # the tile's last query is past the window of its first keys
+        start = scores[..., : min(count, scores.shape[-1])]
+        keys = torch.arange(low, low + start.shape[-1], device=scores.device)[None]
+        start.masked_fill_(queries - keys >= window, -torch.inf)
