@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -82,6 +82,43 @@ def signals_deferred(block_sigint_in_children: bool = False) -> Iterator[None]:
             signal.signal(signum, handler)
         if arrived:
             signal.raise_signal(arrived[0])  # now answered by the handler it would have met
+
+
+@contextmanager
+def interrupts_kept() -> Iterator[Callable[[], None]]:
+    """Ctrl-C and SIGTERM raised as they arrive while the block runs, as ever, and kept: the ``check()`` it yields
+    raises one again if the code it interrupted swallowed it.
+
+    For libraries whose main thread runs callbacks and finalizers of their own (Ray's driver): an interrupt raised in
+    a finalizer is not raised at all (Python reports it as unraisable), nor one that a catch-all takes. Called
+    between such a library's stages, ``check()`` stops the run at the next one instead of letting it finish as if
+    nobody had pressed Ctrl-C; the unraisable report of a kept interrupt is left out, so the run still ends in one
+    line."""
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def keep(signum, frame) -> NoReturn:
+        arrived.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def check() -> None:
+        if arrived:
+            raise Terminated() if arrived[-1] == signal.SIGTERM else KeyboardInterrupt()
+
+    def unraisable(report) -> None:
+        if not (arrived and isinstance(report.exc_value, KeyboardInterrupt)):
+            reporting(report)
+
+    previous = {s: signal.signal(s, keep) for s in STOPPING if signal.getsignal(s) is not signal.SIG_IGN}
+    reporting, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield check
+    finally:
+        sys.unraisablehook = reporting
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:

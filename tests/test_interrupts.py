@@ -23,6 +23,7 @@ pytest.importorskip("pyarrow")
 from test_corpus import make_texts, options, read_output, write_jsonl  # noqa: E402
 
 from rr_fast.corpus.command import main as corpus_main  # noqa: E402
+from rr_fast.interrupts import Terminated, interrupts_kept  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESUME = "rr-fast: interrupted; continue with --resume"
@@ -187,3 +188,75 @@ def test_ctrl_c_under_ray_is_one_line_and_resumable(tiny, corpora, tmp_path):
     data = corpora["long"]
     assert corpus_main([str(data), "-o", str(out), "--shard-docs", "16", "-q", "--resume", *options(tiny)]) == 0
     assert len({row["doc_id"] for row in read_output(out)}) == 4000
+
+
+def interrupt_self(signum: int) -> None:
+    os.kill(os.getpid(), signum)
+    time.sleep(1)  # the handler runs here
+
+
+class InterruptedWhenFinalized:
+    """Python reports what a ``__del__`` raises as unraisable, and goes on."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+
+    def __del__(self):
+        interrupt_self(self.signum)
+
+
+@pytest.mark.parametrize("swallowed_by", ["a catch-all", "a finalizer"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_a_library_swallows_is_kept(swallowed_by, signum, capfd):
+    """``interrupts_kept``: a Ctrl-C or SIGTERM that the interrupted code swallows (a catch-all, a finalizer, as Ray's
+    driver may) is raised again by ``check()``, the finalizer's unraisable report left out; the handlers are restored
+    after the block."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with interrupts_kept() as check:
+        check()  # nothing yet
+        if swallowed_by == "a catch-all":
+            try:
+                interrupt_self(signum)
+            except BaseException:
+                pass
+        else:
+            InterruptedWhenFinalized(signum)  # finalized at once, its __del__ interrupted
+        expected = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        with pytest.raises(expected) as raised:
+            check()
+        assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ray_stops_at_its_next_stage_when_its_driver_swallows_an_interrupt(signum, tiny, tmp_path, monkeypatch):
+    """The Ray path checks for a kept interrupt after each Ray stage: a Ctrl-C or SIGTERM swallowed while Ray reads
+    the ids stops the run before it starts chunking. (``ray.init`` sets a SIGTERM handler of its own, which exits 15:
+    rr-fast's replaces it for the run.)"""
+    ray = pytest.importorskip("ray")
+    from rr_fast.corpus import ray as on_ray
+    from rr_fast.corpus.manifest import RunConfig
+
+    scan = on_ray.scan_datasets
+
+    def swallowing(*args, **kwargs):
+        found = scan(*args, **kwargs)
+        try:
+            interrupt_self(signum)
+        except KeyboardInterrupt:
+            pass
+        return found
+
+    monkeypatch.setattr(on_ray, "scan_datasets", swallowing)
+    monkeypatch.setattr(on_ray, "chunk_records_dataset", lambda *a, **k: pytest.fail("chunking started"))
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))])
+    config = RunConfig((str(data),), str(tmp_path / "out"), "id", "text", 4, {"model": tiny, "backend": "torch"})
+    env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=env)
+    try:
+        with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt) as raised:
+            on_ray.run_on_ray(config)
+        assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
+    finally:
+        ray.shutdown()

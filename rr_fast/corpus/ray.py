@@ -37,6 +37,7 @@ from rr_fast.corpus.lock import OutputLock
 from rr_fast.corpus.manifest import RunConfig, Scan, finish, previous_run, record_digest, scan, start_run
 from rr_fast.corpus.shards import STAGING, chunk_records, chunk_rows, commit_shard, error_reason, schema
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.interrupts import interrupts_kept
 
 RAY_HINT = 'rr_fast.corpus.ray needs Ray Data: pip install "rr-fast[ray]"'
 RECORD_COLUMNS = ("doc_id", "text", "error")  # the documents stage; error: the reader's reason, else null
@@ -317,21 +318,24 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     with OutputLock(output):
         previous_run(output, config, resume=False)
         if not ray.is_initialized():
-            ray.init(address=address, log_to_driver=False)
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
-        if num_gpus is None:
-            num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
-        datasets = read_datasets(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
-        found = scan_datasets(datasets, config.shard_docs)
-        start_run(output, config, found, previous=None)
-        staging = output / STAGING
-        for number, documents in enumerate(datasets):
-            chunked = chunk_records_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
-            chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
-        documents = _split_into_shards(staging, output, config.shard_docs)
-        if documents != found.documents:
-            raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
-        return finish(output, found)
+            ray.init(address=address, log_to_driver=False)  # sets a SIGTERM handler of its own: ours go in after
+        with interrupts_kept() as check:  # Ray's driver can swallow a Ctrl-C: checked after each of its stages
+            ray.data.DataContext.get_current().execution_options.preserve_order = True
+            if num_gpus is None:
+                num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
+            datasets = read_datasets(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
+            found = scan_datasets(datasets, config.shard_docs)
+            check()
+            start_run(output, config, found, previous=None)
+            staging = output / STAGING
+            for number, documents in enumerate(datasets):
+                chunked = chunk_records_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
+                chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
+                check()
+            documents = _split_into_shards(staging, output, config.shard_docs)
+            if documents != found.documents:
+                raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
+            return finish(output, found)
 
 
 def _split_into_shards(staging: Path, output: Path, shard_docs: int) -> int:
