@@ -14,7 +14,7 @@ from rr_fast.models.recipes import BUNDLED, RecipeError
 from rr_fast.scoring.backends import base
 from rr_fast.scoring.backends.base import Crossing, Request
 from rr_fast.scoring.backends.torch import TorchBackend
-from rr_fast.scoring.backends.torch_crossing import CrossingMasses
+from rr_fast.scoring.backends.torch_crossing import CrossingMasses, batched_past, crossing_attention
 from rr_fast.scoring.crossing import ATTENTION, CrossingHead, CrossingScorer, CrossingSettings
 from rr_fast.scoring.windows import WindowScorer
 
@@ -132,6 +132,60 @@ def test_carried_keys_continue_a_pass_exactly(gemma):
     got = backend.run(ids[None, split:], np.arange(split, 60)[None], Request(crossing=second))
     np.testing.assert_allclose(got.masses[0], reference_masses(eager, ids, edges, spans), atol=2e-5)
     assert got.carried == [None]  # nothing asked to be kept
+
+
+def test_a_pass_writes_what_it_carries_over_its_past(gemma):
+    """A block that carries keys in and on writes the keys it carries on over those it was handed (one buffer per
+    document, ``base.Crossing.past``), and the result is what a pass over a private copy of the past gives."""
+    backend, _ = gemma
+    ids = np.random.default_rng(7).integers(3, 512, size=90)
+    ids[0] = 1
+    spans = (2, 5, 20)
+
+    def run(tokens: np.ndarray, edges: list[int], past=None, keep=None):
+        carried_keys = 0 if past is None else past[0].shape[-2]  # the carried keys come first, at positions 0..
+        length = carried_keys + len(tokens)
+        crossing = Crossing(np.array([edges]), np.array([length]), spans, backend.depth, past=past, keep=keep)
+        return backend.run(tokens[None], np.arange(carried_keys, length)[None], Request(crossing=crossing))
+
+    carried = run(ids[:30], [2, 9], keep=np.arange(20)[None]).carried
+    private, untouched = tuple(row.clone() for row in carried), tuple(row.clone() for row in carried)
+    keep = np.r_[0:10, 30:40][None]  # carried keys and the row's own
+    written = run(ids[30:60], [22, 29], past=tuple(carried), keep=keep)
+    copied = run(ids[30:60], [22, 29], past=private, keep=keep)
+    alone = run(ids[30:60], [22, 29], past=untouched)  # carries nothing on: nothing written
+    assert written.carried[0].data_ptr() == carried[0].data_ptr()  # the same buffer, written over
+    assert np.array_equal(written.masses, alone.masses) and np.array_equal(copied.masses, alone.masses)
+    assert torch.equal(written.carried[0], copied.carried[0])
+    assert torch.equal(written.carried[0][:, :, :, :10], untouched[0][:, :, :, :10])  # keys 0..9: carried in
+
+
+def test_a_carried_batch_is_its_buffer_only_when_all_its_rows_come_back_in_order():
+    """``batched_past``: the carry buffer itself for all of its rows in order, a stack of them otherwise."""
+    with torch.inference_mode():  # as the backend makes them: views that keep no _base
+        carry = torch.randn(3, 2, 2, 1, 5, 4)
+        rows = carry.unbind(0)
+        for chosen, same in [((0, 1, 2), True), ((0, 1), False), ((1, 0, 2), False), ((2,), False)]:
+            got = batched_past(tuple(rows[i] for i in chosen), "cpu")
+            assert torch.equal(got, carry[list(chosen)])
+            assert (got.data_ptr() == carry.data_ptr() and got.shape == carry.shape) == same
+
+
+def test_tiles_reuse_their_buffers_across_layers_exactly():
+    """One request's scratch buffers serve every layer's tiles (a global layer after a sliding one, and back): the
+    same outputs and masses as a fresh request for each layer."""
+    rng = torch.Generator().manual_seed(0)
+    edges = torch.tensor([[3, 40, 41, 90, 150, 199]])
+
+    def request():
+        return CrossingMasses(edges, torch.tensor([200]), (2, 5, 20), host_edges=edges.numpy(), tile=32)
+
+    shared = request()
+    for window in (16, None, 16, 64):
+        q, k, v = (torch.randn(1, heads, 200, 8, generator=rng).to(torch.bfloat16) for heads in (4, 2, 2))
+        out, mass = crossing_attention(q, k, v, 0.3, window, shared)
+        fresh_out, fresh_mass = crossing_attention(q, k, v, 0.3, window, request())
+        assert torch.equal(out, fresh_out) and torch.equal(mass, fresh_mass)
 
 
 def test_batches_do_not_matter_and_no_token_runs_twice(gemma, monkeypatch):

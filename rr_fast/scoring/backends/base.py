@@ -32,7 +32,11 @@ class Crossing:
     (``past``) instead of recomputing the tokens they came from. Indices below then count keys: the carried ones
     first, at positions 0 onwards, then the row's own tokens, whose positions go on from there; a row is the same
     computation as one holding the carried tokens, except that their keys and values saw their own, longer, left
-    context. Carried keys are kept before RoPE, so they take their new positions in the next pass."""
+    context. Carried keys are kept before RoPE, so they take their new positions in the next pass.
+
+    A backend may write a pass's carried state over its ``past`` (the torch backend does, so that a long document's
+    blocks hold one carried state, not two): a ``Forward.carried`` state is handed to one later pass, its row's
+    next, and read by no one after it."""
 
     edges: np.ndarray  # [B, E] key index of the first token right of each edge; -1 pads
     lengths: np.ndarray  # [B] real keys in each row (carried ones included)

@@ -10,6 +10,10 @@ tree and parameter names, and the attributes TorchBackend reads (``base_model``,
 ``get_output_embeddings``), so the backend drives both the same way; tests/test_plain.py holds them to
 transformers' own outputs. Configs they do not cover (RoPE types other than default and llama3,
 soft-capped attention, sliding windows outside Gemma 3, other families) keep going through transformers.
+
+The modules are for inference (TorchBackend runs them under ``torch.inference_mode``): they write some of their own
+temporaries in place (RoPE's products, the MLP's gated product, the attention readout's tiles), which saves memory on
+long rows and rounds as the out-of-place operations do (autograd accepts these, but nothing here is made for it).
 """
 
 from __future__ import annotations
@@ -271,8 +275,8 @@ class Attention(nn.Module):
         if crossing is not None:
             k, v = crossing.with_past(self.index, k, v)
         cos, sin = rope
-        q = q * cos[..., -length:, :] + _rotate_half(q) * sin[..., -length:, :]
-        k = k * cos + _rotate_half(k) * sin
+        q = (q * cos[..., -length:, :]).add_(_rotate_half(q).mul_(sin[..., -length:, :]))
+        k = (k * cos).add_(_rotate_half(k).mul_(sin))
         if crossing is None:
             out = self._attend(q, k, v)
         else:
@@ -302,7 +306,8 @@ class MLP(nn.Module):
         self.activation = config.family.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.activation(self.gate_proj(x)) * self.up_proj(x))
+        gated = self.activation(self.gate_proj(x))
+        return self.down_proj(gated.mul_(self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

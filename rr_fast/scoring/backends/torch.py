@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +25,15 @@ from rr_fast.scoring.backends.base import Crossing, Forward, Request, length_dep
 from rr_fast.scoring.backends.torch_arrays import TorchArrays, TorchHead
 from rr_fast.scoring.backends.torch_crossing import (
     CrossingMasses,
+    batched_past,
     fused_attention_available,
     fused_attention_requested,
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# row tokens of a CPU crossing pass after which the freed heap goes back to the OS (``release_freed_memory``): a
+# long document's blocks are passes of 2,048 tokens and more; shorter passes are over too soon for it to pay
+TRIM_AFTER_TOKENS = 2048
 
 
 def pick_device(device: str = "auto") -> str:
@@ -223,8 +228,9 @@ class TorchBackend:
             host_edges=edges,
             tile=request.tile,
             fused=self.fused_attention and request.past is None,
-            past=None if request.past is None else torch.stack(request.past).to(self.device),
+            past=None if request.past is None else batched_past(request.past, self.device),
             keep=None if keep is None else keep.to(self.device),
+            layers=layers,
         )
         try:
             out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
@@ -241,7 +247,34 @@ class TorchBackend:
             )
             masses = dataclasses.replace(masses, fused=False)
             out = self.view(layers)(input_ids=ids_t, position_ids=pos_t, use_cache=False, crossing=masses)
-        return out.crossing.cpu().numpy(), masses.carried()
+        result = out.crossing.cpu().numpy(), masses.carried()
+        del out, masses
+        if self.device == "cpu" and ids_t.numel() >= TRIM_AFTER_TOKENS:
+            release_freed_memory()
+        return result
+
+
+@cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return getattr(libc, "malloc_trim", None)
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the OS (glibc's ``malloc_trim(0)``; nothing elsewhere). A pass's
+    temporaries come and go in blocks of many sizes, and glibc keeps the pages of freed blocks resident, as
+    fragments, for the next allocation that fits them: over a long document's passes they added up to hundreds of
+    MiB. The call takes a few milliseconds."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _require_safetensors(folder: Path, allow_pickle: bool) -> None:

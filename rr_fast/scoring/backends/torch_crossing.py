@@ -25,7 +25,12 @@ from rr_fast.scoring.backends.base import attention_tile, edge_columns, ordered_
 class CrossingMasses:
     """A ``base.Crossing`` request on the model's device: for each edge, the mean, over the first k tokens right of it
     (one k per span), of the attention mass they put on the tokens left of it, row index 0 (the BOS, where models park
-    unused attention) left out, in every layer and head."""
+    unused attention) left out, in every layer and head.
+
+    What a pass carries on is one buffer [B, layers, 2, kv_heads, K', d] (``carry``): each layer writes its keys and
+    values there as it runs, so nothing of it is stacked or copied at the end. Where the incoming ``past`` has that
+    shape, it is that buffer: a layer's carried keys are read once, into its keys (``with_past``), before the layer
+    writes the ones it carries on over them (``base.Crossing.past`` allows it)."""
 
     edges: torch.Tensor  # [B, E] key index of the first token right of each edge, increasing in a row; -1 pads
     lengths: torch.Tensor  # [B] real keys in each row (queries past them are padding)
@@ -35,27 +40,51 @@ class CrossingMasses:
     fused: bool = False  # the fused Triton kernel (``rr_fast.kernels.crossing_attention``) instead of explicit tiles
     past: torch.Tensor | None = None  # [B, layers, 2, kv_heads, K, head_dim] carried keys (before RoPE) and values
     keep: torch.Tensor | None = None  # [B, K'] key indices to carry on (``base.Crossing.keep``)
-    kept: list = field(default_factory=list, init=False, repr=False, compare=False)  # per layer, [B, 2, kv, K', d]
+    layers: int | None = None  # layers the pass runs (the carry buffer's second dimension); None: past's, else 1
+    _buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # carry, scratch
     _fused_plans: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # by row length
 
     def with_past(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``layer``'s keys (before RoPE) and values [B, kv_heads, T, d] with the carried ones in front, and the
-        ones to carry on set aside in ``kept``."""
+        ones to carry on written to the carry buffer (``carried``)."""
         if self.past is not None:
             k = torch.cat((self.past[:, layer, 0], k), dim=2)
             v = torch.cat((self.past[:, layer, 1], v), dim=2)
         if self.keep is not None:
+            carry = self._carry(k)
             index = self.keep.clamp(min=0)[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-            self.kept.append(torch.stack((k.gather(2, index), v.gather(2, index)), dim=1))
+            torch.gather(k, 2, index, out=carry[:, layer, 0])
+            torch.gather(v, 2, index, out=carry[:, layer, 1])
         return k, v
 
+    def _carry(self, k: torch.Tensor) -> torch.Tensor:
+        """The carry buffer [B, layers, 2, kv_heads, K', d]: the incoming ``past`` where it has that shape (each
+        layer's slice is read by ``with_past`` before it is written), else a new one, made once per pass."""
+        if "carry" not in self._buffers:
+            batch, kv_heads, _, dim = k.shape
+            layers = self.layers or (self.past.shape[1] if self.past is not None else 1)
+            shape = (batch, layers, 2, kv_heads, self.keep.shape[1], dim)
+            fits = self.past is not None and self.past.shape == shape and self.past.dtype == k.dtype
+            self._buffers["carry"] = self.past if fits else k.new_empty(shape)
+        return self._buffers["carry"]
+
     def carried(self) -> list[torch.Tensor | None]:
-        """Per row, what it carries to its next pass: [layers, 2, kv_heads, K', d], its own copy (None: nothing)."""
+        """Per row, what it carries to its next pass: [layers, 2, kv_heads, K', d], a view of the carry buffer
+        (None: nothing). ``batched_past`` finds the buffer again when the same rows come back together."""
         if self.keep is None:
             return [None] * self.edges.shape[0]
-        kept = torch.stack(self.kept, dim=1)
+        carry = self._buffers["carry"]
         wanted = (self.keep >= 0).any(dim=1).tolist()
-        return [row.clone() if want else None for row, want in zip(kept.unbind(0), wanted)]
+        return [row if want else None for row, want in zip(carry.unbind(0), wanted)]
+
+    def scratch(self, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A flat buffer of at least ``size`` elements for the tiles' temporaries, one per dtype, kept for the
+        whole pass: the tiles of every layer reuse it rather than allocating blocks of many sizes, which a CPU's
+        allocator keeps as fragments (resident memory) long after they are freed."""
+        held = self._buffers.get(dtype)
+        if held is None or held.numel() < size or held.device != device:
+            held = self._buffers[dtype] = torch.empty(size, dtype=dtype, device=device)
+        return held
 
     @cached_property
     def _ordered_edges(self) -> np.ndarray:
@@ -80,6 +109,25 @@ class CrossingMasses:
         depends only on the request, so it is formed once per forward, not in every layer."""
         ends = torch.stack([torch.minimum(self.edges + span, self.lengths[:, None]) for span in self.spans], dim=-1)
         return (ends - self.edges[..., None]).clamp(min=1)[:, None]
+
+
+def batched_past(rows: tuple[torch.Tensor, ...], device: str) -> torch.Tensor:
+    """The carried states of a pass's rows (``CrossingMasses.carried``) as one tensor [B, layers, 2, kv, K, d] on
+    ``device``: the carry buffer they are views of where they are all of its rows, in order (a long document's next
+    block, or a batch whose rows all go on), so nothing is copied; else a stack of them. (Views made under
+    inference mode keep no ``_base``: the rows are matched by their storage.)"""
+    first, size = rows[0], rows[0].numel()
+    storage = first.untyped_storage()
+    whole = storage.nbytes() == len(rows) * size * first.element_size()
+    if whole and all(
+        row.shape == first.shape
+        and row.is_contiguous()
+        and row.untyped_storage().data_ptr() == storage.data_ptr()
+        and row.storage_offset() == index * size
+        for index, row in enumerate(rows)
+    ):
+        return first.as_strided((len(rows), *first.shape), (size, *first.stride()), 0).to(device)
+    return torch.stack(rows).to(device)
 
 
 FUSED_ATTENTION_SWITCH = "RR_FAST_FUSED_ATTENTION"  # =1: the fused kernel, on CUDA with Triton
@@ -119,12 +167,17 @@ def crossing_attention(
     group = heads // kv_heads  # query heads per key/value head: each group is one product against its shared keys
     offset = k.shape[2] - length  # the key index of the first query
     keys = k.float().transpose(-1, -2)  # [B, kv, d, K], cast once per layer, not once per tile
-    values = v.repeat_interleave(group, dim=1) if group > 1 else v  # per query head, as SDPA's products round
+    # values per query head: a product over a group's stacked probabilities rounds differently from one per head, and
+    # a broadcast over the group copies the values in every tile; one copy per layer is less churn for the allocator
+    values = v.repeat_interleave(group, dim=1).view(batch, kv_heads, group, -1, dim) if group > 1 else v[:, :, None]
     band = max(request.spans)
     tile = attention_tile(q.device.type != "cpu", batch, heads, k.shape[2], request.tile)
     device = q.device
     out = torch.empty_like(q)
     window = window or k.shape[2]
+    widest = batch * heads * min(tile, length) * min(k.shape[2], tile + window - 1)  # a tile's scores, at most
+    scores_buffer = request.scratch(widest, torch.float32, device)
+    low_buffer = request.scratch(widest, v.dtype, device) if v.dtype != torch.float32 else None
     mass = torch.zeros((batch, heads, request.edges.shape[1], len(request.spans)), device=device)
     behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
     for first in range(offset, offset + length, tile):  # in key indices
@@ -132,11 +185,16 @@ def crossing_attention(
         count = last - first
         queries = torch.arange(first, last, device=device)
         low = max(0, first - window + 1)  # the first key the tile's window reaches
-        grouped = q[:, :, first - offset : last - offset].reshape(batch, kv_heads, group * count, dim)
-        scores = (grouped.float() @ keys[..., low:last]).mul_(scale).view(batch, heads, count, last - low)
-        _mask_outside_window(scores, first, low, window)
-        probs = scores.softmax(dim=-1)
-        out[:, :, first - offset : last - offset] = (probs.to(v.dtype) @ values[:, :, low:last]).to(out.dtype)
+        size = batch * heads * count * (last - low)
+        grouped = q[:, :, first - offset : last - offset].reshape(batch, kv_heads, group * count, dim).float()
+        scores = scores_buffer[:size].view(batch, kv_heads, group * count, last - low)
+        torch.matmul(grouped, keys[..., low:last], out=scores)
+        probs = scores.mul_(scale).view(batch, heads, count, last - low)
+        _mask_outside_window(probs, first, low, window)
+        torch.softmax(probs, dim=-1, out=probs)  # in place: the same values as softmax into a new tensor
+        low_probs = probs if low_buffer is None else low_buffer[:size].view(probs.shape).copy_(probs)
+        grouped_out = low_probs.view(batch, kv_heads, group, count, last - low) @ values[..., low:last, :]
+        out[:, :, first - offset : last - offset] = grouped_out.view(batch, heads, count, dim).to(out.dtype)
         bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
         key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
         near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
