@@ -207,6 +207,16 @@ class InterruptedWhenFinalized:
         interrupt_self(self.signum)
 
 
+@pytest.fixture()
+def answers_ctrl_c():
+    """SIGINT raised as KeyboardInterrupt in this process for the test, as in a foreground Python: a suite started as
+    a background job inherits it ignored, and ``interrupts_kept`` leaves an ignored signal ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("answers_ctrl_c")
 @pytest.mark.parametrize("swallowed_by", ["a catch-all", "a finalizer"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_a_library_swallows_is_kept(swallowed_by, signum, capfd):
@@ -231,6 +241,7 @@ def test_an_interrupt_a_library_swallows_is_kept(swallowed_by, signum, capfd):
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.usefixtures("answers_ctrl_c")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ray_stops_at_its_next_stage_when_its_driver_swallows_an_interrupt(signum, tiny, tmp_path, monkeypatch):
     """The Ray path checks for a kept interrupt after each Ray stage: a Ctrl-C or SIGTERM swallowed while Ray reads
