@@ -29,7 +29,7 @@ from rr_fast.chunker import Chunk, Chunker, Scores
 from rr_fast.cli_io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
 from rr_fast.config import CHECKS, ChunkerConfig, Reading, Resolved
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.interrupts import interrupted_status, sigterm_as_interrupt
+from rr_fast.interrupts import interrupt_within, interrupted_status, sigterm_as_interrupt
 from rr_fast.models.names import ready_folder, resolve
 from rr_fast.scoring.backends import check_backend
 from rr_fast.text.edges import printable
@@ -131,9 +131,10 @@ def report(error: BaseException, debug: bool = False, interrupted: str = "interr
         traceback.print_exception(error)
     if isinstance(error, SystemExit):
         return int(error.code or 0) if isinstance(error.code, int) or error.code is None else 1
-    if isinstance(error, KeyboardInterrupt):
+    interrupt = interrupt_within(error)
+    if interrupt is not None:
         sys.stderr.write(f"{PROG}: {interrupted}\n")
-        return interrupted_status(error)
+        return interrupted_status(interrupt)
     if isinstance(error, BrokenPipeError):  # `... | head`: the reader left; not worth a message
         _silence_stdout()
         return 1

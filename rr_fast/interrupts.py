@@ -39,6 +39,21 @@ def interrupted_status(interrupt: KeyboardInterrupt) -> int:
     return INTERRUPTED_STATUS[signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT]
 
 
+def interrupt_within(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that ``error`` stands for: itself, or one among its causes and contexts, else None.
+
+    A C extension that returns a value while a signal handler's exception is pending (Numba's dispatcher, for one)
+    turns the interrupt into a ``SystemError`` ("returned a result with an exception set") caused by it, and a library
+    may raise its own error while an interrupt unwinds it; either is still the user's Ctrl-C, not a failure."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _raise_terminated(signum, frame) -> NoReturn:
     raise Terminated()
 

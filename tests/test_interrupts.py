@@ -273,3 +273,54 @@ def test_ray_stops_at_its_next_stage_when_its_driver_swallows_an_interrupt(signu
         assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
     finally:
         ray.shutdown()
+
+
+def interrupt_turned_into_system_error(signum: int) -> SystemError:
+    """What a C extension raises when it returns a value while a signal handler's exception is pending (Numba's
+    dispatcher: "returned a result with an exception set"): a SystemError caused by the interrupt."""
+    try:
+        try:
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        except KeyboardInterrupt as interrupt:
+            raise SystemError("CPUDispatcher(open_count) returned a result with an exception set") from interrupt
+    except SystemError as error:
+        return error
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_a_kernel_turned_into_an_error_is_still_an_interrupt(signum, tiny, tmp_path, monkeypatch, capsys):
+    """A signal that arrives as the DP kernel returns stops the corpus run with its status and the one line that
+    says how to go on, not "internal error"; --resume then finishes the run."""
+    from rr_fast.segmentation import dp
+
+    kernel = dp.open_count
+
+    def interrupted(*args, **kwargs):
+        raise interrupt_turned_into_system_error(signum)
+
+    monkeypatch.setattr(dp, "open_count", interrupted)
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(12))])
+    out = tmp_path / "out"
+    args = [str(data), "-o", str(out), "--shard-docs", "4", "-q", "--workers", "1", *options(tiny)]
+    assert corpus_main(args) == STATUS[signum]
+    assert capsys.readouterr().err.splitlines() in ([RESUME], [NOTHING_WRITTEN])
+    monkeypatch.setattr(dp, "open_count", kernel)
+    assert corpus_main([*args, "--resume"]) == 0
+    assert {row["doc_id"] for row in read_output(out)} == {f"d{i}" for i in range(12)}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_a_tokenizer_turned_into_an_error_is_not_an_error_document(signum, tiny, monkeypatch):
+    """With errors="return" a text's own failure is yielded in its place; an interrupt that the tokenizer turned into
+    another error is raised, not yielded as the text's error."""
+    from rr_fast import Chunker
+    from rr_fast.segmentation.dp import Limits
+    from rr_fast.text import documents
+
+    def interrupted(*args, **kwargs):
+        raise interrupt_turned_into_system_error(signum)
+
+    chunker = Chunker(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02))
+    monkeypatch.setattr(documents, "texts_tokens", interrupted)
+    with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
+        list(chunker.chunk_many(make_texts(3), errors="return"))

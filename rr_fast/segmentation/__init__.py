@@ -20,11 +20,11 @@ import numpy as np
 from rr_fast.errors import RRFastError
 from rr_fast.segmentation.dp import Limits, Segmentation, segment, segment_tiered
 from rr_fast.segmentation.lengths import LengthUnit, edge_positions, segment_in_unit
-from rr_fast.text.documents import Document
 from rr_fast.text.structure import priors
 
 if TYPE_CHECKING:  # the configuration is resolved above this layer and handed down
     from rr_fast.config import Resolved
+    from rr_fast.text.documents import Document
 
 
 def cut_document(document: Document, utilities: np.ndarray, resolved: Resolved, unit: LengthUnit) -> Segmentation:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.interrupts import interrupt_within
 from rr_fast.segmentation.dp import Limits
 from rr_fast.segmentation.lengths import MODEL
 from rr_fast.text.edges import Edges, candidate_edges, clean_edges, lone_surrogate
@@ -88,7 +89,8 @@ class Preparer:
             started = time.perf_counter()
             try:
                 tokenized = texts_tokens(self.tokenizer, group)
-            except Exception:  # a tokenizer's own failure on exotic input: each text alone, to say which
+            except Exception as error:  # a tokenizer's own failure on exotic input: each text alone, to say which
+                _raise_interrupt_within(error)
                 tokenized = [None] * len(group)
             self._add_time(started)
             for text, tokens in zip(group, tokenized):
@@ -101,6 +103,7 @@ class Preparer:
                         self._add_time(started)
                     yield prepare_document(text, tokens, self.resolved)
                 except Exception as error:  # ours, or a tokenizer's own failure on exotic input: ours either way
+                    _raise_interrupt_within(error)
                     failure = (
                         error
                         if isinstance(error, RRFastError)
@@ -193,3 +196,10 @@ def check_num_chunks(
             f"--num-chunks {num_chunks} on {num_edges} candidate edges needs a {table / 2**30:.1f} GiB table: "
             "ask for fewer chunks, or leave out --num-chunks and set --target-tokens instead"
         )
+
+
+def _raise_interrupt_within(error: Exception) -> None:
+    """A Ctrl-C that a library turned into another error stops the run: it is not this text's error document."""
+    interrupt = interrupt_within(error)
+    if interrupt is not None:
+        raise interrupt
