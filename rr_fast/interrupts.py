@@ -136,6 +136,64 @@ def interrupts_kept() -> Iterator[Callable[[], None]]:
             signal.signal(signum, handler)
 
 
+STUCK_AFTER_S = 10.0  # how long a signal waits for the main thread before ``ends_when_stuck`` ends the process
+
+
+@contextmanager
+def ends_when_stuck(line: str, after: float = STUCK_AFTER_S) -> Iterator[None]:
+    """A Ctrl-C or SIGTERM that arrives while the block runs ends the process at most ``after`` seconds later, with
+    ``line`` and the signal's exit status, if the block has not ended by then.
+
+    Python runs a signal's handler in the main thread, between its bytecodes: a library blocked in its own code runs
+    none, nor does a cleanup that hangs. Ray's driver does both when the SIGTERM reaches the whole process group: it
+    waits on the cluster's processes that the same signal ended, and after 60 s exits 1 in a C++ log line. The
+    interpreter's C-level handler writes each signal's number to the wakeup pipe at once (``signal.set_wakeup_fd``);
+    a watcher thread reads it and, when the block is still running ``after`` seconds later, says ``line`` and ends the
+    process as a kill would (no atexit handlers): what the run committed stays, for ``--resume``. Where another
+    wakeup pipe is set (an asyncio loop in the main thread), or outside the main thread, the block runs unwatched."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reading, writing = os.pipe()
+    os.set_blocking(writing, False)
+    try:
+        previous = signal.set_wakeup_fd(writing, warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(reading)
+        os.close(writing)
+        yield
+        return
+    ended = threading.Event()
+
+    def watch() -> None:
+        while True:
+            try:
+                arrived = os.read(reading, 64)
+            except OSError:
+                return
+            stopping = [number for number in arrived if number in STOPPING]
+            if not arrived or ended.is_set():  # the block ended: its pipe was closed
+                return
+            if stopping and not ended.wait(after):
+                _say(line)
+                os._exit(INTERRUPTED_STATUS[stopping[-1]])
+
+    watcher = threading.Thread(target=watch, name="rr-fast ends when stuck", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        ended.set()
+        signal.set_wakeup_fd(-1)
+        os.close(writing)  # the watcher reads the end of the pipe and returns
+        watcher.join()
+        os.close(reading)
+
+
 def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
     """Import ``module``, run its ``main(argv)`` and end the process with its exit status (``end_process``)."""
     signal.signal(signal.SIGTERM, _raise_terminated)

@@ -22,7 +22,9 @@ from rr_fast.cli import PROG, OneLineParser, add_config_options, given_options, 
 from rr_fast.corpus.manifest import RunConfig
 from rr_fast.corpus.run import PREPARE, run
 from rr_fast.errors import RRFastError, UsageError
+from rr_fast.interrupts import ends_when_stuck
 
+INTERRUPTED = "interrupted; continue with --resume"  # what an interrupted run says: its shards stay
 EXIT_DOCUMENT_ERRORS = 3  # the run finished, but some documents went to errors.jsonl
 MAX_WORKERS = 256  # processes on one machine: more only thrash (each loads the model)
 
@@ -74,7 +76,7 @@ def resolve_devices(device: str, workers: int | None) -> tuple[int, list[str | N
 def main(argv: list[str] | None = None) -> int:
     """Run the corpus command; returns the exit status (0, 3 when documents went to errors.jsonl, 1 runtime
     error, 2 usage error, 130 interrupted)."""
-    return run_command(build_parser(), argv, _command, interrupted="interrupted; continue with --resume")
+    return run_command(build_parser(), argv, _command, interrupted=INTERRUPTED)
 
 
 def _command(args) -> int:
@@ -111,6 +113,7 @@ def _run_command(args) -> dict:
     if args.ray:
         from rr_fast.corpus.ray import run_on_ray
 
-        return run_on_ray(config, address=args.ray, resume=args.resume)
+        with ends_when_stuck(INTERRUPTED):  # a Ray driver can block where no signal handler runs
+            return run_on_ray(config, address=args.ray, resume=args.resume)
     workers, devices = resolve_devices(device, args.workers)
     return run(config, workers, devices, resume=args.resume, progress=not args.quiet)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -317,9 +318,11 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     output = Path(config.output)
     with OutputLock(output):
         previous_run(output, config, resume=False)
-        if not ray.is_initialized():
+        started = not ray.is_initialized()
+        if started:
             ray.init(address=address, log_to_driver=False)  # sets a SIGTERM handler of its own: ours go in after
-        with interrupts_kept() as check:  # Ray's driver can swallow a Ctrl-C: checked after each of its stages
+        with interrupts_kept() as check, _shut_down_after(ray if started else None):
+            # Ray's driver can swallow a Ctrl-C: checked after each of its stages
             ray.data.DataContext.get_current().execution_options.preserve_order = True
             if num_gpus is None:
                 num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
@@ -336,6 +339,17 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
             if documents != found.documents:
                 raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
             return finish(output, found)
+
+
+@contextmanager
+def _shut_down_after(ray) -> Iterator[None]:
+    """The Ray this run started shut down as the run ends, however it ends: here, where a shutdown that hangs on
+    cluster processes a signal ended is still the run's to bound (``interrupts.ends_when_stuck``), not at exit."""
+    try:
+        yield
+    finally:
+        if ray is not None:
+            ray.shutdown()
 
 
 def _split_into_shards(staging: Path, output: Path, shard_docs: int) -> int:
