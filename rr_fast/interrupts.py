@@ -9,6 +9,11 @@ raises); an interrupt while the imports run is one line too. The process then en
 process silently, and one that came after the command had finished is still answered, in one line that says the
 output is complete.
 
+Libraries get between a signal and its answer in three ways, each handled here: one swallows the interrupt
+(``interrupts_kept`` keeps it for a later ``check()``), one turns it into an error of its own (``interrupt_within``
+finds it in the error's causes), one blocks the main thread where no handler runs (``ends_when_stuck`` bounds the
+wait).
+
 This module imports only the standard library and ``rr_fast`` imports nothing on its own, so the only moment a
 signal meets Python's own handling is the interpreter's start-up. A shell starts a background job with SIGINT
 ignored (POSIX), and rr-fast, like any program, leaves it so: Ctrl-C cannot reach such a job, SIGTERM can.
