@@ -257,7 +257,9 @@ def test_gpu_corpus_benchmark_smoke(tmp_path):
     cache = os.environ.get("RR_FAST_CACHE")
     out = tmp_path / "out"
     rows = "engine,engine_explicit,engine_x4,cuts"
-    result = gpu_corpus.main(["--smoke", "--rows", rows, "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
+    every_row = ["--seconds", "1e9"]  # the time budget skips rows on a slow or busy machine: here each must run
+    arguments = ["--smoke", "--rows", rows, *every_row, "--inputs", str(tmp_path / "inputs"), "--out", str(out)]
+    result = gpu_corpus.main(arguments)
     assert json.loads((out / "result.json").read_text()) == json.loads(json.dumps(result))
     assert result["balanced"]["errors"] == 0 and result["balanced"]["source_tokens"] > 0
     # bfloat16, the preset's dtype here: the fused kernel rounds the probabilities at another point than the explicit
@@ -365,7 +367,8 @@ def test_cuda_graphs_benchmark_smoke(tmp_path):
     from bench.speed import cuda_graphs
 
     out = tmp_path / "out"
-    result = cuda_graphs.main(["--smoke", "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
+    every_row = ["--seconds", "1e9"]  # the time budget skips rows on a slow or busy machine: here each must run
+    result = cuda_graphs.main(["--smoke", *every_row, "--inputs", str(tmp_path / "inputs"), "--out", str(out)])
     assert json.loads((out / "cuda_graphs.json").read_text()) == json.loads(json.dumps(result))
     assert result["padded"]["padding_factor"] > 1 and result["padded"]["scores_max_abs_diff_vs_plain"] < 1e-2
     assert result["profile"]["wall_s_profiled"] > 0 and "graphs" not in result
