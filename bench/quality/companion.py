@@ -26,33 +26,49 @@ MODELS = {"gemma3-270m": "gemma3-270m:attention-step8-bf16", "smollm2-135m": "sm
 SHARES = (0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9)  # the second model's share of each edge's utility
 
 
-def head_scores(model: str, streams: list[Stream], out: Path) -> dict[str, EdgeScores]:
-    """Each stream's edges (every 8th word boundary and sentence ends) scored by ``model``'s shipped deepest head."""
+def stream_masses(streams: list[Stream], folder: Path, options: dict, spans: tuple[int, ...], keep) -> dict[str, dict]:
+    """Each stream's candidate edges under ``research_chunker(**options)`` with ``keep(masses)`` of their crossing
+    masses at ``spans`` ([E, layers, heads, spans], every layer): one pass per stream, stored in ``folder`` (one .npz
+    per stream id) and read from there when an earlier run stored it. Each stream's arrays: edge_tokens, edge_chars,
+    num_tokens and what ``keep`` returns."""
     from bench.engine import research_chunker
     from rr_fast.distill.fit import MassesScorer
-    from rr_fast.scoring.crossing import CrossingHead
 
-    folder = out / "companion" / model
     folder.mkdir(parents=True, exist_ok=True)
-    chunker, scores = None, {}
+    chunker, found = None, {}
     for stream in streams:
         path = folder / f"{stream.id}.npz"
         if not path.exists():
             if chunker is None:
-                chunker = research_chunker(**option_config(MODELS[model]))
-                stored = chunker.config.recipe_used().head(chunker.reading.layer)
-                head = CrossingHead.from_dict(stored)
-                masses_of = MassesScorer(chunker.backend, chunker.bos, head.spans, chunker.reading.context, None)
+                chunker = research_chunker(**options)
+                masses_of = MassesScorer(chunker.backend, chunker.bos, spans, chunker.reading.context, None)
             (document,) = chunker.preparer.prepare([stream.text], "raise", [])
-            masses = masses_of.score(document.tokens.ids, document.scored.tokens)["masses"][:, : head.layers]
-            values = head(masses)
+            masses = masses_of.score(document.tokens.ids, document.scored.tokens)["masses"]
             np.savez(path, edge_tokens=document.scored.tokens, edge_chars=document.scored.chars,
-                     num_tokens=len(document.tokens.ids), values=values)  # fmt: skip
+                     num_tokens=len(document.tokens.ids), **keep(masses))  # fmt: skip
         with np.load(path) as saved:
-            scores[stream.id] = EdgeScores(
-                int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], saved["values"]
-            )
-    return scores
+            found[stream.id] = {name: saved[name] for name in saved.files}
+    return found
+
+
+def head_scores(model: str, streams: list[Stream], out: Path) -> dict[str, EdgeScores]:
+    """Each stream's edges (every 8th word boundary and sentence ends) scored by ``model``'s shipped deepest head."""
+    from rr_fast.models.recipes import recipe_for
+    from rr_fast.scoring.crossing import CrossingHead
+
+    options = option_config(MODELS[model])
+    head = CrossingHead.from_dict(recipe_for(model).head(options.get("layer")))  # None: the deepest
+
+    def values(masses: np.ndarray) -> dict[str, np.ndarray]:
+        return {"values": head(masses[:, : head.layers])}
+
+    found = stream_masses(streams, out / "companion" / model, options, head.spans, values)
+    return {key: edge_scores(arrays, arrays["values"]) for key, arrays in found.items()}
+
+
+def edge_scores(arrays: dict[str, np.ndarray], values: np.ndarray) -> EdgeScores:
+    """A stream's ``values`` on the edges ``stream_masses`` found there."""
+    return EdgeScores(int(arrays["num_tokens"]), arrays["edge_tokens"], arrays["edge_chars"], values)
 
 
 def blended(first: dict[str, EdgeScores], second: dict[str, EdgeScores], share: float) -> dict[str, EdgeScores]:

@@ -37,7 +37,7 @@ import numpy as np
 
 from bench.common import REPO_ROOT, data_dir
 from bench.quality.calibration import EdgeScores
-from bench.quality.companion import SHARES, blended, evaluate, head_scores
+from bench.quality.companion import SHARES, blended, edge_scores, evaluate, head_scores, stream_masses
 from bench.quality.metrics import bootstrap_indices, interval
 from bench.quality.pareto import OUT, STREAMS
 from bench.quality.streams import DOMAINS, Stream, load_records, read_streams
@@ -97,28 +97,10 @@ def teacher_examples(texts: list[str]):
     return found
 
 
-def step8_masses(streams: list[Stream], out: Path) -> dict[str, tuple[EdgeScores, np.ndarray]]:
-    """Each stream's step-8 edges and their six-span masses of every layer ([E, layers, heads, spans]), cached."""
-    from bench.engine import research_chunker
-    from rr_fast.distill.fit import MassesScorer
-
-    folder = out / "masses"
-    folder.mkdir(parents=True, exist_ok=True)
-    chunker, found = None, {}
-    for stream in streams:
-        path = folder / f"{stream.id}.npz"
-        if not path.exists():
-            if chunker is None:
-                chunker = research_chunker(model=MODEL, readout="attention", step=STEP, dtype="float32")
-                masses_of = MassesScorer(chunker.backend, chunker.bos, SPANS, chunker.reading.context, None)
-            (document,) = chunker.preparer.prepare([stream.text], "raise", [])
-            masses = masses_of.score(document.tokens.ids, document.scored.tokens)["masses"]
-            np.savez(path, edge_tokens=document.scored.tokens, edge_chars=document.scored.chars,
-                     num_tokens=len(document.tokens.ids), masses=masses)  # fmt: skip
-        with np.load(path) as saved:
-            edges = EdgeScores(int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], np.zeros(0))
-            found[stream.id] = (edges, saved["masses"])
-    return found
+def step8_masses(streams: list[Stream], out: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Each stream's step-8 edges and their six-span masses of every layer (``masses``: [E, layers, heads, spans])."""
+    options = {"model": MODEL, "readout": "attention", "step": STEP, "dtype": "float32"}
+    return stream_masses(streams, out / "masses", options, SPANS, lambda masses: {"masses": masses})
 
 
 def features(masses: np.ndarray, spans: tuple[int, ...]) -> np.ndarray:
@@ -187,6 +169,7 @@ def cross_fitted(fit, x: list[np.ndarray], y: list[np.ndarray], apply_to: list) 
 
 def main(argv: list[str] | None = None) -> dict:
     from rr_fast.distill.fit import ALPHAS, agreement
+    from rr_fast.models.recipes import recipe_for
     from rr_fast.scoring.crossing import CrossingHead
     from rr_fast.segmentation.calibration import percentiles
 
@@ -216,18 +199,14 @@ def main(argv: list[str] | None = None) -> dict:
     targets = [percentiles(e.teacher[u]) for e, u in zip(found, usable)]
 
     def scored(values: dict[str, np.ndarray]) -> dict[str, EdgeScores]:
-        edges = {key: masses[key][0] for key in values}
-        return {
-            key: EdgeScores(edges[key].num_tokens, edges[key].edge_tokens, edges[key].edge_chars, value)
-            for key, value in values.items()
-        }
+        return {key: edge_scores(masses[key], value) for key, value in values.items()}
 
     candidates: dict[str, dict[str, EdgeScores]] = {}
     report: dict[str, dict] = {}
-    recipe = json.loads((REPO_ROOT / "rr_fast" / "models" / "bundled" / f"{MODEL}.json").read_text())
-    shipped = CrossingHead.from_dict(next(head for head in recipe["heads"] if head["layers"] == LAYERS))
+    shipped = CrossingHead.from_dict(recipe_for(MODEL).head(LAYERS))
+    at_spans = [SPANS.index(span) for span in shipped.spans]
     candidates["shipped head, 3 spans"] = scored(
-        {s.id: shipped(masses[s.id][1][:, :LAYERS][..., [SPANS.index(p) for p in SHIPPED_SPANS]]) for s in streams}
+        {s.id: shipped(masses[s.id]["masses"][:, :LAYERS][..., at_spans]) for s in streams}
     )
     report["shipped head, 3 spans"] = {"note": "fitted on the calibration streams: its calibration is not cross-fitted"}
     for texts, documents in (("", len(calibration)), (", twice the text", len(found))):
@@ -240,11 +219,11 @@ def main(argv: list[str] | None = None) -> dict:
                 tried = [(p, agreement(cross_fitted(make(*p), x, y, x), y)["spearman"]) for p in grid]
                 best, spearman = max(tried, key=lambda row: row[1])
                 print(f"{name}: settings {best}, cross-fitted Spearman {spearman:.4f}", flush=True)
-                apply = [features(masses[s.id][1], spans) for s in calibration]
+                apply = [features(masses[s.id]["masses"], spans) for s in calibration]
                 on_calibration = cross_fitted(make(*best), x, y, apply + [None] * (documents - len(calibration)))
                 full = make(*best)(np.vstack(x), np.concatenate(y))
                 values = {s.id: v for s, v in zip(calibration, on_calibration)}
-                values |= {s.id: full(features(masses[s.id][1], spans)) for s in evaluation}
+                values |= {s.id: full(features(masses[s.id]["masses"], spans)) for s in evaluation}
                 candidates[name] = scored(values)
                 report[name] = {"settings": list(best), "cross_fitted_spearman": round(spearman, 4), "tried": tried}
 
