@@ -275,7 +275,9 @@ def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, c
     return out
 
 
-# The options only the benchmarks take, beside the product's (``research_chunker``): dtype int8 (``quantize_int8``),
+INT8 = ("int8", "int8-channel")  # dynamic int8 linears, one weight scale per matrix or per output channel
+# The options only the benchmarks take, beside the product's (``research_chunker``): dtype int8 or int8-channel
+# (``quantize_int8``),
 # skip (the recipe's, else the
 # paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with shortlist_window, and positions
 # auto|original|reindex (auto: re-index RoPE models)
@@ -306,7 +308,7 @@ def research_chunker(**options: Any):
     from rr_fast.text.tokenizer import load_tokenizer
 
     research = {name: options.pop(name) for name in RESEARCH_OPTIONS if options.get(name) is not None}
-    int8 = options.get("dtype") == "int8"
+    int8 = options.get("dtype") in INT8
     resolved = research_config(**(options | ({"dtype": "float32"} if int8 else {})))
     folder = resolve(resolved.config.model)
     reset_prefix = research.get("reset_prefix", "none")
@@ -331,18 +333,19 @@ def research_chunker(**options: Any):
     backend = None
     if int8:  # the float32 model with its decoder's linear layers in dynamic int8, on the CPU
         backend = TorchBackend.load(folder, dtype="float32", device="cpu")
-        quantize_int8(backend.model)
+        quantize_int8(backend.model, per_channel=options["dtype"] == "int8-channel")
     return Chunker(resolved, folder=folder, tokenizer=tokenizer, backend=backend, scorer=research_scorer)
 
 
-def quantize_int8(model: nn.Module) -> None:
+def quantize_int8(model: nn.Module, per_channel: bool = False) -> None:
     """Dynamic int8 for the decoder's linear layers, a lever measured and not adopted by the product: int8 weights,
-    activations quantized per call (PyTorch's
-    fbgemm/oneDNN kernels). The LM head stays float32: LR's log-normalizer reads its weights in cache-sized
-    tiles, and its logits are where int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU",
+    activations quantized per call (PyTorch's fbgemm/oneDNN kernels), one weight scale per matrix, or with
+    ``per_channel`` one per output channel (a row of the weight; the activations keep one scale per call either way).
+    The LM head stays float32: LR's log-normalizer reads its weights in cache-sized tiles, and its logits are where
+    int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU",
     "Levers and runtimes") gives the speed and the score drift this buys on a CPU."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
     head = model.get_output_embeddings()
     linears = {
@@ -355,7 +358,8 @@ def quantize_int8(model: nn.Module) -> None:
         module.__class__ = nn.Linear
     with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works here
         warnings.simplefilter("ignore")
-        quantize_dynamic(model, dict.fromkeys(linears, default_dynamic_qconfig), inplace=True)
+        qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+        quantize_dynamic(model, dict.fromkeys(linears, qconfig), inplace=True)
     assert all(isinstance(module, DynamicLinear) for name, module in model.named_modules() if name in linears)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from bench.engine import paper_scoring
 from bench.reference import reference_scores
@@ -137,6 +138,11 @@ def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
         assert np.array_equal(finite, np.isfinite(got[name]))
         assert 0 < np.abs(want[name][finite] - got[name][finite]).max()  # it did change the arithmetic
         assert spearmanr(want[name][finite], got[name][finite])[0] > 0.8
+    per_channel = TorchBackend.load(tiny_model_dir, device="cpu")
+    quantize_int8(per_channel.model, per_channel=True)
+    weights = [m.weight() for m in per_channel.decoder.modules() if isinstance(m, DynamicLinear)]
+    assert weights and all(w.qscheme() == torch.per_channel_affine for w in weights)  # a scale per output channel
+    assert all(w.qscheme() == torch.per_tensor_affine for w in (m.weight() for m in decoder_linears))
 
 
 def test_the_base_interface_suffices(tiny_model_factory):

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import BENCH_MODEL, REPO_ROOT, save_scores
-from bench.engine import research_chunker
+from bench.engine import INT8, research_chunker
 from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream
@@ -134,6 +134,9 @@ OPTIONS: dict[str, dict] = {
     # the same readout on MLX (its CPU backend here): speed only, its scores match torch's (tests/test_mlx.py)
     "gemma3-270m:attention-mlx-bf16": {**GEMMA_ATTENTION, "backend": "mlx"},
     "gemma3-270m:attention-mlx": {**GEMMA_ATTENTION, "backend": "mlx", "dtype": "float32"},
+    # dynamic int8 linears (bench.engine.quantize_int8), the lever for CPUs without native bfloat16 (AVX2 only)
+    "gemma3-270m:attention-int8": {**GEMMA_ATTENTION, "dtype": "int8"},
+    "gemma3-270m:attention-int8-channel": {**GEMMA_ATTENTION, "dtype": "int8-channel"},  # a scale per row
     "gemma3-270m:attention-step8-bf16": {**GEMMA_ATTENTION, "step": 8},
     "gemma3-270m:attention-L9-bf16": {**GEMMA_ATTENTION, "layer": 9},  # the head on the first 9 of 18 layers
     "gemma3-270m:attention-L9-step8-bf16": {**GEMMA_ATTENTION, "layer": 9, "step": 8},
@@ -148,6 +151,8 @@ OPTIONS: dict[str, dict] = {
     # SmolLM2's heads (Apache-2.0), distilled the same way from its own lr at W 192 skipping 4, float32 as its recipe
     "smollm2-135m:attention-step64": {**SMOLLM2_ATTENTION, "step": 64},
     "smollm2-135m:attention": SMOLLM2_ATTENTION,  # every 8th word boundary
+    "smollm2-135m:attention-int8": {**SMOLLM2_ATTENTION, "dtype": "int8"},
+    "smollm2-135m:attention-int8-channel": {**SMOLLM2_ATTENTION, "dtype": "int8-channel"},
     "smollm2-135m:attention-L15-step64": {**SMOLLM2_ATTENTION, "layer": 15, "step": 64},
     "smollm2-135m:attention-L15": {**SMOLLM2_ATTENTION, "layer": 15},
     # both bundled models: Gemma 3's utilities at every 8th word boundary blended with SmolLM2's default reading's
@@ -166,7 +171,10 @@ OPTIONS: dict[str, dict] = {
 CROSS_FITTED = {
     f"{name}-crossfit": name
     for name in OPTIONS
-    if ":attention" in name and "-mlx" not in name and "companion" not in OPTIONS[name]
+    if ":attention" in name
+    and "-mlx" not in name
+    and "companion" not in OPTIONS[name]
+    and OPTIONS[name].get("dtype") not in INT8  # the shipped heads under int8: nothing is refitted
 }
 OPTIONS |= {crossfit: OPTIONS[name] for crossfit, name in CROSS_FITTED.items()}
 # The product's default (ChunkerConfig(); a test keeps the two equal) and ``--preset quality``: both bundled models,
