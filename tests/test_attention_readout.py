@@ -117,6 +117,25 @@ def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):
     np.testing.assert_allclose(both[1, :2], alone[0], atol=1e-5)
 
 
+def test_a_padded_batch_computes_its_real_tokens_only(gemma):
+    """Every per-token step (here the MLPs) runs on the rows' real tokens, not on the padding of the shorter rows."""
+    backend, _ = gemma
+    rows = np.zeros((2, 40), dtype=np.int64)
+    rows[0], rows[1, :23] = np.arange(3, 43), np.arange(3, 26)
+    seen = []
+    hooks = [
+        layer.mlp.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[:-1].numel()))
+        for layer in backend.decoder.layers
+    ]
+    request = Request(crossing=Crossing(np.array([[4], [6]]), np.array([40, 23]), SPANS, backend.depth))
+    try:
+        backend.run(rows, np.arange(40)[None], request)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen == [40 + 23] * backend.depth
+
+
 def test_carried_keys_continue_a_pass_exactly(gemma):
     """A pass over a row's second part that carries in every key and value of its first part gives that part's
     edges the masses of one pass over the whole row (transformers' own attention), past the sliding window."""

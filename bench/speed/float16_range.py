@@ -28,12 +28,12 @@ from bench.speed.gpu_corpus import PREPARED, SMOKE, bundled_model, prepare
 from bench.speed.mlx_gpu import compare, run_arm
 
 
-def clipped_layer(self, x, rope, crossing=None):
+def clipped_layer(self, x, rope, crossing=None, rows=None):
     """``plain.DecoderLayer.forward`` for Gemma with the residual clipped after each sum, as mlx-lm clips it."""
     import torch
 
     bound = torch.finfo(torch.float16).max
-    attended = self.self_attn(self.input_layernorm(x), rope, crossing)
+    attended = self.self_attn(self.input_layernorm(x), rope, crossing, rows)
     attended, mass = attended if crossing is not None else (attended, None)
     x = (x + self.post_attention_layernorm(attended, x.dtype)).clamp(-bound, bound)
     x = (x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)), x.dtype)).clamp(-bound, bound)

@@ -204,7 +204,9 @@ class FullPassScorer(ABC):
 
         Rows are right-padded to their batch's longest, so blocks go longest first and a batch takes no row under
         half its longest: on a corpus of mixed lengths at a GPU's batch size, packing in document order computed
-        about five row tokens per real one, this packing 1.4 (each row's result is its own, whatever its batch)."""
+        about five row tokens per real one, this packing 1.4 (each row's result is its own, whatever its batch). The
+        plain torch modules run the per-token work (projections, MLPs) on the real tokens alone
+        (``backends.plain.Rows``), so there the padding costs only attention."""
         jobs = [(doc, next(doc.blocks)) for doc in documents]
         jobs.sort(key=lambda job: (job[0].past is None, -self.row_width(*job)))
         group: list = []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -243,6 +244,42 @@ class RMSNorm(nn.Module):
         return self.family.norm(x, self.weight, self.eps, dtype)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The real tokens of a crossing pass's [B, T] rows, where some are right-padded to the longest (a batch of
+    documents of several lengths): every layer's per-token work (norms, projections, the MLP) runs on the real tokens
+    alone, packed end to end, and only the attention spreads them back into rows. Padding computed nothing a real
+    token reads (attention is causal), so the results are the same; at a CPU's batch of 1,024 row tokens a corpus of
+    short records was about a sixth padding (bench/RESULTS.md)."""
+
+    shape: tuple[int, int]  # [B, T]
+    real: torch.Tensor  # flat indices of the real positions in B × T, in order
+
+    @classmethod
+    def of(cls, crossing: CrossingMasses | None, shape: torch.Size) -> Rows | None:
+        """The real tokens of a crossing pass's rows, from its lengths on the host (they count keys, carried ones
+        included; the queries are the last T of them): None where no row is padded, or the request has no host
+        lengths (a request built on the device, as a CUDA graph's is, keeps its rows whole)."""
+        if crossing is None or crossing.host_lengths is None:
+            return None
+        batch, length = shape
+        carried = 0 if crossing.past is None else crossing.past.shape[-2]
+        queries = np.asarray(crossing.host_lengths) - carried  # real queries per row
+        if (queries >= length).all():
+            return None
+        real = np.flatnonzero(np.arange(length)[None] < queries[:, None])
+        return cls((batch, length), torch.from_numpy(real).to(crossing.lengths.device))
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, d] → [N, d], the real positions in order."""
+        return x.reshape(-1, x.shape[-1]).index_select(0, self.real)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, d] → [B, T, d], zeros at the padding."""
+        full = x.new_zeros(self.shape[0] * self.shape[1], x.shape[-1])
+        return full.index_copy_(0, self.real, x).view(*self.shape, x.shape[-1])
+
+
 class Attention(nn.Module):
     def __init__(self, config: DecoderConfig, layer: int):
         super().__init__()
@@ -261,15 +298,21 @@ class Attention(nn.Module):
         self.sliding_window = config.sliding_windows[layer]
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], crossing: CrossingMasses | None = None
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        crossing: CrossingMasses | None = None,
+        rows: Rows | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The attention block's output; with ``crossing``, also its masses [B, heads, E, spans]
         (``CrossingMasses``), its keys and values behind those the request carries. ``rope``'s tables cover the keys'
-        positions; the queries are the last ``x.shape[1]`` of them."""
-        batch, length, _ = x.shape
-        q = self.q_proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        positions; the queries are the last ``length`` of them. ``rows``: x holds only the real tokens of [B, T] rows
+        (``Rows``), and so does the output; the attention itself runs on the rows."""
+        batch, length = rows.shape if rows is not None else x.shape[:2]
+        spread = rows.unpack if rows is not None else (lambda t: t)
+        q = spread(self.q_proj(x)).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        k = spread(self.k_proj(x)).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = spread(self.v_proj(x)).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         if crossing is not None:
@@ -281,7 +324,8 @@ class Attention(nn.Module):
             out = self._attend(q, k, v)
         else:
             out, mass = crossing_attention(q, k, v, self.scale, self.sliding_window, crossing)
-        out = self.o_proj(out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim))
+        out = out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
+        out = self.o_proj(rows.pack(out) if rows is not None else out)
         return out if crossing is None else (out, mass)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -329,9 +373,15 @@ class DecoderLayer(nn.Module):
         self.sandwich = family.sandwich_norms
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], crossing: CrossingMasses | None = None
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        crossing: CrossingMasses | None = None,
+        rows: Rows | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        attended = self.self_attn(self.input_layernorm(x), rope, crossing)
+        """``rows``: x holds only the real tokens of the batch's rows (``Rows``); everything but the attention is per
+        token, so it runs on those alone."""
+        attended = self.self_attn(self.input_layernorm(x), rope, crossing, rows)
         mass = None
         if crossing is not None:
             attended, mass = attended
@@ -370,7 +420,8 @@ class Decoder(nn.Module):
         output_hidden_states: bool = False,
         crossing: CrossingMasses | None = None,
     ) -> DecoderOutput:
-        x = self.embed_tokens(input_ids)
+        rows = Rows.of(crossing, input_ids.shape)
+        x = self.embed_tokens(input_ids if rows is None else rows.pack(input_ids[..., None])[:, 0])
         dtype = x.dtype  # the weights'
         x = self.config.family.embed(x, self.config.hidden_size)  # Gemma's scale; the residual stream's dtype
         if crossing is not None and crossing.past is not None:  # the carried keys sit at positions 0 onwards
@@ -384,13 +435,15 @@ class Decoder(nn.Module):
             rope = layer.self_attn.rope
             if rope not in ropes:
                 ropes[rope] = _rope_tables(position_ids, rope, self.config.head_dim, dtype)
-            x = layer(x, ropes[rope], crossing)
+            x = layer(x, ropes[rope], crossing, rows)
             if crossing is not None:
                 x, mass = x
                 masses.append(mass)
             if states is not None:
                 states.append(x)
         x = self.norm(x)
+        if rows is not None:
+            x = rows.unpack(x)
         if states is not None:
             states[-1] = x  # transformers' last hidden state is the normalized one
         crossed = torch.stack(masses, dim=1).permute(0, 3, 1, 2, 4) if masses else None  # [B, E, L, H, S]

@@ -221,11 +221,13 @@ class TorchBackend:
         layers = request.layers
         edges = np.ascontiguousarray(request.edges, dtype=np.int64)
         keep = None if request.keep is None else torch.from_numpy(np.ascontiguousarray(request.keep, dtype=np.int64))
+        lengths = np.ascontiguousarray(request.lengths, dtype=np.int64)
         masses = CrossingMasses(
             torch.from_numpy(edges).to(self.device),
-            torch.from_numpy(np.ascontiguousarray(request.lengths, dtype=np.int64)).to(self.device),
+            torch.from_numpy(lengths).to(self.device),
             request.spans,
             host_edges=edges,
+            host_lengths=lengths,
             tile=request.tile,
             fused=self.fused_attention and request.past is None,
             past=None if request.past is None else batched_past(request.past, self.device),

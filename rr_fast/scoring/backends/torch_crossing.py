@@ -36,6 +36,7 @@ class CrossingMasses:
     lengths: torch.Tensor  # [B] real keys in each row (queries past them are padding)
     spans: tuple[int, ...]
     host_edges: np.ndarray | None = None  # the edges on the host, where the caller has them
+    host_lengths: np.ndarray | None = None  # the lengths on the host: a padded row's per-token work is skipped
     tile: int | None = None  # queries per tile (``base.Crossing.tile``)
     fused: bool = False  # the fused Triton kernel (``rr_fast.kernels.crossing_attention``) instead of explicit tiles
     past: torch.Tensor | None = None  # [B, layers, 2, kv_heads, K, head_dim] carried keys (before RoPE) and values
