@@ -277,10 +277,8 @@ def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, c
 
 INT8 = ("int8", "int8-channel")  # dynamic int8 linears, one weight scale per matrix or per output channel
 # The options only the benchmarks take, beside the product's (``research_chunker``): dtype int8 or int8-channel
-# (``quantize_int8``),
-# skip (the recipe's, else the
-# paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with shortlist_window, and positions
-# auto|original|reindex (auto: re-index RoPE models)
+# (``quantize_int8``), skip (the recipe's, else the paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with
+# shortlist_window, and positions auto|original|reindex (auto: re-index RoPE models)
 RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window", "positions")
 
 
@@ -342,8 +340,8 @@ def quantize_int8(model: nn.Module, per_channel: bool = False) -> None:
     activations quantized per call (PyTorch's fbgemm/oneDNN kernels), one weight scale per matrix, or with
     ``per_channel`` one per output channel (a row of the weight; the activations keep one scale per call either way).
     The LM head stays float32: LR's log-normalizer reads its weights in cache-sized tiles, and its logits are where
-    int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU",
-    "Levers and runtimes") gives the speed and the score drift this buys on a CPU."""
+    int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU", "Levers and runtimes") gives the speed and
+    the score drift this buys on a CPU."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 

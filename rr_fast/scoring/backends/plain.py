@@ -271,8 +271,8 @@ class Rows:
         return cls((batch, length), torch.from_numpy(real).to(crossing.lengths.device))
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, d] → [N, d], the real positions in order."""
-        return x.reshape(-1, x.shape[-1]).index_select(0, self.real)
+        """[B, T, ...] → [N, ...], the real positions in order."""
+        return x.flatten(0, 1).index_select(0, self.real)
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """[N, d] → [B, T, d], zeros at the padding."""
@@ -421,7 +421,7 @@ class Decoder(nn.Module):
         crossing: CrossingMasses | None = None,
     ) -> DecoderOutput:
         rows = Rows.of(crossing, input_ids.shape)
-        x = self.embed_tokens(input_ids if rows is None else rows.pack(input_ids[..., None])[:, 0])
+        x = self.embed_tokens(input_ids if rows is None else rows.pack(input_ids))
         dtype = x.dtype  # the weights'
         x = self.config.family.embed(x, self.config.hidden_size)  # Gemma's scale; the residual stream's dtype
         if crossing is not None and crossing.past is not None:  # the carried keys sit at positions 0 onwards
