@@ -250,7 +250,7 @@ class Rows:
     documents of several lengths): every layer's per-token work (norms, projections, the MLP) runs on the real tokens
     alone, packed end to end, and only the attention spreads them back into rows. Padding computed nothing a real
     token reads (attention is causal), so the results are the same; at a CPU's batch of 1,024 row tokens a corpus of
-    short records was about a sixth padding (bench/RESULTS.md)."""
+    short records was about a sixth padding (bench/notebook/log.md, 2026-12-05)."""
 
     shape: tuple[int, int]  # [B, T]
     real: torch.Tensor  # flat indices of the real positions in B × T, in order
