@@ -149,17 +149,20 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
         assert interpreted_result[1].tolist() == compiled_result[1].tolist()
 
 
-def test_each_call_picks_its_kernel_from_its_size_and_whether_numba_is_loaded(monkeypatch):
+def test_the_process_interprets_until_its_steps_would_pay_for_loading_numba(monkeypatch):
     monkeypatch.setattr(kernels, "INTERPRETED_STEPS", 1_000)
+    monkeypatch.setattr(kernels, "_interpreted_steps", 0)
     monkeypatch.setattr(kernels, "compiled_loaded", lambda: False)
-    for _ in range(3):  # however many came before: a small problem is interpreted, a large one compiled
-        assert kernels._kernel("open_count", 999) is dp.open_count
-        assert kernels._kernel("fixed_count", 1_000) is kernels._compiled().fixed_count
+    assert kernels._kernel("fixed_count", 1_000) is kernels._compiled().fixed_count  # one problem worth the load
+    assert kernels._kernel("open_count", 400) is dp.open_count
+    assert kernels._kernel("open_count", 599) is dp.open_count  # 999 steps interpreted so far
+    assert kernels._kernel("open_count", 1) is kernels._compiled().open_count  # the next would make 1,000
+    monkeypatch.setattr(kernels, "_interpreted_steps", 0)
     monkeypatch.setattr(kernels, "compiled_loaded", lambda: True)
     assert kernels._kernel("open_count", 1) is kernels._compiled().open_count  # loaded: compiled costs nothing
 
 
-def test_a_small_problem_never_loads_numba_and_load_compiled_does(kernel):
+def test_a_small_problem_never_loads_numba_and_many_small_ones_do(kernel):
     if kernel == "compiled":
         return  # a fresh process each: the fixture's second run adds nothing
     program = (
@@ -167,12 +170,20 @@ def test_a_small_problem_never_loads_numba_and_load_compiled_does(kernel):
         "positions = np.arange(0, 501, 8, dtype=np.int64); gains = np.ones(len(positions))\n"
         "small = kernels.open_count(positions, gains, 16, 384, 192.0, 0.02)\n"
         "print(kernels.compiled_loaded(), 'numba' in sys.modules)\n"
-        "kernels.load_compiled()\n"
-        "compiled = kernels.open_count(positions, gains, 16, 384, 192.0, 0.02)\n"
-        "print(kernels.compiled_loaded(), small[0] == compiled[0], small[1].tolist() == compiled[1].tolist())\n"
+        "calls = 1\n"
+        "while not kernels.compiled_loaded():\n"
+        "    later = kernels.open_count(positions, gains, 16, 384, 192.0, 0.02); calls += 1\n"
+        "print(calls * kernels._steps(positions, 384) >= kernels.INTERPRETED_STEPS,"
+        " later[0] == small[0], later[1].tolist() == small[1].tolist())\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.stdout.split("\n")[:2] == ["False False", "True True True"], done.stderr
+
+
+def test_load_compiled_loads_numba_at_once():
+    program = "from rr_fast import kernels; kernels.load_compiled(); print(kernels.compiled_loaded())"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.stdout.strip() == "True", done.stderr
 
 
 def test_the_step_bound_counts_predecessors_within_max_len():

@@ -13,7 +13,9 @@ Shapes (the rows):
 - ``many-records`` and ``loop-records``: the same two over the records those streams were flattened from (short
   documents, 48–384 SmolLM2 tokens each); ``many`` ÷ ``loop`` says whether batching pays on the streams,
   ``many-records`` ÷ ``loop-records`` on short records;
-- ``4k``, ``16k``, ``100k``: one document of that many tokens of book text (bench.speed.data), one call.
+- ``4k``, ``16k``, ``100k``: one document of that many tokens of book text (bench.speed.data), one call;
+- ``loop-pages``: ten pages of 1,300 tokens of that text, one ``Chunker.chunk`` call each (a user's loop over
+  mid-sized files, whose DPs each stay under the size that would load Numba on its own: ``rr_fast.kernels``).
 
 Configurations (the row groups): ``default`` (``Chunker()``), ``fast`` (``Chunker(preset="fast")``) and ``smollm2``
 (``Chunker(model="smollm2-135m")``, SmolLM2's default).
@@ -78,7 +80,7 @@ CONFIGS = {
     "fast": {"preset": "fast"},
     "smollm2": {"model": "smollm2-135m"},
 }
-SHAPES = ("stream", "many", "loop", "many-records", "loop-records", "4k", "16k", "100k")
+SHAPES = ("stream", "many", "loop", "many-records", "loop-records", "loop-pages", "4k", "16k", "100k")
 STREAM_SHAPES = ("stream", "many", "loop", "many-records", "loop-records")  # the ones that read the streams
 # chunk_many ÷ the loop over the same documents: (batched shape, loop shape, what its documents are)
 BATCHING = (("many", "loop", "streams"), ("many-records", "loop-records", "records"))
@@ -86,6 +88,7 @@ STREAM_TOKENS = 1500
 LONG_TOKENS = {"4k": 4000, "16k": 16000, "100k": 100000}
 QUICK_STREAM_TOKENS = 200
 QUICK_LONG_TOKENS = {"4k": 400, "16k": 800, "100k": 1600}
+PAGES, PAGE_TOKENS, QUICK_PAGE_TOKENS = 10, 1300, 200
 QUICK_STREAMS = 2
 BATCH_WARM_UP = 3  # chunk_many's warm-up documents: more than one, so the warm-up takes the batched path
 TREES = ("this tree", "commit")
@@ -194,6 +197,14 @@ def build_inputs(args: argparse.Namespace) -> dict[str, Inputs]:
             label = f"one document of {tokens:,} tokens" + (", timed once" if name == "100k" else "")
             warm_up = token_prefix(tokenizer, document, stream_tokens) if name == "100k" else document
             inputs[name] = Inputs(label, [document], [warm_up], False, 1)
+    if "loop-pages" in args.shapes:
+        size = QUICK_PAGE_TOKENS if args.quick else PAGE_TOKENS
+        text = timing_text(tokenizer, size * (PAGES + 1), data_dir(args.data_dir))
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        ends = [end for _, end in offsets]
+        bounds = [0, *(ends[size * page - 1] for page in range(1, PAGES + 2))]
+        pages = [text[start:end] for start, end in zip(bounds, bounds[1:])]
+        inputs["loop-pages"] = Inputs(f"chunk loop, {PAGES} pages of {size:,} tokens", pages[1:], pages[:1], False, 1)
     inputs = {name: inputs[name] for name in args.shapes}
     for shape in inputs.values():
         shape.source_tokens = sum(map(len, tokenizer(shape.documents, add_special_tokens=False)["input_ids"]))

@@ -5,12 +5,14 @@
   CUDA (``scoring.backends.torch_crossing``); it imports Triton, so nothing imports it elsewhere.
 
 The DP kernels (``dp``) are plain Python that Numba compiles. Importing Numba and loading its cached machine code
-costs a fresh process far more than interpreting the DP of a page, so each call picks its kernel from what it needs
-alone: the compiled one once Numba is loaded, else the interpreted one for a problem under ``INTERPRETED_STEPS``
-inner-loop steps, and for a larger problem, worth the load, the compiled one (Numba loads then). A one-page command
-never loads Numba; a long run that wants every DP compiled loads it first (``load_compiled``; the corpus command's
-workers do). Both kernels give the same result: the loops do the same float64 operations in the same order
-(tests/test_segment.py runs every DP test both ways).
+costs a fresh process about as much as interpreting a 1,500-token stream's DP, and far more than a page's, so the
+process rents before it buys: it interprets DPs until they add up to ``INTERPRETED_STEPS`` inner-loop steps (about
+Numba's load in interpreted time), and from the call that would pass that on it loads Numba and runs every DP compiled
+(some 700 times faster). A one-page command never loads Numba; a process that chunks many pages (a loop of ``chunk``
+calls, ``chunk_many``, a server) pays for at most that much interpreting before it does, and never more than about
+twice what loading at the start would have cost. A run that knows it has many documents loads it first
+(``load_compiled``; the corpus command's workers do). Both kernels give the same result: the loops do the same float64
+operations in the same order (tests/test_segment.py runs every DP test both ways).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import numpy as np
 
 from rr_fast.kernels import dp
 
-# the inner-loop steps of the smallest problem worth loading Numba for: about Numba's load (0.5-0.85 s) in interpreted
-# time on the benchmark's CPU, 1.1 us a step (on an 8-token word grid, with max_len 384, a 500-token text takes about
-# 3,000 steps, a 2,500-token one 21,000)
+# the interpreted inner-loop steps a process runs before it loads Numba: about Numba's load and first call (0.5-0.85 s)
+# in interpreted time, 1.1 us a step on the benchmark's CPU. The default's nodes are its word boundaries and max_len
+# 384 tokens: a 500-token page takes about 120,000 steps (0.1 s), a 1,400-token stream 450,000 (0.5 s; compiled,
+# 0.8 ms)
 INTERPRETED_STEPS = 500_000
 
 
@@ -57,10 +60,16 @@ def fixed_count(
 
 
 def _kernel(name: str, steps: int):
-    """The compiled kernel where Numba is loaded or the problem is worth loading it for, else the interpreted one."""
-    if steps < INTERPRETED_STEPS and not compiled_loaded():
-        return getattr(dp, name)
-    return getattr(_compiled(), name)
+    """The compiled kernel where Numba is loaded or this problem would take the process's interpreted steps to
+    ``INTERPRETED_STEPS``, else the interpreted one (its steps counted)."""
+    global _interpreted_steps
+    if compiled_loaded() or _interpreted_steps + steps >= INTERPRETED_STEPS:
+        return getattr(_compiled(), name)
+    _interpreted_steps += steps
+    return getattr(dp, name)
+
+
+_interpreted_steps = 0  # the inner-loop steps this process has interpreted (an upper bound per call, ``_steps``)
 
 
 def load_compiled() -> None:
