@@ -59,3 +59,23 @@ def test_reading_the_families_imports_neither_torch_nor_mlx():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=os.environ)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_gemma_rms_norm_gives_torch_s_values_and_leaves_its_input_alone():
+    """Gemma's norm runs torch's ``F.rms_norm`` steps in place on one copy: the same values in every dtype, and the
+    input (a float32 residual stream is its own float32 copy's source) unchanged."""
+    import torch
+    import torch.nn.functional as F
+
+    from rr_fast.models.families import gemma3
+
+    generator = torch.Generator().manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for shape in ((3, 7, 640), (2, 5, 4, 256)):
+            x = (torch.randn(shape, generator=generator) * 30).to(dtype)
+            weight = (torch.randn(shape[-1], generator=generator) * 0.3).to(dtype)
+            for out in (None, torch.float32):
+                expected = F.rms_norm(x.float(), (shape[-1],), 1.0 + weight.float(), 1e-6).to(out or dtype)
+                before = x.clone()
+                assert torch.equal(gemma3.rms_norm(x, weight, 1e-6, out), expected)
+                assert torch.equal(x, before)

@@ -310,11 +310,12 @@ class Attention(nn.Module):
         (``Rows``), and so does the output; the attention itself runs on the rows."""
         batch, length = rows.shape if rows is not None else x.shape[:2]
         spread = rows.unpack if rows is not None else (lambda t: t)
-        q = spread(self.q_proj(x)).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        k = spread(self.k_proj(x)).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = spread(self.v_proj(x)).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        if hasattr(self, "q_norm"):
+        q = spread(self.q_proj(x)).view(batch, length, self.heads, self.head_dim)
+        k = spread(self.k_proj(x)).view(batch, length, self.kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):  # over each head's vector: normalized before the transpose, a contiguous pass
             q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = spread(self.v_proj(x)).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         if crossing is not None:
             k, v = crossing.with_past(self.index, k, v)
         cos, sin = rope
