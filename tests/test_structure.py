@@ -163,3 +163,39 @@ def test_a_text_that_is_one_long_code_block(tiny):
     )
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 40 for c in chunks)
     assert [c.inside for c in chunks[:-1]] == ["code"] * (len(chunks) - 1)
+
+
+def test_the_tiered_dp_decided_on_its_lower_tiers_is_the_dp_over_every_node():
+    """Where the cuts of tiers 0 and 1 keep the limits with at most one tier-1 cut, ``segment_tiered`` stops there:
+    the same cuts as the DP over every node, on texts where that shortcut holds and where it does not."""
+    generator = np.random.default_rng(0)
+    decided_early = 0
+    for trial in range(300):
+        num_tokens = int(generator.integers(30, 400))
+        edges = np.arange(1, num_tokens)
+        tiers = np.full(len(edges), 2)
+        sentence_ends = generator.random(len(edges)) < generator.choice([0.02, 0.06, 0.15])
+        tiers[sentence_ends] = 0
+        tiers[(generator.random(len(edges)) < 0.03) & ~sentence_ends] = 1
+        tiers[generator.random(len(edges)) < 0.01] = 3
+        utilities = generator.normal(size=len(edges)).round(1)  # rounded: ties happen
+        limits = Limits(int(generator.integers(1, 12)), int(generator.integers(20, 80)), 30, 0.02)
+        result = segment_tiered(num_tokens, edges, utilities, tiers, limits, 0.5)
+        every_node = _dp_over_every_node(num_tokens, edges, utilities, tiers, limits)
+        assert result.cuts.tolist() == every_node.cuts.tolist(), trial
+        decided_early += bool(result.cuts.size) and tiers[np.searchsorted(edges, result.cuts)].sum() <= 1
+    assert decided_early > 50  # the shortcut was taken often enough to be tested
+
+
+def _dp_over_every_node(num_tokens, edges, utilities, tiers, limits):
+    """``segment_tiered``'s open-count DP (penalty 0.5) over all its nodes, with the relaxations it falls back on."""
+    from rr_fast.segmentation import dp as tiered_dp
+
+    worst_length = max(1.0, ((limits.max_tokens - limits.target_tokens) / limits.target_tokens) ** 2)
+    per_chunk = 1.0 + float(np.abs(utilities).max(initial=0.0)) + 0.5 + limits.length_weight * worst_length
+    gains = utilities - 0.5 - 2.0 * per_chunk * (num_tokens + 1) * tiers
+
+    def solve(**relax):
+        return tiered_dp._solve_open(num_tokens, edges, gains, None, limits, **relax)
+
+    return tiered_dp._relaxed(None, solve, limits)
