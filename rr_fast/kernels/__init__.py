@@ -5,14 +5,15 @@
   CUDA (``scoring.backends.torch_crossing``); it imports Triton, so nothing imports it elsewhere.
 
 The DP kernels (``dp``) are plain Python that Numba compiles. Importing Numba and loading its cached machine code
-costs a fresh process about as much as interpreting the DP of 1,400 tokens of line-wrapped text, and far more than a
-short page's, so the process rents before it buys: it interprets DPs until they add up to ``INTERPRETED_STEPS``
-inner-loop steps (about Numba's load in interpreted time), and from the call that would pass that on it loads Numba
-and runs every DP compiled (some 700 times faster). A one-page command never loads Numba; a process that chunks many
-pages (a loop of ``chunk`` calls, ``chunk_many``, a server) pays for at most that much interpreting before it does,
-and never more than about twice what loading at the start would have cost. A run that knows it has many documents
-loads it first (``load_compiled``; the corpus command's workers do). Both kernels give the same result: the loops do
-the same float64 operations in the same order (tests/test_segment.py runs every DP test both ways).
+costs a fresh process about as much as interpreting a DP over 1,400 nodes (a node at every token of a 1,400-token
+text), and far more than a page's, so the process rents before it buys: it interprets DPs until they add up to
+``INTERPRETED_STEPS`` inner-loop steps (about Numba's load in interpreted time), and from the call that would pass
+that on it loads Numba and runs every DP compiled (some 700 times faster). A one-page command never loads Numba; a
+process that chunks many pages (a loop of ``chunk`` calls, ``chunk_many``, a server) pays for at most that much
+interpreting before it does, and never more than about twice what loading at the start would have cost. A run that
+knows it has many documents loads it first (``load_compiled``; the corpus command's workers do). Both kernels give the
+same result: the loops do the same float64 operations in the same order (tests/test_segment.py runs every DP test both
+ways).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import numpy as np
 from rr_fast.kernels import dp
 
 # the interpreted inner-loop steps a process runs before it loads Numba: about Numba's load and first call (0.5-0.85 s)
-# in interpreted time, 1.1 us a step on the benchmark's CPU. With max_len 384, line-wrapped text (nearly every token
-# boundary a node) takes about 120,000 steps for a 500-token page (0.1 s) and 450,000 for a 1,400-token one (0.5 s;
-# compiled, 0.8 ms); flattened prose, a node every fifteen tokens or so, a few thousand
+# in interpreted time, 1.1 us a step on the benchmark's CPU. With max_len 384 and a node at nearly every token (a
+# structured text's DP over its fallback word boundaries, which runs where its sentence ends cannot keep the limits
+# alone), a 500-token text takes about 120,000 steps (0.1 s) and a 1,400-token one 450,000 (0.5 s; compiled, 0.8 ms);
+# over sentence ends and a word grid, a node every fifteen tokens or so, a few thousand
 INTERPRETED_STEPS = 500_000
 
 
