@@ -200,19 +200,28 @@ def ends_when_stuck(line: str, after: float = STUCK_AFTER_S) -> Iterator[None]:
 
 
 def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
-    """Import ``module``, run its ``main(argv)`` and end the process with its exit status (``end_process``)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    """Import ``module``, run its ``main(argv)`` and end the process with its exit status (``end_process``).
+
+    One ``try`` holds the handler's installation, the import, the command and the start of ``end_process``, so that
+    there is no moment between them where an interrupt meets no handler: until ``end_process`` notes the signals
+    instead of raising them, one that arrives is answered here, by what had happened when it came."""
+    main = status = None
     try:
+        signal.signal(signal.SIGTERM, _raise_terminated)  # a Ctrl-C that came as it did is answered below too
         main = importlib.import_module(module).main
-    except KeyboardInterrupt as interrupt:  # nothing has started yet
-        _say("interrupted (nothing written)")
-        end_process(interrupted_status(interrupt))
-    try:
         status = main(argv)
-    except KeyboardInterrupt as interrupt:  # just before or after the command's own boundary (``run_command``)
-        _say("interrupted")
-        status = interrupted_status(interrupt)
-    end_process(status)
+        end_process(status)
+    except KeyboardInterrupt as interrupt:
+        interrupted = interrupted_status(interrupt)
+        if main is None:  # nothing has started yet
+            _say("interrupted (nothing written)")
+        elif status is None:  # just before or after the command's own boundary (``rr_fast.cli.run_command``)
+            _say("interrupted")
+        elif status not in INTERRUPTED_STATUS.values():  # the command had returned: its output stands
+            interrupted = _after_the_end(interrupted)
+        else:
+            interrupted = status
+        end_process(interrupted)
 
 
 def end_process(status: int) -> NoReturn:

@@ -153,6 +153,65 @@ def test_a_signal_at_any_moment_stops_the_run_in_one_line(tiny, corpora, tmp_pat
         assert len(read_output(out)) > 0
 
 
+FINISHED_COMMAND = """
+import signal, sys, types
+import rr_fast.interrupts as interrupts
+
+def main(argv):
+    sys.stderr.write("rr-fast: 3 documents, 5 chunks, 0 errors\\n")
+    return {status}
+
+sys.modules["finished"] = types.SimpleNamespace(main=main)
+noting = interrupts._noted
+
+def arriving_as_the_handlers_change(signals):
+    interrupts._noted = noting
+    signal.raise_signal(signal.{signal})  # answered by the handler still in place: a raise
+    return noting(signals)
+
+interrupts._noted = arriving_as_the_handlers_change
+interrupts.run_command_process("finished")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("status", [0, 1], ids=["succeeded", "failed"])
+def test_a_signal_as_the_process_starts_to_end_is_answered_after_the_output(signum, status):
+    """The moment between the command's return and ``end_process`` noting the signals, made certain: the signal
+    arrives as ``end_process`` replaces the handlers. The command's summary stands and the signal is answered in one
+    line after it, with its own status; never a traceback and exit 1."""
+    script = FINISHED_COMMAND.format(status=status, signal=signum.name)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, preexec_fn=foreground)
+    lines = done.stderr.splitlines()
+    assert (done.returncode, lines) == (STATUS[signum], ["rr-fast: 3 documents, 5 chunks, 0 errors", AFTER_THE_END])
+
+
+STARTING_COMMAND = """
+import signal
+import rr_fast.interrupts as interrupts
+
+installing = signal.signal
+
+def arriving_as_the_handler_is_installed(signum, handler):
+    signal.signal = installing
+    installed = installing(signum, handler)
+    signal.raise_signal(signal.SIGINT)  # answered by Python's own handler: a raise
+    return installed
+
+signal.signal = arriving_as_the_handler_is_installed
+interrupts.run_command_process("rr_fast.corpus.command")
+"""
+
+
+def test_a_ctrl_c_as_the_process_installs_its_handler_is_one_line():
+    """The process's first moment, made certain: a Ctrl-C arrives as its SIGTERM handler is installed (the moment
+    a caller that waits for that handler sends it). One line and 130, nothing imported, never a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", STARTING_COMMAND], capture_output=True, text=True, preexec_fn=foreground
+    )
+    assert (done.returncode, done.stderr.splitlines()) == (130, [NOTHING_WRITTEN])
+
+
 def test_a_worker_that_dies_fails_the_run_at_once_in_one_line(tiny, corpora, tmp_path):
     out = tmp_path / "out"
     run = Run(corpora["long"], out, tiny, 2)
