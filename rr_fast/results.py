@@ -30,7 +30,7 @@ class Chunk:
     text: str
     score: float | None  # utility of the cut that ends this chunk; None for the last chunk and forced cuts
     forced: bool = False  # the cut that ends this chunk is a fallback boundary the length limits forced
-    # "code" or "table" when the cut that ends this chunk splits one (only when it alone exceeds max_tokens)
+    # "code" or "table" when the cut that ends this chunk splits one (a fallback: see docs/structure.md, "Units")
     inside: str | None = None
     length: int | None = None  # in the Chunker's length_unit (model tokens by default)
     context_before: str = ""  # up to `overlap` units of the previous chunk; not part of text or offsets

@@ -192,11 +192,13 @@ def segment_tiered(
     num_chunks: int | None = None,
     positions: np.ndarray | None = None,
 ) -> Segmentation:
-    """Exact optimal cuts where an edge of tier t > 0 is used only where lower tiers cannot meet the limits.
+    """Exact optimal cuts that spend as few tier steps as the limits allow: a cut at an edge of tier t costs t steps.
 
-    Each tier step costs more than every other term of the objective can add up to over the whole text, so
-    the DP first minimises the number of tier-3 cuts, then tier-2, then tier-1 cuts, and only then
-    maximises utility: lexicographic, in one exact pass. ``utilities`` of unscored fallback edges are 0.
+    One step costs more than every other term of the objective can add up to over the whole text, so the DP first
+    minimises the sum of its cuts' tiers and only then maximises utility, in one exact pass. The sum, not an order of
+    tiers: one tier-2 cut weighs as much as two tier-1 cuts, one tier-3 cut as three, so a text that lower tiers can
+    cut only with several cuts of tier 1 may get one cut of a higher tier instead. ``utilities`` of unscored fallback
+    edges are 0.
     Cuts at tier > 0 are ``forced``: the limits, not the scores, put them there. ``positions`` as in ``segment``.
     """
     edges = np.asarray(edges, dtype=np.int64)

@@ -240,7 +240,7 @@ def _level(text: str, structure: Structure, cut: int, line: int) -> int:
         return Level.SENTENCE if ends_sentence(text, gap_start, MARKUP_CLOSERS) else Level.WORD
     previous = _previous_content_line(structure, line)
     if previous >= 0 and structure.headings[previous]:
-        return Level.FORBIDDEN  # a heading stays with its first block
+        return Level.FORBIDDEN  # a heading stays with its first block: a cut there is a fallback (tier 2)
     if structure.headings[line]:
         return Level.HEADING
     if structure.blank[_lines_between(structure, previous, line)].any():
@@ -263,8 +263,9 @@ def _lines_between(structure: Structure, previous: int, line: int) -> slice:
     return slice(previous + 1, line)
 
 
-# Fallback tiers: the DP uses a cut of tier t only where no set of cuts of lower tiers keeps the limits
-# feasible (each tier costs more than everything below it can gain, see rr_fast.segmentation.dp.segment_tiered).
+# Fallback tiers: a cut of tier t costs t tier steps, and the DP spends as few steps as the limits allow before it
+# weighs anything else (rr_fast.segmentation.dp.segment_tiered): tier-0 edges are free, fallbacks come in where
+# cuts of tier 0 cannot keep the limits.
 TIERS = (
     "a sentence end or a writer's break",
     "a word boundary",
