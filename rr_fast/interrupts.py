@@ -234,15 +234,24 @@ def end_process(status: int) -> NoReturn:
     opened (worker processes included), still run.
     """
     arrived, _ = _noted(STOPPING)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a reader that left, a closed stream: the result was flushed already
-            status = status or 1
+    if not _flushed():  # a reader that left, a closed stream: the command's output is incomplete
+        status = status or 1
     atexit._run_exitfuncs()
+    _flushed()  # what the handlers wrote: the streams are buffered unless PYTHONUNBUFFERED is set
     if arrived and status not in INTERRUPTED_STATUS.values():
         status = _after_the_end(INTERRUPTED_STATUS[arrived[-1]])
     os._exit(status)
+
+
+def _flushed() -> bool:
+    """Flush stdout and stderr; whether both took it."""
+    flushed = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            flushed = False
+    return flushed
 
 
 def _after_the_end(status: int) -> int:

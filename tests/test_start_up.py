@@ -4,6 +4,7 @@ form that is the same tokenizer, and the process ends without the interpreter's 
 atexit handlers whole. (The DP's interpreted kernels: tests/test_segment.py.)"""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,8 @@ def test_the_command_ends_without_teardown_but_with_its_output_and_atexit_handle
         "end_process(3)\n"
         "sys.stdout.write('never')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as users run it
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=buffered)
     assert done.returncode == 3 and done.stdout == "x" * 1_000_000 and done.stderr == "handler ran"
 
 
