@@ -58,7 +58,8 @@ def scorer(backend: TorchBackend, head: CrossingHead, context: int = 2048) -> Cr
 @pytest.mark.parametrize("spans", [SPANS, (2, 5, 20)], ids=["spans-in-window", "span-past-window"])
 def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, spans):
     """Sliding-window and global layers, rows past the 16-token window, several query tiles, a span longer than
-    the window; the states are the same as without the request."""
+    the window; the states every layer passes on are the same as without the request, and the last layer, whose
+    output no mass depends on, gives none."""
     backend, eager = gemma
     monkeypatch.setattr(base, "ATTENTION_TILE", tile)
     ids = np.random.default_rng(0).integers(3, 512, size=41)
@@ -70,9 +71,12 @@ def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, 
     request = CrossingMasses(torch.from_numpy(edges[None]), torch.tensor([41]), SPANS)
     with torch.inference_mode():
         ids_t, positions = torch.from_numpy(ids[None]), torch.arange(41)[None]
-        explicit = backend.decoder(ids_t, positions, crossing=request).last_hidden_state
-        fused = backend.decoder(ids_t, positions).last_hidden_state
-    torch.testing.assert_close(explicit, fused, atol=1e-4, rtol=1e-4)
+        explicit = backend.decoder(ids_t, positions, crossing=request, output_hidden_states=True)
+        fused = backend.decoder(ids_t, positions, output_hidden_states=True)
+    assert explicit.last_hidden_state is None and explicit.hidden_states[-1] is None
+    assert len(explicit.hidden_states) == len(fused.hidden_states) == backend.depth + 1 > 2
+    for got, expected in zip(explicit.hidden_states[:-1], fused.hidden_states[:-1]):
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_a_tile_reads_exactly_the_edge_columns_its_queries_are_near():
@@ -118,7 +122,8 @@ def test_padding_and_neighbouring_rows_do_not_change_masses(gemma):
 
 
 def test_a_padded_batch_computes_its_real_tokens_only(gemma):
-    """Every per-token step (here the MLPs) runs on the rows' real tokens, not on the padding of the shorter rows."""
+    """Every per-token step (here the MLPs) runs on the rows' real tokens, not on the padding of the shorter rows;
+    the last layer's MLP not at all (a crossing pass returns only masses, which its output changes nothing of)."""
     backend, _ = gemma
     rows = np.zeros((2, 40), dtype=np.int64)
     rows[0], rows[1, :23] = np.arange(3, 43), np.arange(3, 26)
@@ -133,7 +138,7 @@ def test_a_padded_batch_computes_its_real_tokens_only(gemma):
     finally:
         for hook in hooks:
             hook.remove()
-    assert seen == [40 + 23] * backend.depth
+    assert seen == [40 + 23] * (backend.depth - 1)
 
 
 def test_carried_keys_continue_a_pass_exactly(gemma):

@@ -178,7 +178,8 @@ class MLXBackend:
         cache = CrossingPass(int(positions[0, 0]), request, self.windows)
         for i in range(layers):
             h = self.layers[i](h, None, cache)  # the attention masks by itself, from its layer's window
-            mx.eval(h, cache.masses[-1], *cache.kept[-1:])
+            # the last layer's output is left unevaluated: no mass depends on it (``CrossingPass.attend``)
+            mx.eval(*([h] if i + 1 < layers else []), cache.masses[-1], *cache.kept[-1:])
         masses = mx.stack(cache.masses, axis=1).transpose(0, 3, 1, 2, 4)  # [B, E, layers, heads, spans]
         return np.array(masses.astype(mx.float32)), cache.carried()
 
@@ -276,7 +277,8 @@ class CrossingPass:
     """The stand-in cache of a crossing forward, and the request it carries: each attention layer, called in order,
     gives ``attend`` its queries, keys and values and gets the same output from explicitly formed float32
     probabilities (``crossing_attention``); the layer's crossing masses [B, heads, E, spans] are appended to
-    ``masses``. The layers call it in order, so the number of masses read so far is the calling layer's index."""
+    ``masses``. The layers call it in order, so the number of masses read so far is the calling layer's index. The
+    pass's last layer gets a stand-in output that is never evaluated: nothing the pass returns depends on it."""
 
     def __init__(self, offset: int, request: Crossing, windows: list[int | None]):
         self.offset = offset  # RoPE reads the rows' first position here, as from an mlx-lm cache
@@ -291,6 +293,7 @@ class CrossingPass:
         # [B, 1, E, spans]: the real tokens each edge's mean is over, the same in every layer
         self.counted = mx.array(np.maximum(ends - request.edges[..., None], 1)[:, None].astype(np.float32))
         self.windows = windows
+        self.layers = request.layers
         self.masses: list[mx.array] = []
 
     def with_past(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
@@ -318,18 +321,27 @@ class CrossingPass:
         return [mx.contiguous(kept[i]) if (row >= 0).any() else None for i, row in enumerate(self.keep)]
 
     def attend(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
-        output, mass = crossing_attention(queries, keys, values, scale, self.windows[len(self.masses)], self)
+        layer = len(self.masses)
+        last = layer + 1 == self.layers
+        output, mass = crossing_attention(queries, keys, values, scale, self.windows[layer], self, not last)
         self.masses.append(mass)
-        return output
+        return output if output is not None else mx.zeros_like(queries)
 
 
 def crossing_attention(
-    queries: mx.array, keys: mx.array, values: mx.array, scale: float, window: int | None, request: CrossingPass
-) -> tuple[mx.array, mx.array]:
-    """Causal attention's output and its crossing masses [B, heads, E, spans], from probabilities formed explicitly in
-    float32 a tile of queries at a time, each tile forming only the keys its layer's window reaches and evaluated
-    before the next, so memory holds one tile's [B, heads, tile, keys] probabilities whatever the row's length (the
-    torch backend's ``torch_crossing.crossing_attention``; tests/test_mlx.py holds the two together)."""
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    scale: float,
+    window: int | None,
+    request: CrossingPass,
+    output: bool = True,
+) -> tuple[mx.array | None, mx.array]:
+    """Causal attention's output (without ``output``, None: the values' product is left out) and its crossing masses
+    [B, heads, E, spans], from probabilities formed explicitly in float32 a tile of queries at a time, each tile
+    forming only the keys its layer's window reaches and evaluated before the next, so memory holds one tile's
+    [B, heads, tile, keys] probabilities whatever the row's length (the torch backend's
+    ``torch_crossing.crossing_attention``; tests/test_mlx.py holds the two together)."""
     batch, heads, length, _ = queries.shape
     offset = keys.shape[2] - length  # the key index of the first query: the keys before it were carried in
     window = window or keys.shape[2]
@@ -347,12 +359,13 @@ def crossing_attention(
         scores = (queries[:, :, first - offset : last - offset].astype(mx.float32) @ tile_keys.swapaxes(2, 3)) * scale
         gap = at[:, None] - mx.arange(low, last)[None]
         probs = mx.softmax(mx.where((gap >= 0) & (gap < window), scores, -mx.inf), axis=-1)
-        outputs.append(probs.astype(values.dtype) @ values[:, :, low:last])
+        if output:
+            outputs.append(probs.astype(values.dtype) @ values[:, :, low:last])
         lo, hi = edge_columns(request.ordered, band, first, last)
         if lo < hi:
             mass = mass.at[:, :, lo:hi].add(_tile_masses(request, probs, at, low, band, lo, hi))
-        mx.eval(outputs[-1], mass)  # one tile's probabilities in memory at a time
-    return mx.concatenate(outputs, axis=2), mass / request.counted
+        mx.eval(*outputs[-1:], mass)  # one tile's probabilities in memory at a time
+    return mx.concatenate(outputs, axis=2) if output else None, mass / request.counted
 
 
 def _tile_masses(

@@ -303,9 +303,11 @@ class Attention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         crossing: CrossingMasses | None = None,
         rows: Rows | None = None,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        masses_only: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor | None, torch.Tensor]:
         """The attention block's output; with ``crossing``, also its masses [B, heads, E, spans]
-        (``CrossingMasses``), its keys and values behind those the request carries. ``rope``'s tables cover the keys'
+        (``CrossingMasses``), its keys and values behind those the request carries; with ``masses_only`` too, None
+        for the output (neither the values' product nor ``o_proj`` runs). ``rope``'s tables cover the keys'
         positions; the queries are the last ``length`` of them. ``rows``: x holds only the real tokens of [B, T] rows
         (``Rows``), and so does the output; the attention itself runs on the rows."""
         batch, length = rows.shape if rows is not None else x.shape[:2]
@@ -324,7 +326,9 @@ class Attention(nn.Module):
         if crossing is None:
             out = self._attend(q, k, v)
         else:
-            out, mass = crossing_attention(q, k, v, self.scale, self.sliding_window, crossing)
+            out, mass = crossing_attention(q, k, v, self.scale, self.sliding_window, crossing, not masses_only)
+            if masses_only:
+                return None, mass
         out = out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
         out = self.o_proj(rows.pack(out) if rows is not None else out)
         return out if crossing is None else (out, mass)
@@ -379,13 +383,17 @@ class DecoderLayer(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         crossing: CrossingMasses | None = None,
         rows: Rows | None = None,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        masses_only: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor | None, torch.Tensor]:
         """``rows``: x holds only the real tokens of the batch's rows (``Rows``); everything but the attention is per
-        token, so it runs on those alone."""
-        attended = self.self_attn(self.input_layernorm(x), rope, crossing, rows)
+        token, so it runs on those alone. ``masses_only``: None and the attention's crossing masses, which depend on
+        nothing the layer adds to the residual stream."""
+        attended = self.self_attn(self.input_layernorm(x), rope, crossing, rows, masses_only)
         mass = None
         if crossing is not None:
             attended, mass = attended
+            if masses_only:
+                return None, mass
         if not self.sandwich:
             x = x + attended
             x = x + self.mlp(self.post_attention_layernorm(x))
@@ -397,7 +405,7 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderOutput:
-    last_hidden_state: torch.Tensor
+    last_hidden_state: torch.Tensor | None  # None from a crossing pass (its masses alone)
     hidden_states: tuple[torch.Tensor, ...] | None = None
     crossing: torch.Tensor | None = None  # [B, E, layers, heads, spans] when asked for (see ``CrossingMasses``)
 
@@ -432,19 +440,22 @@ class Decoder(nn.Module):
         ropes: dict[Rope, tuple[torch.Tensor, torch.Tensor]] = {}
         states = [x] if output_hidden_states else None
         masses = []
-        for layer in self.layers:
+        # a crossing pass returns its masses alone: of its last layer only the attention's probabilities count
+        masses_from = len(self.layers) - 1 if crossing is not None else None
+        for index, layer in enumerate(self.layers):
             rope = layer.self_attn.rope
             if rope not in ropes:
                 ropes[rope] = _rope_tables(position_ids, rope, self.config.head_dim, dtype)
-            x = layer(x, ropes[rope], crossing, rows)
+            x = layer(x, ropes[rope], crossing, rows, masses_only=index == masses_from)
             if crossing is not None:
                 x, mass = x
                 masses.append(mass)
             if states is not None:
                 states.append(x)
-        x = self.norm(x)
-        if rows is not None:
-            x = rows.unpack(x)
+        if x is not None:
+            x = self.norm(x)
+            if rows is not None:
+                x = rows.unpack(x)
         if states is not None:
             states[-1] = x  # transformers' last hidden state is the normalized one
         crossed = torch.stack(masses, dim=1).permute(0, 3, 1, 2, 4) if masses else None  # [B, E, L, H, S]

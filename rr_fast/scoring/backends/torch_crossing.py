@@ -148,9 +148,17 @@ def fused_attention_available() -> bool:
 
 
 def crossing_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None, request: CrossingMasses
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention's output [B, heads, T, head_dim] and its crossing masses [B, heads, E, spans].
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    window: int | None,
+    request: CrossingMasses,
+    output: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Causal attention's output [B, heads, T, head_dim] and its crossing masses [B, heads, E, spans]; without
+    ``output``, None and the masses: the probabilities' product with the values is left out (a pass's last layer,
+    whose output no mass depends on).
 
     q: [B, heads, T, d], the last T of the keys' tokens; k, v: [B, kv_heads, K, d] (grouped-query heads are shared;
     K − T of them carried from an earlier pass); ``window``: a sliding-window layer's width, None for full attention.
@@ -162,7 +170,7 @@ def crossing_attention(
         from rr_fast.kernels.crossing_attention import crossing_attention as fused
 
         out, mass = fused(q, k, v, scale, window, request.fused_plan(q.shape[2]))
-        return out, mass / request.counted
+        return out if output else None, mass / request.counted
     batch, heads, length, dim = q.shape
     kv_heads = k.shape[1]
     group = heads // kv_heads  # query heads per key/value head: each group is one product against its shared keys
@@ -170,15 +178,16 @@ def crossing_attention(
     keys = k.float().transpose(-1, -2)  # [B, kv, d, K], cast once per layer, not once per tile
     # values per query head: a product over a group's stacked probabilities rounds differently from one per head, and
     # a broadcast over the group copies the values in every tile; one copy per layer is less churn for the allocator
-    values = v.repeat_interleave(group, dim=1).view(batch, kv_heads, group, -1, dim) if group > 1 else v[:, :, None]
+    if output:
+        values = v.repeat_interleave(group, dim=1).view(batch, kv_heads, group, -1, dim) if group > 1 else v[:, :, None]
     band = max(request.spans)
     tile = attention_tile(q.device.type != "cpu", batch, heads, k.shape[2], request.tile)
     device = q.device
-    out = torch.empty_like(q)
+    out = torch.empty_like(q) if output else None
     window = window or k.shape[2]
     widest = batch * heads * min(tile, length) * min(k.shape[2], tile + window - 1)  # a tile's scores, at most
     scores_buffer = request.scratch(widest, torch.float32, device)
-    low_buffer = request.scratch(widest, v.dtype, device) if v.dtype != torch.float32 else None
+    low_buffer = request.scratch(widest, v.dtype, device) if output and v.dtype != torch.float32 else None
     mass = torch.zeros((batch, heads, request.edges.shape[1], len(request.spans)), device=device)
     behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
     for first in range(offset, offset + length, tile):  # in key indices
@@ -193,9 +202,10 @@ def crossing_attention(
         probs = scores.mul_(scale).view(batch, heads, count, last - low)
         _mask_outside_window(probs, first, low, window)
         torch.softmax(probs, dim=-1, out=probs)  # in place: the same values as softmax into a new tensor
-        low_probs = probs if low_buffer is None else low_buffer[:size].view(probs.shape).copy_(probs)
-        grouped_out = low_probs.view(batch, kv_heads, group, count, last - low) @ values[..., low:last, :]
-        out[:, :, first - offset : last - offset] = grouped_out.view(batch, heads, count, dim).to(out.dtype)
+        if output:
+            low_probs = probs if low_buffer is None else low_buffer[:size].view(probs.shape).copy_(probs)
+            grouped_out = low_probs.view(batch, kv_heads, group, count, last - low) @ values[..., low:last, :]
+            out[:, :, first - offset : last - offset] = grouped_out.view(batch, heads, count, dim).to(out.dtype)
         bos = probs[..., :1] if low == 0 else torch.zeros_like(probs[..., :1])
         key = queries[:, None] - behind[None]  # [tile, band]: the query's last keys, itself first
         near = probs.gather(-1, (key - low).clamp(min=0).expand(batch, heads, -1, -1))
