@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rr_fast.chunker import Chunk, Chunker, Scores
 from rr_fast.cli_io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
+from rr_fast.collector import resume_after_start_up
 from rr_fast.config import CHECKS, ChunkerConfig, Reading, Resolved
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.interrupts import interrupt_within, interrupted_status, sigterm_as_interrupt
@@ -286,6 +287,7 @@ def result_pieces(args: argparse.Namespace, resolved: Resolved, text: str, token
     config = resolved.config
     folder = resolve(config.model, verify=args.verify_cache, rebuild=args.rebuild_cache, quiet=args.quiet)
     chunker = Chunker(resolved, folder=folder, tokenizer=tokenizer)
+    resume_after_start_up()
     progress = not args.quiet
     if args.emit == "scores":
         result = chunker.score(text, progress=progress)

@@ -14,9 +14,10 @@ Libraries get between a signal and its answer in three ways, each handled here: 
 finds it in the error's causes), one blocks the main thread where no handler runs (``ends_when_stuck`` bounds the
 wait).
 
-This module imports only the standard library and ``rr_fast`` imports nothing on its own, so the only moment a
-signal meets Python's own handling is the interpreter's start-up. A shell starts a background job with SIGINT
-ignored (POSIX), and rr-fast, like any program, leaves it so: Ctrl-C cannot reach such a job, SIGTERM can.
+This module imports only the standard library (and ``rr_fast.collector``, which does too), and ``rr_fast`` imports
+nothing on its own, so the only moment a signal meets Python's own handling is the interpreter's start-up. A shell
+starts a background job with SIGINT ignored (POSIX), and rr-fast, like any program, leaves it so: Ctrl-C cannot reach
+such a job, SIGTERM can.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
+
+from rr_fast.collector import pause_for_start_up
 
 PROG = "rr-fast"
 STOPPING = (signal.SIGINT, signal.SIGTERM)
@@ -206,6 +209,7 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
     there is no moment between them where an interrupt meets no handler: until ``end_process`` notes the signals
     instead of raising them, one that arrives is answered here, by what had happened when it came."""
     main = status = None
+    pause_for_start_up()  # the command resumes it once its model is loaded
     try:
         signal.signal(signal.SIGTERM, _raise_terminated)  # a Ctrl-C that came as it did is answered below too
         main = importlib.import_module(module).main

@@ -3,6 +3,7 @@ here, the command's output is the same with it, its failures are one line, a lar
 form that is the same tokenizer, and the process ends without the interpreter's teardown but with its output and
 atexit handlers whole. (The DP's interpreted kernels: tests/test_segment.py.)"""
 
+import gc
 import json
 import os
 import subprocess
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import run_cli, tiny_options
+from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
 import rr_fast.cli
 import rr_fast.text.tokenizer
+from rr_fast.collector import pause_for_start_up, resume_after_start_up
 from rr_fast.errors import RRFastError
 from rr_fast.text.tokenizer import JSONTokenizer, TokenizerProcess, quick_form, tokenizer_file
 
@@ -124,6 +126,68 @@ def test_the_command_ends_without_teardown_but_with_its_output_and_atexit_handle
     buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as users run it
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=buffered)
     assert done.returncode == 3 and done.stdout == "x" * 1_000_000 and done.stderr == "handler ran"
+
+
+def test_a_command_process_starts_with_the_garbage_collector_paused(tmp_path):
+    (tmp_path / "probe_command.py").write_text(
+        "import gc\n\ndef main(argv):\n    print(gc.isenabled())\n    return 0\n"
+    )
+    script = "from rr_fast.interrupts import run_command_process\nrun_command_process('probe_command')\n"
+    path = os.pathsep.join([str(tmp_path), *sys.path])
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path}
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
+
+
+@pytest.fixture()
+def paused_collector():
+    """The collector paused as a command's process pauses it; the test's process as it was, afterwards."""
+    pause_for_start_up()
+    yield
+    resume_after_start_up()
+    gc.unfreeze()
+
+
+@pytest.mark.parametrize("command", ["chunk", "corpus", "distill"])
+def test_a_command_resumes_the_collector_once_its_model_is_loaded(
+    command, tiny, sample, tmp_path, paused_collector, monkeypatch
+):
+    """Off while the model loads, on afterwards, with the start-up's objects frozen out of its collections."""
+    from rr_fast.chunker import Chunker
+
+    real, collecting = Chunker.__init__, []
+
+    def loading(self, *args, **kwargs):
+        collecting.append(gc.isenabled())
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Chunker, "__init__", loading)
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": "a", "text": SAMPLE_TEXT}) + "\n")
+    if command == "chunk":
+        assert rr_fast.cli.main([str(sample), "-q", "-o", str(tmp_path / "out.txt"), *tiny_options(tiny)]) == 0
+    elif command == "corpus":
+        from rr_fast.corpus.command import main
+
+        assert main([str(data), "-o", str(tmp_path / "out"), "-q", *tiny_options(tiny)]) == 0
+    else:
+        from rr_fast.distill.command import main
+
+        main([str(data), "--model", tiny, "-o", str(tmp_path / "recipe.json"), "-q"])  # too few texts: it fails later
+    assert collecting == [False]
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
+def test_the_collector_is_resumed_only_where_it_was_paused_here():
+    gc.disable()  # as a program that calls a command's main might
+    try:
+        resume_after_start_up()
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    resume_after_start_up()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 @pytest.fixture()

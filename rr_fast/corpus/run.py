@@ -20,6 +20,7 @@ from contextlib import nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from rr_fast.collector import resume_after_start_up
 from rr_fast.corpus.inputs import Record, checked_inputs, pyarrow_modules, read_records, without_repeated_ids
 from rr_fast.corpus.lock import OutputLock
 from rr_fast.corpus.manifest import RunConfig, Scan, finish, previous_run, scan_records, start_run
@@ -121,6 +122,7 @@ def run_worker(
     as_written = tokenizer_file(folder) if helper_from is not None else None
     with preparing as helper, TokenizerProcess(*as_written) if as_written else nullcontext() as tokenizer:
         chunker = Chunker(resolved, folder=folder, tokenizer=tokenizer)  # the helpers load their tokenizers meanwhile
+        resume_after_start_up()
         here = prepared_documents(chunker.preparer, itertools.chain(head, () if helper else rest()))
         ready = here if helper is None else itertools.chain(here, helper)
         pending: deque = deque()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rr_fast.cli import PROG, OneLineParser, run_command
+from rr_fast.collector import resume_after_start_up
 from rr_fast.corpus.inputs import Record
 from rr_fast.errors import RRFastError, UsageError
 from rr_fast.text.edges import printable
@@ -122,6 +123,7 @@ def distill(args) -> dict:
     teacher = resolved.scoring
     spans = spans or tuple(s for s in DEFAULT_SPANS if s < teacher.window) + (teacher.window,)
     chunker = Chunker(resolved)  # the teacher: the model's own lr readout, as its recipe runs it
+    resume_after_start_up()
     backend = chunker.backend
     layers_asked = layers_asked or tuple(sorted({backend.depth, max(1, backend.depth // 2)}, reverse=True))
     if max(layers_asked) > backend.depth:
