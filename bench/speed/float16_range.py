@@ -28,13 +28,15 @@ from bench.speed.gpu_corpus import PREPARED, SMOKE, bundled_model, prepare
 from bench.speed.mlx_gpu import compare, run_arm
 
 
-def clipped_layer(self, x, rope, crossing=None, rows=None):
+def clipped_layer(self, x, rope, crossing=None, rows=None, masses_only=False):
     """``plain.DecoderLayer.forward`` for Gemma with the residual clipped after each sum, as mlx-lm clips it."""
     import torch
 
     bound = torch.finfo(torch.float16).max
-    attended = self.self_attn(self.input_layernorm(x), rope, crossing, rows)
+    attended = self.self_attn(self.input_layernorm(x), rope, crossing, rows, masses_only)
     attended, mass = attended if crossing is not None else (attended, None)
+    if masses_only:  # a crossing pass's last layer: its masses alone (``plain.DecoderLayer.forward``)
+        return None, mass
     x = (x + self.post_attention_layernorm(attended, x.dtype)).clamp(-bound, bound)
     x = (x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)), x.dtype)).clamp(-bound, bound)
     return x if crossing is None else (x, mass)
