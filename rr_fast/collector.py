@@ -2,11 +2,11 @@
 
 A command imports torch and builds its model before it reads a token: about a million objects that live as long as
 the process. The collector traverses every tracked object each time their number has grown by a quarter, so it goes
-over them two or three times while they are made (about 0.15 s of the chunk command's 2-second cold start on a 2-core
-CPU) and frees none of them. ``run_command_process`` pauses it as the command's process starts; the command resumes
-it once its model is loaded, with everything made so far frozen (``gc.freeze``: later collections skip those objects),
-so a long run (a corpus) still collects the garbage it makes. A program that calls a command's ``main`` in its own
-process is left alone: only a pause made here is resumed here.
+over them two or three times while they are made (about 0.1 s of the chunk command's 1.8-second cold start on a
+2-core CPU) and frees none of them. ``run_command_process`` pauses it as the command's process starts; the command
+resumes it once its model is loaded, with everything made so far frozen (``gc.freeze``: later collections skip those
+objects), so a long run (a corpus) still collects the garbage it makes. A program that calls a command's ``main`` in
+its own process is left alone: only a pause made here is resumed here.
 """
 
 from __future__ import annotations
