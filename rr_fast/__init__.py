@@ -19,6 +19,8 @@ first line on (``rr_fast.interrupts``).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -84,6 +86,29 @@ def chunk(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> 
     from rr_fast.config import ChunkerConfig
 
     return shared_chunker((config or ChunkerConfig()).replace(**options).resolve()).chunk(text)
+
+
+class _Package(types.ModuleType):
+    """The package's module object, which keeps the function ``chunk`` when the submodule ``rr_fast.chunk`` loads.
+
+    ``rr_fast/chunk.py`` is there for ``python -m rr_fast.chunk``. Python binds every submodule it imports as an
+    attribute of its package, after the submodule has run, so importing ``rr_fast.chunk`` (pdoc, pytest's doctest
+    collection, any tool that imports every submodule) would replace the function with the module, and
+    ``rr_fast.chunk(text)`` would fail from then on. No code in that module can undo it, since the binding comes after
+    the module's last line; the package refusing the binding can. The other ways out cost more: a module made
+    callable would still not be the function (its signature, docstring, identity), and another file name would break
+    the documented ``python -m rr_fast.chunk``. The module stays importable (``importlib.import_module`` and
+    ``sys.modules["rr_fast.chunk"]`` give it; ``import rr_fast.chunk as m`` reads the package's attribute, so gives the
+    function); any other attribute is set as ever.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "chunk" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def score(text: str, *, config: ChunkerConfig | None = None, **options: Any) -> Scores:

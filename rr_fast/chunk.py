@@ -1,7 +1,8 @@
 """``python -m rr_fast.chunk FILE``: the chunk command (``rr_fast.cli``).
 
-This file exists for ``python -m`` alone: importing ``rr_fast.chunk`` as a module would replace the ``rr_fast.chunk()``
-function on the package, so code imports ``rr_fast.cli``.
+This file exists for ``python -m``; code imports ``rr_fast.cli``. A tool that imports it anyway (one that imports
+every submodule) leaves ``rr_fast.chunk`` the function: the package refuses to have it replaced by this module
+(``rr_fast._Package``), which stays reachable as ``sys.modules["rr_fast.chunk"]``.
 """
 
 from rr_fast.interrupts import run_command_process

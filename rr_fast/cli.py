@@ -1,6 +1,6 @@
 """The command line: ``python -m rr_fast.chunk FILE`` (and ``rr-fast FILE``), and what every command shares.
 
-A thin layer over ``Chunker``: arguments, checks, errors. The model, scoring and length flags are generated from
+A thin layer over ``Chunker``: arguments, checks, errors. The model, length and structure flags are generated from
 ``ChunkerConfig``. Every option is checked, the output opened and the input read before the model loads; every
 failure, of any exception class, is one line on stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and
 exit 2 for usage errors, 1 otherwise, 130 on Ctrl-C (143 on SIGTERM). stdout carries the result and nothing else:

@@ -19,40 +19,19 @@ To add a user's option: one ``option(...)`` field of ``ChunkerConfig`` (default,
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from numbers import Integral, Real
 from typing import Any
 
+from rr_fast.checks import CHECKS, check_value
 from rr_fast.errors import RRFastError, UsageError, shown
-from rr_fast.models.recipes import DEFAULT_MODEL, Recipe, bundled_recipes, recipe_for
+from rr_fast.models.recipes import DEFAULT_MODEL, Recipe, RecipeError, bundled_recipes, recipe_for
 from rr_fast.scoring import READOUTS, readout
 from rr_fast.scoring.backends import BACKENDS, DTYPES
 from rr_fast.scoring.windows import NORMALIZERS
 from rr_fast.segmentation.dp import Limits
 from rr_fast.text.structure import STRUCTURE_CHOICES, STRUCTURED_PENALTY
-
-# The largest integer an option takes: far beyond any text's length in tokens, and small enough that lengths and
-# products of them stay within the DP's 64-bit integers
-LARGEST = 10**12
-# value checks an option may name; each is one predicate and the words of its error
-CHECKS = {
-    "positive": (lambda v: isinstance(v, Integral) and v >= 1, "must be a positive integer"),
-    "non_negative": (lambda v: isinstance(v, Integral) and v >= 0, "must be an integer >= 0"),
-    "finite": (lambda v: _finite(v), "must be a finite number"),
-    "finite_non_negative": (lambda v: _finite(v) and v >= 0, "must be a finite number >= 0"),
-    "share": (lambda v: _finite(v) and 0 <= v <= 1, "must be a number from 0 to 1"),
-}
-
-
-def _finite(value: Any) -> bool:
-    """A real number that is not NaN or infinite, and that a float holds (not an integer of 400 digits)."""
-    try:
-        return isinstance(value, Real) and math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def option(default: Any, group: str, help: str, check: str | None = None, choices: tuple | None = None) -> Any:
@@ -206,9 +185,10 @@ class ChunkerConfig:
         return ChunkerConfig(model=model, **options).resolve({"step": step})
 
     def recipe_used(self) -> Recipe:
-        """The model's recipe (``models.recipes.recipe_for``); one that cannot be read is a usage error."""
+        """The model's recipe (``models.recipes.recipe_for``), its names checked (``check_recipe``); one that cannot
+        be read or used is a usage error."""
         try:
-            return recipe_for(self.model, self.recipe)
+            return check_recipe(recipe_for(self.model, self.recipe))
         except RRFastError as error:
             raise UsageError(str(error)) from None
 
@@ -341,6 +321,24 @@ class Resolved:
         return replace(self, config=replace(self.config, device=device), companion=companion)
 
 
+def check_recipe(recipe: Recipe) -> Recipe:
+    """``recipe`` as read (``models.recipes`` checks its form and every number), with its names checked too: its
+    readouts and normalizer are ones this rr-fast has, and each preset sets only PRESET_OPTIONS, each to a value its
+    option takes (``check_preset``). These are the options' vocabulary, known here and in the readout registry, both
+    above the recipes; every run's recipe comes through here (``ChunkerConfig.recipe_used``). Else a RecipeError
+    naming the recipe's file, as one it could not read."""
+    try:
+        check_option("readout", recipe.readout, "defaults: readout")
+        check_option("normalizer", recipe.normalizer, "defaults: normalizer")
+        for readout_name, _, _ in recipe.penalties:
+            check_option("readout", readout_name, "penalties: a readout")
+        for name, options in recipe.presets.items():
+            check_preset(options, f"preset {shown(name)}")
+    except UsageError as error:
+        raise RecipeError(f"recipe {recipe.source} is not usable: {error}") from None
+    return recipe
+
+
 def check_preset(options: Any, label: str) -> dict[str, Any]:
     """A recipe's preset, or research code's reading, checked (``label`` names it in the error): an object that sets
     only PRESET_OPTIONS, each to a value its option takes, or to None where that means the recipe's default."""
@@ -369,16 +367,3 @@ def check_option(name: str, value: Any, label: str | None = None) -> None:
         raise UsageError(f"{label} must be one of {', '.join(meta['choices'])}, got {shown(value)}")
     if meta["check"] is not None:
         check_value(meta["check"], label, value)
-
-
-def check_value(check: str, label: str, value: Any) -> None:
-    """``value`` passes ``CHECKS[check]`` (a bool is no number) and is at most LARGEST in size: a count beyond it is
-    more than any text holds, and a price or weight beyond it overflows the chunking objective's sums. Else a
-    UsageError naming ``label``. Recipes check their numbers with it too (``models.recipes``)."""
-    passes, words = CHECKS[check]
-    if isinstance(value, bool) or not passes(value):
-        raise UsageError(f"{label} {words}, got {shown(value)}")
-    if isinstance(value, Integral) and value > LARGEST:
-        raise UsageError(f"{label} must be at most 10**12 (more than any text holds), got {shown(value)}")
-    if isinstance(value, Real) and abs(value) > LARGEST:
-        raise UsageError(f"{label} must be between -10**12 and 10**12, got {shown(value)}")

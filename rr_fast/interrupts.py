@@ -209,7 +209,7 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
     there is no moment between them where an interrupt meets no handler: until ``end_process`` notes the signals
     instead of raising them, one that arrives is answered here, by what had happened when it came."""
     main = status = None
-    pause_for_start_up()  # the command resumes it once its model is loaded
+    pause_for_start_up()  # the command resumes it once its start-up is over (rr_fast.collector)
     try:
         signal.signal(signal.SIGTERM, _raise_terminated)  # a Ctrl-C that came as it did is answered below too
         main = importlib.import_module(module).main

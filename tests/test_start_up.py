@@ -179,6 +179,57 @@ def test_a_command_resumes_the_collector_once_its_model_is_loaded(
     assert gc.isenabled() and gc.get_freeze_count() > 0
 
 
+def test_the_corpus_commands_parent_of_workers_resumes_the_collector(tiny, tmp_path, paused_collector, monkeypatch):
+    """The parent of several workers loads no model: it collects its garbage from the moment its workers run."""
+    import rr_fast.corpus.run
+    from rr_fast.corpus.command import main
+
+    real, collecting = rr_fast.corpus.run._gathered, []
+
+    def gathered(*args):
+        collecting.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(rr_fast.corpus.run, "_gathered", gathered)
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"id": str(i), "text": SAMPLE_TEXT}) + "\n" for i in range(2)))
+    argv = [str(data), "-o", str(tmp_path / "out"), "-q", "--workers", "2", "--shard-docs", "1", *tiny_options(tiny)]
+    assert main(argv) == 0
+    assert collecting == [True]
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
+def test_the_corpus_commands_ray_driver_resumes_the_collector(tiny, tmp_path, paused_collector, monkeypatch):
+    """The Ray driver loads no model (its actors do): it collects its garbage once Ray is up. Ray itself is stood in
+    for, with no datasets to run; the command's own path is the real one."""
+    from types import SimpleNamespace
+
+    import rr_fast.corpus.ray
+    from rr_fast.corpus.command import main
+
+    calls, collecting = [], []
+    context = SimpleNamespace(execution_options=SimpleNamespace(preserve_order=False))
+    ray = SimpleNamespace(
+        is_initialized=lambda: False,
+        init=lambda **options: calls.append("init"),
+        shutdown=lambda: calls.append("shutdown"),
+        cluster_resources=lambda: {"CPU": 2},
+        data=SimpleNamespace(DataContext=SimpleNamespace(get_current=lambda: context)),
+    )
+
+    def read_datasets(*args):
+        collecting.append(gc.isenabled())
+        return []
+
+    monkeypatch.setattr(rr_fast.corpus.ray, "_ray", lambda: ray)
+    monkeypatch.setattr(rr_fast.corpus.ray, "read_datasets", read_datasets)
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": "a", "text": SAMPLE_TEXT}) + "\n")
+    assert main([str(data), "-o", str(tmp_path / "out"), "-q", "--ray", "auto", *tiny_options(tiny)]) == 0
+    assert calls == ["init", "shutdown"] and collecting == [True]
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
 def test_the_collector_is_resumed_only_where_it_was_paused_here():
     gc.disable()  # as a program that calls a command's main might
     try:

@@ -3,4 +3,5 @@ and SIGTERM in one line from its start (``rr_fast.interrupts``)."""
 
 from rr_fast.interrupts import run_command_process
 
-run_command_process("rr_fast.corpus.command")
+if __name__ == "__main__":  # importing it (a tool that imports every module) runs nothing
+    run_command_process("rr_fast.corpus.command")

@@ -56,7 +56,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--ray", metavar="auto|ADDRESS", help="run on a Ray cluster (pip install rr-fast[ray])")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or RR_FAST_DEBUG=1)")
-    add_config_options(parser)  # model, scoring and length options, as python -m rr_fast.chunk
+    add_config_options(parser)  # model, length and structure options, as python -m rr_fast.chunk
     return parser
 
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rr_fast.collector import resume_after_start_up
 from rr_fast.config import ChunkerConfig, Resolved
 from rr_fast.corpus.inputs import (
     JSONL_SUFFIXES,
@@ -321,6 +322,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
         started = not ray.is_initialized()
         if started:
             ray.init(address=address, log_to_driver=False)  # sets a SIGTERM handler of its own: ours go in after
+        resume_after_start_up()  # the driver loads no model (its actors do): its start-up ends with Ray's
         with interrupts_kept() as check, _shut_down_after(ray if started else None):
             # Ray's driver can swallow a Ctrl-C: checked after each of its stages
             ray.data.DataContext.get_current().execution_options.preserve_order = True

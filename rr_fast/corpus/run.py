@@ -308,6 +308,7 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
         with signals_deferred(block_sigint_in_children=True):  # the run answers Ctrl-C, in one line, and ends them
             for process in processes:
                 process.start()
+        resume_after_start_up()  # this process loads no model: its start-up ends once its workers are started
         for _, sending in pipes:
             sending.close()  # the worker's end: a worker that dies closes the last copy, and its pipe reads as ended
         return _gathered(processes, [receiving for receiving, _ in pipes], bar)

@@ -8,5 +8,7 @@ Import the one you need; nothing here imports a framework until you do:
 - ``rr_fast.integrations.haystack``: ``RRDocumentSplitter`` (``pip install 'rr-fast[haystack]'``)
 
 Every adapter takes ``model`` and ``rr_fast.Chunker``'s options, with the length limits flat
-(``min_tokens``, ``max_tokens``, ``target_tokens``, ``length_weight``) so that they serialize as plain values.
+(``min_tokens``, ``max_tokens``, ``target_tokens``) so that they serialize as plain values. How the model reads
+boundaries, the length weight λ included, is its recipe's, as for ``Chunker``: an adapter picks it with ``preset``
+or ``recipe`` and refuses it as an option of its own.
 """

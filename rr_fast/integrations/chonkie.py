@@ -32,7 +32,7 @@ class RRChunker(chunker_base.BaseChunker):
         target_tokens: int | None = None,
         length_unit: str | None = None,
         overlap: int | None = None,
-        penalty: float | None = None,
+        preset: str | None = None,
         backend: str | None = None,
         device: str | None = None,
         options: dict[str, Any] | None = None,
@@ -44,7 +44,7 @@ class RRChunker(chunker_base.BaseChunker):
             "target_tokens": target_tokens,
             "length_unit": length_unit,
             "overlap": overlap,
-            "penalty": penalty,
+            "preset": preset,
             "backend": backend,
             "device": device,
         }

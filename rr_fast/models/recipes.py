@@ -13,7 +13,10 @@ configuration (``PAPER``), which has no heads. A recipe is never looked up by na
 A recipe file is JSON (``SCHEMA``, below ``Recipe.from_dict``). One that cannot be read, has another schema, or does
 not fit its model is refused in one line naming the file. A recipe may come inside a downloaded model folder, so it is
 data and nothing more: its presets set only how the model reads boundaries (``config.PRESET_OPTIONS``), never which
-model, files or code run, and every number in it is checked. Only rr-fast's own recipes (the files in
+model, files or code run, and every number in it is checked. This module checks a recipe's form and numbers as it
+reads it; the names in it (readouts, normalizers, the options a preset sets, their values) are the options'
+vocabulary, which the configuration and the readout registry hold, above this module: ``config.check_recipe`` checks
+them as a run resolves its configuration, the one way a run gets its recipe. Only rr-fast's own recipes (the files in
 BUNDLED_RECIPES) say where a bundled model's weights come from (``bundled.weights``): getting them may import a
 package, which runs its code, so any other recipe that says it is refused; for the same reason only they may name a
 preset's companion model (``config.Reading.companion``), a second model to load.
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rr_fast.atomic import write_atomically
+from rr_fast.checks import check_value
 from rr_fast.errors import RRFastError, shown
 
 SCHEMA = 1
@@ -148,11 +152,12 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, data: Any, source: str, shipped: bool = False) -> Recipe:
-        """A recipe from its JSON (``to_dict``'s layout), every field checked: a wrong one is one RecipeError naming
-        the file and the field. A recipe may come with a downloaded model, so nothing in it may widen what the user
-        allowed: its presets set only ``config.PRESET_OPTIONS``, and every number is of its type, finite and in
-        range (``config.check_value``), shown in a message only in part (``errors.shown``). ``shipped``: the recipe
-        is one of rr-fast's own (BUNDLED_RECIPES), the only ones that may say where weights come from."""
+        """A recipe from its JSON (``to_dict``'s layout), every field's form checked: a wrong one is one
+        RecipeError naming the file and the field. Every number is of its type, finite and in range
+        (``checks.check_value``), shown in a message only in part (``errors.shown``); the names it holds, and what its
+        presets set, are checked where a run resolves its configuration (``config.check_recipe``; module docstring).
+        ``shipped``: the recipe is one of rr-fast's own (BUNDLED_RECIPES), the only ones that may say where weights
+        come from or name a companion model."""
 
         def fail(what: str) -> RecipeError:
             return RecipeError(f"recipe {source} is not usable: {what}")
@@ -173,8 +178,6 @@ class Recipe:
     @classmethod
     def _checked(cls, data: dict[str, Any], source: str, shipped: bool) -> Recipe:
         """``from_dict``'s recipe, each field checked in turn: the first that fails raises, naming it."""
-        from rr_fast.config import check_option, check_preset  # lazily: config reads this module
-
         _only(data, FIELDS, "the recipe")
         defaults = _object(data.get("defaults", {}), "defaults")
         _only(defaults, DEFAULT_FIELDS, "defaults")
@@ -184,11 +187,13 @@ class Recipe:
             "step": defaults.get("step", PAPER_STEP),
             "normalizer": defaults.get("normalizer", "full"),
         }
-        for name, value in chosen.items():
-            check_option(name, value, f"defaults: {name}")
+        for name in ("readout", "normalizer"):  # names: which ones exist is the configuration's to check
+            _text(chosen[name], f"defaults: {name}")
+        for name in ("window", "step"):
+            check_value("positive", f"defaults: {name}", chosen[name])
         layer = defaults.get("layer")  # None: 75% of depth
         if layer is not None:
-            check_option("layer", layer, "defaults: layer")
+            check_value("positive", "defaults: layer", layer)
         if not isinstance(defaults.get("bfloat16", False), bool):
             raise RecipeError(f"defaults: bfloat16 must be true or false, got {shown(defaults['bfloat16'])}")
         skips = {
@@ -197,7 +202,6 @@ class Recipe:
         }
         penalties = {}
         for readout, windows in _object(data.get("penalties", {}), "penalties").items():
-            check_option("readout", readout, "penalties: a readout")
             where = f"penalties[{shown(readout)}]"
             for window, steps in _object(windows, where).items():
                 width, inner = _count_key(window, where), f"{where}[{shown(window)}]"
@@ -205,7 +209,7 @@ class Recipe:
                     penalties[readout, width, _count_key(step, inner)] = _number(value, f"{inner}[{shown(step)}]")
         presets = {}
         for name, options in _object(data.get("presets", {}), "presets").items():
-            presets[name] = check_preset(options, f"preset {shown(name)}")
+            presets[name] = dict(_object(options, f"preset {shown(name)}"))
             if presets[name].get("companion") is not None and not shipped:
                 raise RecipeError(
                     f"preset {shown(name)} names a companion model; only rr-fast's own recipes may (another model to "
@@ -263,8 +267,6 @@ def _text(value: Any, what: str) -> str:
 
 def _count(value: Any, what: str) -> int:
     """A positive integer of JSON (not true, not 8.0), no larger than an option takes."""
-    from rr_fast.config import check_value
-
     check_value("positive", what, value)
     return value
 
@@ -278,8 +280,6 @@ def _count_key(key: str, what: str) -> int:
 
 def _number(value: Any, what: str) -> float:
     """A finite number of JSON (not true, not "1.5", not NaN or Infinity, which Python's json reads)."""
-    from rr_fast.config import check_value
-
     check_value("finite", what, value)
     return float(value)
 

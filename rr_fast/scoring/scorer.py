@@ -16,8 +16,12 @@ several documents are packed into the rows of one forward call. A scorer whose b
 one pass to the next (the attention readout's: ``backends.base.Crossing.past``) starts each later block from the
 BOS's and the C tokens' before it, computed once, in the block before; otherwise a block recomputes those C tokens.
 Every row is its own exact computation (causal attention, per-row positions), so a document's scores do not depend on
-its neighbours beyond float rounding of differently shaped matrix products. A new readout is a new scorer here; a new
-backend implements ``backends.base.Backend``.
+its neighbours beyond float rounding of differently shaped matrix products.
+
+A new readout is a module in ``rr_fast/scoring/`` that registers it (``readouts.register``: its settings and the
+scorer it builds) and its line in the import of ``rr_fast/scoring/__init__.py``; it needs a new scorer only where no
+existing one computes it (``rr``, ``lr`` and ``rr+lr`` all run ``WindowScorer``), and a new scorer builds on
+``FullPassScorer``. A new backend implements ``backends.base.Backend``.
 """
 
 from __future__ import annotations
