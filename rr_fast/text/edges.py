@@ -15,11 +15,31 @@ import regex
 
 from rr_fast.text.tokens import Tokens
 
-# Sentence-final marks, Latin and CJK; closing quotes and brackets after them still belong to the
+
+def _sentence_terminals() -> frozenset[str]:
+    """Unicode's Sentence_Terminal marks (every script's full stop, question and exclamation marks, dandas, ...), less
+    two that do not end sentences in running text, plus the ellipsis, which often does.
+
+    Left out: U+2024 ONE DOT LEADER, which fills dot leaders (tables of contents), and U+104A MYANMAR SIGN LITTLE
+    SECTION, which Burmese writes as a comma. The full stop after an abbreviation (`Jan. 13`) counts too: the mark alone
+    cannot tell, so it stays a candidate and the readout decides. Every Sentence_Terminal lies in the first two
+    planes (the others hold ideographs, tags and private use), so only those are scanned: about 1 ms at import.
+    """
+    first_planes = np.arange(0x20000, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    marks = frozenset(regex.findall(r"\p{Sentence_Terminal}", first_planes))
+    return (marks - {"\u2024", "\u104a"}) | {"…"}
+
+
+# Sentence-final marks of every script; closing quotes and brackets after them still belong to the
 # sentence (`."`, `?)`): records often end that way, and a rule blind to it misses many true ends.
-SENTENCE_END = frozenset(".?!…。！？")
-CJK_SENTENCE_END = frozenset("。！？")
-CLOSERS = frozenset("\"'”’»)]}」』）】")
+SENTENCE_END = _sentence_terminals()
+# The marks of East Asian typography (wide, fullwidth and halfwidth forms: 。！？．｡ and the vertical and small ones)
+# carry their own spacing, so no space follows them: the cut right after one ends a sentence by itself.
+CJK_SENTENCE_END = frozenset(
+    regex.findall(r"[\p{East_Asian_Width=W}\p{East_Asian_Width=F}\p{East_Asian_Width=H}]", "".join(SENTENCE_END))
+)
+# German closes quotes with “ ‘ « as well („…“, ‚…‘, »…«); English never puts those right after a final mark.
+CLOSERS = frozenset("\"'”’»“‘«)]}」』）】")
 # In markup, emphasis and code marks close a sentence too (`**Done.**`): what structure.py reads lines with
 MARKUP_CLOSERS = CLOSERS | frozenset("*_`")
 
@@ -131,11 +151,54 @@ def grapheme_boundaries(text: str) -> np.ndarray:
     return out
 
 
+# Scripts written without spaces between words (Thai, Lao, Khmer, Myanmar, Chinese, Japanese): their letters, marks
+# and digits, by Script_Extensions, so that the prolonged sound mark ー and the iteration mark 々 count.
+_UNSPACED = r"[\p{scx=Thai}\p{scx=Lao}\p{scx=Khmer}\p{scx=Myanmar}\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}]"
+# Those of them in which a space is punctuation: it parts phrases and sentences (Thai writes no sentence mark, only
+# that space) and sets off numbers and foreign words. Chinese and Japanese use spaces only around foreign words.
+_PHRASED = r"[\p{scx=Thai}\p{scx=Lao}\p{scx=Khmer}\p{scx=Myanmar}]"
+_UNSPACED_CLASSES = tuple(
+    regex.compile(pattern)
+    for pattern in (
+        rf"(?V1)[[\p{{L}}\p{{M}}\p{{N}}]&&{_UNSPACED}]",
+        rf"(?V1)[[\p{{L}}\p{{M}}\p{{N}}]&&{_PHRASED}]",
+        r"[\p{Ps}\p{Pi}]",  # opening brackets and quotes: they belong to the word after them
+        r"[\p{Pe}\p{Pf}\p{Po}\s]",  # closers, stops, commas (and spaces): they belong to the word before them
+    )
+)
+
+
+def _unspaced_classes(points: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per character, with one False appended: a letter of a script written without spaces, one of a script whose
+    spaces are punctuation, an opening mark, a mark that belongs to what precedes it (``_UNSPACED_CLASSES``).
+
+    The Unicode properties are looked up once per distinct character (a text holds a few thousand), not per
+    character. A text without such letters (all of them lie at U+0E00 or above) answers all False at once.
+    """
+    out = tuple(np.zeros(len(points) + 1, dtype=bool) for _ in _UNSPACED_CLASSES)
+    high = np.unique(points[points >= 0x0E00])
+    if not _UNSPACED_CLASSES[0].search(high.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")):
+        return out
+    distinct, index = np.unique(points, return_inverse=True)
+    chars = distinct.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    for mask, pattern in zip(out, _UNSPACED_CLASSES):
+        found = np.zeros(len(distinct), dtype=bool)
+        found[[match.start() for match in pattern.finditer(chars)]] = True
+        mask[:-1] = found[index]
+    return out
+
+
 def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | None = None) -> Edges:
     """Word-boundary edges on a ``step``-token grid plus every sentence end (paper, Application section).
 
     For each grid point g = step, 2·step, ... the first word-boundary edge at or after g is kept; sentence
-    ends are always kept. Candidates are clean edges: ``clean`` (``clean_edges``), where the caller has them.
+    ends are always kept. A word boundary is whitespace before the cut or, in scripts written without spaces
+    between words (Thai, Lao, Khmer, Myanmar, Chinese, Japanese), an edge beside one of their letters that leaves
+    punctuation with its word: there the tokenizer's edges are the only word boundaries the text shows. A sentence
+    ends at a word boundary after a final mark of any script (``SENTENCE_END``) and its closers, or right after an
+    East Asian one (``CJK_SENTENCE_END``); and in Thai, Lao, Khmer and Myanmar, whose sentences may end with a
+    space alone, every space beside one of their letters is kept. Candidates are clean edges: ``clean``
+    (``clean_edges``), where the caller has them.
     """
     if step < 1:
         raise ValueError(f"candidate step must be at least 1, got {step}")
@@ -150,14 +213,23 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     after_space = (cut > 0) & space[np.maximum(cut - 1, 0)]
     is_word = word_gap | after_space
     # ends_sentence at each cut: back over whitespace, then over closers, then a sentence-final mark?
-    final = _end_of_last_before(~space)[cut]
-    final = _end_of_last_before(~_members(points, CLOSERS))[final]
+    spaced = _end_of_last_before(~space)[cut]
+    final = _end_of_last_before(~_members(points, CLOSERS))[spaced]
     ends_one = (final > 0) & _members(points, SENTENCE_END)[np.maximum(final - 1, 0)]
     cjk_end = (cut > 0) & _members(points, CJK_SENTENCE_END)[np.maximum(cut - 1, 0)]  # no space follows them
+    phrase = np.zeros(len(edges), dtype=bool)
+    unspaced, phrased, opens, attaches = _unspaced_classes(points)
+    if unspaced.any():
+        # scripts written without spaces between words: an edge beside one of their letters is a word boundary
+        # unless it parts punctuation from its word; in Thai, Lao, Khmer and Myanmar a space beside one of their
+        # letters (closers before it aside) may end a sentence, and no mark says which: each is kept
+        left, right = np.maximum(cut - 1, 0), np.minimum(cut, len(points))
+        is_word |= (cut > 0) & (unspaced[left] | unspaced[right]) & ~opens[left] & ~attaches[right]
+        phrase = (spaced < cut) & (phrased[np.maximum(final - 1, 0)] & (final > 0) | phrased[right])
     word = np.zeros(len(tokens), dtype=bool)
     sentence = np.zeros(len(tokens), dtype=bool)
     word[edges] = is_word
-    sentence[edges] = np.where(is_word, ends_one, cjk_end)
+    sentence[edges] = np.where(is_word, ends_one, cjk_end) | phrase
     keep = sentence.copy()
     word_edges = np.flatnonzero(word)
     if word_edges.size:

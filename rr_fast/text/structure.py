@@ -24,7 +24,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from rr_fast.text.edges import MARKUP_CLOSERS, ends_sentence
+from rr_fast.text.edges import CJK_SENTENCE_END, MARKUP_CLOSERS, ends_sentence
 
 STRUCTURE_CHOICES = ("auto", "markdown", "plain", "none")
 
@@ -230,8 +230,8 @@ def _level(text: str, structure: Structure, cut: int, line: int) -> int:
     gap_start = cut
     while gap_start > 0 and text[gap_start - 1].isspace():
         gap_start -= 1
-    if gap_start == cut:  # no whitespace before the cut: inside a word (CJK sentence ends aside)
-        return Level.SENTENCE if text[cut - 1] in "。！？" else Level.TOKEN
+    if gap_start == cut:  # no whitespace before the cut: inside a word (sentence marks that take no space aside)
+        return Level.SENTENCE if text[cut - 1] in CJK_SENTENCE_END else Level.TOKEN
     gap = text[gap_start:cut]
     at_line_start = (
         line >= 0 and structure.line_starts[line] <= cut and not text[structure.line_starts[line] : cut].strip()
