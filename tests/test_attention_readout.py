@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from reading import paper_scoring, resolved_config
 
-from bench.engine import paper_scoring, research_config
 from rr_fast.config import ChunkerConfig
 from rr_fast.errors import UsageError
 from rr_fast.models.recipes import BUNDLED, RecipeError
@@ -286,7 +286,7 @@ def test_shipped_heads_fit_gemma():
 )
 def test_config_refuses_what_the_attention_readout_cannot_run(options, words):
     with pytest.raises(UsageError, match=words):
-        research_config(**options)
+        resolved_config(**options)
 
 
 def test_the_readout_that_has_it_takes_a_normalizer():

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reading import resolved_config
 
-from bench.engine import research_config
 from rr_fast import Chunker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,9 +95,9 @@ def _floats(values) -> list:
 
 def _chunker(options: dict, model: str | None = None) -> Chunker:
     """A Chunker of a case's options: the user's (model, preset, lengths, ...) and how the model reads (readout,
-    window, dtype, ...), which research code lays over the recipe or its preset (``bench.engine.research_config``)."""
+    window, dtype, ...), laid over the recipe or its preset as a recipe file would (``reading.resolved_config``)."""
     extra = {"model": model, "backend": "torch"} if model else {}
-    return Chunker(research_config(**extra, **options))
+    return Chunker(resolved_config(**extra, **options))
 
 
 def _check(name: str, got: dict) -> None:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reading import resolved_config
 from tiny_models import recipe_file
 
 import rr_fast.chunker
-from bench.engine import research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text.edges import clean_edges
 from rr_fast.text.tokens import tokenize
@@ -20,7 +20,7 @@ from rr_fast.text.tokens import tokenize
 
 @pytest.fixture(scope="module")
 def chunker(tiny):
-    return Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5))
+    return Chunker(resolved_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5))
 
 
 PROSE = (
@@ -52,7 +52,7 @@ def test_chunks_are_verbatim_with_offsets(chunker):
 def test_deterministic(tiny):
     """Two Chunkers built apart with the same options (each loading the model) give the same chunks and scores."""
     options = {"model": tiny, "backend": "torch", "limits": Limits(4, 24, 12, 0.02), "penalty": 0.5}
-    one, other = Chunker(research_config(**options)), Chunker(research_config(**options))
+    one, other = Chunker(resolved_config(**options)), Chunker(resolved_config(**options))
     assert one.chunk(PROSE) == other.chunk(PROSE)
     first, second = one.score(PROSE), other.score(PROSE)
     assert np.array_equal(first.chars, second.chars) and first.readouts.keys() == second.readouts.keys()

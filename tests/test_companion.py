@@ -91,15 +91,3 @@ def test_quality_blends_both_bundled_models_end_to_end():
     assert not np.allclose(scores.utility, own, equal_nan=True)  # the companion moved some edges
     chunks = quality.chunk(text)
     assert "".join(c.text for c in chunks) == text
-
-
-def test_the_share_benchmark_blends_the_first_models_edges():
-    from bench.quality.calibration import EdgeScores
-    from bench.quality.companion import blended
-
-    first = {"s": EdgeScores(40, np.array([5, 10, 20]), np.array([20, 40, 80]), np.array([3.0, 1.0, 2.0]))}
-    second = {"s": EdgeScores(30, np.array([4, 9]), np.array([41, 79]), np.array([0.0, 5.0]))}
-    (out,) = blended(first, second, 0.5).values()
-    assert np.array_equal(out.edge_chars, first["s"].edge_chars)  # the first model's edges, its token counts
-    own, other = percentiles(np.array([3.0, 1.0, 2.0])), np.array([0.5, 0.5, 1.0])  # 20 and 40 → 41, 80 → 79
-    assert np.array_equal(out.scores, percentiles(0.5 * own + 0.5 * other))

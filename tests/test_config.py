@@ -6,9 +6,9 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
+from reading import resolved_config
 
 import rr_fast
-from bench.engine import research_config
 from rr_fast import Chunker, ChunkerConfig, Limits, RRFastError, UsageError
 from rr_fast.cli import build_parser, config_from_args
 from rr_fast.config import PRESET_NAMES, Reading
@@ -132,7 +132,7 @@ def test_resolved_uses_the_paper_configuration_for_other_models():
 )
 def test_resolved_rejects_bad_values_in_one_line(changes, message):
     with pytest.raises(RRFastError, match=message) as caught:
-        research_config(**changes)
+        resolved_config(**changes)
     assert "\n" not in str(caught.value)
 
 
@@ -147,7 +147,7 @@ def test_resolved_rejects_bad_values_in_one_line(changes, message):
 )
 def test_combinations_are_checked_by_the_rules_and_the_scorer(changes, message):
     with pytest.raises(RRFastError, match=message):
-        research_config(model="some/hub-model", **changes)
+        resolved_config(model="some/hub-model", **changes)
 
 
 def test_a_resolved_config_is_used_as_is(tiny):

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from reading import resolved_config
 
-from bench.engine import research_config
 from rr_fast import Chunker, Limits
 from rr_fast.cli import main
 from rr_fast.text.edges import candidate_edges, clean_edges, grapheme_boundaries
@@ -20,7 +20,7 @@ ACCENTED = "e\u0301a\u0300o\u0302"  # letters with combining marks
 
 @pytest.fixture(scope="module")
 def chunker(tiny):
-    return Chunker(research_config(model=tiny, backend="torch", limits=Limits(2, 6, 4, 0.02), penalty=0.5))
+    return Chunker(resolved_config(model=tiny, backend="torch", limits=Limits(2, 6, 4, 0.02), penalty=0.5))
 
 
 def cuts_split_a_cluster(text: str, chars) -> list[int]:

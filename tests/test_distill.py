@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reading import resolved_config
 from test_corpus import make_texts, write_jsonl
 from tiny_models import SAMPLE_TEXT, run_cli, tiny_options
 
-from bench.engine import research_config
 from rr_fast import Chunker, ChunkerConfig, UsageError
 from rr_fast.distill.calibrate import Stream, recovery
 from rr_fast.distill.command import main
@@ -60,8 +60,8 @@ def test_the_distilled_head_agrees_with_its_teacher_on_texts_it_never_saw(distil
     texts = make_texts(TRAINING + 36)[TRAINING:]  # make_texts repeats only after 84: these are new texts
     documents = [" ".join(texts[k : k + 6]) for k in range(0, 36, 6)]
     common = {"model": tiny, "backend": "torch", "step": 8}
-    student = Chunker(research_config(recipe=str(distilled), **common))
-    teacher = Chunker(research_config(readout="lr", **common))
+    student = Chunker(resolved_config(recipe=str(distilled), **common))
+    teacher = Chunker(resolved_config(readout="lr", **common))
     agreement = []
     for document in documents:
         head, lr = student.score(document), teacher.score(document)

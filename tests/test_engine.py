@@ -1,17 +1,17 @@
-"""The reset-window scorer against the paper-faithful per-edge loop (bench.reference), torch backend, fp32."""
+"""The reset-window scorer against the paper-faithful per-edge loop (rr_fast.scoring.reference), torch backend, fp32."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from reading import paper_scoring
 
-from bench.engine import paper_scoring
-from bench.reference import reference_scores
 from rr_fast.errors import RRFastError
 from rr_fast.scoring.backends.arrays import HOST_ARRAYS
-from rr_fast.scoring.backends.base import Request
+from rr_fast.scoring.backends.base import Forward, Request
 from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.reference import reference_scores
 from rr_fast.scoring.scorer import blocks
 from rr_fast.scoring.windows import WindowScorer, default_layer
 
@@ -107,44 +107,6 @@ def test_blocks_cover_every_token_once():
         assert all(a[2] == b[1] for a, b in zip(spans, spans[1:]))
 
 
-def test_int8_quantizes_the_decoder_linears_and_keeps_the_head(tiny_model_dir):
-    """Dynamic int8, a lever the benchmarks measure (``bench.engine.quantize_int8``) and the product does not offer:
-    int8 decoder matmuls on a CPU; scores stay close to fp32 and rank edges alike."""
-    from scipy.stats import spearmanr
-    from torch import nn
-
-    from bench.engine import quantize_int8
-    from rr_fast.config import ChunkerConfig
-
-    with pytest.raises(RRFastError, match="dtype must be one of auto, float32, bfloat16, float16"):
-        ChunkerConfig(model=str(tiny_model_dir)).resolve({"dtype": "int8"})
-    fp32 = TorchBackend.load(tiny_model_dir, device="cpu")
-    int8 = TorchBackend.load(tiny_model_dir, device="cpu")
-    if tiny_model_dir.name == "gpt2":  # Conv1D, not nn.Linear: refused in one line rather than left unquantized
-        with pytest.raises(RRFastError, match="int8 needs nn.Linear"):
-            quantize_int8(int8.model)
-        return
-    quantize_int8(int8.model)
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
-    assert isinstance(int8.model.get_output_embeddings(), nn.Linear)  # the head stays float32
-    decoder_linears = [m for m in int8.decoder.modules() if isinstance(m, (nn.Linear, DynamicLinear))]
-    assert decoder_linears and all(isinstance(m, DynamicLinear) for m in decoder_linears)
-    ids, edges = random_text(80, seed=9)
-    config = paper_scoring(window=12, readouts=("rr", "lr"))
-    want, got = WindowScorer(fp32, [], config).score(ids, edges), WindowScorer(int8, [], config).score(ids, edges)
-    for name in ("rr", "lr"):
-        finite = np.isfinite(want[name])
-        assert np.array_equal(finite, np.isfinite(got[name]))
-        assert 0 < np.abs(want[name][finite] - got[name][finite]).max()  # it did change the arithmetic
-        assert spearmanr(want[name][finite], got[name][finite])[0] > 0.8
-    per_channel = TorchBackend.load(tiny_model_dir, device="cpu")
-    quantize_int8(per_channel.model, per_channel=True)
-    weights = [m.weight() for m in per_channel.decoder.modules() if isinstance(m, DynamicLinear)]
-    assert weights and all(w.qscheme() == torch.per_channel_affine for w in weights)  # a scale per output channel
-    assert all(w.qscheme() == torch.per_tensor_affine for w in (m.weight() for m in decoder_linears))
-
-
 def test_the_base_interface_suffices(tiny_model_factory):
     """The scorer needs only the members of ``Backend``: host arrays, and ``run``."""
     gpt2 = TorchBackend.load(tiny_model_factory("gpt2"), device="cpu")
@@ -162,12 +124,13 @@ def test_the_base_interface_suffices(tiny_model_factory):
 def test_a_chunker_runs_the_backend_it_is_handed(tiny, monkeypatch):
     """``Chunker(backend=...)`` with a loaded backend: the chunks and scores of a Chunker that loaded the model
     itself, and no backend loads."""
+    from reading import resolved_config
+
     import rr_fast.scoring.backends
-    from bench.engine import research_config
     from rr_fast import Chunker, Limits
 
     text = "The harbour was quiet. Gulls circled overhead and the tide went out. " * 6
-    resolved = research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), readout="rr+lr")
+    resolved = resolved_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), readout="rr+lr")
     loaded = Chunker(resolved)
     handed = TorchBackend.load(tiny, device="cpu")
 
@@ -228,7 +191,6 @@ def test_focused_scores_do_not_depend_on_the_batch(backend, monkeypatch):
 
 def test_head_top_tokens_are_the_largest_logits(backend, monkeypatch):
     """The CPU head's running top tokens over vocabulary tiles equal a top-k of the whole logit row."""
-    import torch
 
     import rr_fast.scoring.backends.torch_arrays as torch_arrays
 
@@ -249,7 +211,6 @@ def test_head_top_tokens_are_the_largest_logits(backend, monkeypatch):
 def test_running_top_tokens_hold_the_k_largest_values_with_ties():
     """Tiles in any order of magnitude, and logits rounded so that many tie (as bfloat16 logits do): the running
     top-k holds exactly the k largest values, each token once."""
-    import torch
 
     from rr_fast.scoring.backends.torch_arrays import TopTokens
 
@@ -263,11 +224,29 @@ def test_running_top_tokens_hold_the_k_largest_values_with_ties():
     assert all(len(set(row.tolist())) == 50 for row in best.ids)
 
 
+class CountingBackend:
+    """A stub backend that returns zeros of the right shapes and counts each full pass's rows against its real
+    tokens (calls, row tokens, real tokens)."""
+
+    name, depth, uses_rope, max_positions, notes, arrays = "counting", 18, True, None, (), HOST_ARRAYS
+
+    def __init__(self, batch_tokens: int):
+        self.preferred_batch_tokens = batch_tokens
+        self.counts = {"full pass": [0, 0, 0], "reset windows": [0, 0, 0]}
+
+    def run(self, ids, positions, request: Request) -> Forward:
+        part = self.counts["full pass" if request.vocabulary is None else "reset windows"]
+        targets = request.targets
+        part[0] += 1
+        part[1] += ids.size
+        part[2] += int((targets >= 0).sum()) if targets is not None else ids.size
+        top = np.zeros((*ids.shape, request.top_tokens), dtype=np.int64) if request.top_tokens else None
+        return Forward(None, np.zeros(ids.shape, np.float32), top_tokens=top)
+
+
 def test_full_pass_rows_are_packed_by_length():
     """Documents of mixed lengths in one big batch budget: long and short blocks go to separate batches, so the
     full pass computes few padded tokens (in document order one batch would pad every short row to the longest)."""
-    from bench.speed.padding import CountingBackend
-
     backend = CountingBackend(batch_tokens=100_000)
     lengths = [300, 40, 290, 35, 280, 45]
     docs = [(np.arange(n) % 50 + 3, np.arange(8, n - 1, 8)) for n in lengths]

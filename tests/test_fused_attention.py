@@ -138,29 +138,14 @@ def test_a_tiny_model_scores_and_cuts_alike_on_both_paths(kernel, tiny_model_fac
     assert np.array_equal(np.argsort(fused, kind="stable")[-8:], np.argsort(explicit, kind="stable")[-8:])
 
 
-@pytest.mark.bundled
-def test_the_default_model_matches_the_behaviour_record_on_the_fused_path(kernel):
-    """The behaviour record's default case (tests/fixtures/behaviour.json: the bundled sample, float32), run with the
-    fused kernel: the recorded chunks, edges and scores, as the explicit path gives them in test_behaviour.py."""
-    from test_behaviour import BUNDLED_CASES, _check, _chunker, record_of, texts
-
-    from rr_fast import Chunker
-    from rr_fast.scoring.backends import load_backend
-
-    text, options = BUNDLED_CASES["sample-default"]
-    loaded = _chunker(options)
-    fused = load_backend("torch", loaded.folder, loaded.reading.dtype, "cpu", fused_attention=True)
-    chunker = Chunker(loaded.resolved, folder=loaded.folder, tokenizer=loaded.tokenizer, backend=fused)
-    _check("sample-default", record_of(chunker, texts()[text]))
-
-
 def test_a_kernel_the_gpu_refuses_falls_back_to_the_explicit_path_and_says_so(tiny_model_factory, monkeypatch):
     """A Triton error from the fused kernel (a GPU without the shared memory it asks for, say): the same scores through
     the explicit path, the backend stays there, and every later result carries a warning that says why."""
     import sys
     import types
 
-    from bench.engine import research_config
+    from reading import resolved_config
+
     from rr_fast import Chunker
     from rr_fast.scoring.backends.torch import TorchBackend
     from rr_fast.scoring.crossing import ATTENTION, CrossingScorer, CrossingSettings
@@ -176,7 +161,7 @@ def test_a_kernel_the_gpu_refuses_falls_back_to_the_explicit_path_and_says_so(ti
     # the tiny model has no distilled head: the chunker reads lr, and the crossing scorers below a random head
     folder = str(tiny_model_factory("gemma3"))
     backend = TorchBackend.load(folder, device="cpu", fused_attention=True)
-    chunker = Chunker(research_config(model=folder, device="cpu", readout="lr", window=16), backend=backend)
+    chunker = Chunker(resolved_config(model=folder, device="cpu", readout="lr", window=16), backend=backend)
     text = "Rivers carry silt to the sea. Deltas grow where they slow down. " * 12
     head = _random_head(backend)
     settings = CrossingSettings(backend.depth, head.span, 64, None)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from reading import resolved_config
 from tiny_models import SAMPLE_TEXT, recipe_file, run_cli, tiny_options
 
 import rr_fast.atomic
@@ -27,7 +28,6 @@ import rr_fast.cli_io
 import rr_fast.models.names
 import rr_fast.scoring.windows
 import rr_fast.text.documents
-from bench.engine import research_config
 from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 from rr_fast.scoring.backends.torch import TorchBackend
 
@@ -399,7 +399,7 @@ def test_non_finite_values_only_matter_in_the_readouts_the_chunks_use(tiny, monk
     from rr_fast.errors import RRFastError
 
     chunker = Chunker(
-        research_config(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
+        resolved_config(model=tiny, backend="torch", readout="lr", limits=Limits(4, 24, 12, 0.02), penalty=0.5)
     )
     want = chunker.chunk(SAMPLE_TEXT)
     score_many = chunker.scorer.score_many
@@ -423,7 +423,7 @@ def test_bfloat16_on_a_cpu_without_native_bf16_says_it_may_be_slower(tiny, monke
 
     for native, noted in ((False, True), (True, False), (None, False)):
         monkeypatch.setattr(torch_backend, "native_cpu_bf16", lambda native=native: native)
-        bfloat16 = research_config(
+        bfloat16 = resolved_config(
             model=tiny, backend="torch", dtype="bfloat16", limits=Limits(4, 24, 12, 0.02), penalty=0.5
         )
         chunker = Chunker(bfloat16)

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from reading import resolved_config
 from tiny_models import run_cli, tiny_options
 
-from bench.engine import research_config
 from rr_fast import Chunker, ChunkerConfig, RRFastError
 from rr_fast.cli import main
 
@@ -75,7 +75,7 @@ def test_length_unit_naming_a_missing_file_says_so(unit, tiny, sample, tmp_path,
 )
 def test_chunker_option_of_the_wrong_type_names_the_option(options, message):
     with pytest.raises(RRFastError, match=message) as caught:
-        Chunker(research_config(**options))  # a reading option (window, step, penalty) as research code gives it
+        Chunker(resolved_config(**options))  # a reading option (window, step, penalty) as research code gives it
     assert "\n" not in str(caught.value)
 
 

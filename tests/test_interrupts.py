@@ -115,7 +115,7 @@ def corpora(tmp_path_factory) -> dict[str, Path]:
         return write_jsonl(folder / name, [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(40) * repeats)])
 
     # long enough that a signal sent at the first shard finds the run going; short enough to end soon
-    return {"long": corpus("long.jsonl", 100), "short": corpus("short.jsonl", 4)}
+    return {"long": corpus("long.jsonl", 10), "short": corpus("short.jsonl", 4)}
 
 
 CASES = [
@@ -231,35 +231,29 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-RAY_CASES = [(signal.SIGINT, "group"), (signal.SIGTERM, "driver"), (signal.SIGTERM, "group")]
-
-
-@pytest.mark.parametrize("signum, to", RAY_CASES, ids=[f"{s.name}-to-{to}" for s, to in RAY_CASES])
-def test_ctrl_c_under_ray_is_one_line_and_resumable(signum, to, tiny, corpora, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_under_ray_is_one_line_and_resumable(signum, tiny, corpora, tmp_path):
     """A local Ray instance started by the run: Ray's own progress lines come first, the last is rr-fast's; no
-    traceback from the driver or a Ray worker, and --resume on one machine finishes the run. (SIGTERM too: the
-    handler ``ray.init`` sets would abort the driver.)
+    traceback from the driver or a Ray worker, and --resume on one machine finishes the run.
 
     Ray's own processes ignore Ctrl-C, not SIGTERM: sent to the whole group, it also ends the local cluster, and
     Ray's driver may then exit 1 in its own C++ code before any Python runs (or block, which rr-fast bounds); what
-    the run committed still stays, and --resume still finishes it."""
+    the run committed still stays, and --resume still finishes it. SIGTERM to the driver alone meets the handler
+    ``ray.init`` sets, which rr-fast replaces for the run: tests/test_ray.py holds that on its one Ray instance."""
     pytest.importorskip("ray")
     out = tmp_path / "out"
     run = Run(corpora["long"], out, tiny, 1, "--ray", "local")
     deadline = time.monotonic() + 120
     while not any("Starting execution" in line for line in run.lines) and time.monotonic() < deadline:
         time.sleep(0.01)  # Ray is reading or chunking the documents
-    if to == "group":
-        run.signal(signum)
-    else:
-        run.process.send_signal(signum)
+    run.signal(signum)
     status, lines = run.wait()
     assert not any("Traceback" in line for line in lines), lines
-    ended_by_ray = signum == signal.SIGTERM and to == "group" and status == 1 and RESUME not in lines
+    ended_by_ray = signum == signal.SIGTERM and status == 1 and RESUME not in lines
     assert ended_by_ray or (status == STATUS[signum] and lines[-1] == RESUME), lines[-5:]
     data = corpora["long"]
     assert corpus_main([str(data), "-o", str(out), "--shard-docs", "16", "-q", "--resume", *options(tiny)]) == 0
-    assert len({row["doc_id"] for row in read_output(out)}) == 4000
+    assert len({row["doc_id"] for row in read_output(out)}) == 400
 
 
 def interrupt_self(signum: int) -> None:
@@ -309,40 +303,6 @@ def test_an_interrupt_a_library_swallows_is_kept(swallowed_by, signum, capfd):
         assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
     assert {s: signal.getsignal(s) for s in before} == before
     assert capfd.readouterr().err == ""
-
-
-@pytest.mark.usefixtures("answers_ctrl_c")
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_ray_stops_at_its_next_stage_when_its_driver_swallows_an_interrupt(signum, tiny, tmp_path, monkeypatch):
-    """The Ray path checks for a kept interrupt after each Ray stage: a Ctrl-C or SIGTERM swallowed while Ray reads
-    the ids stops the run before it starts chunking. (``ray.init`` sets a SIGTERM handler of its own, which exits 15:
-    rr-fast's replaces it for the run.)"""
-    ray = pytest.importorskip("ray")
-    from rr_fast.corpus import ray as on_ray
-    from rr_fast.corpus.manifest import RunConfig
-
-    scan = on_ray.scan_datasets
-
-    def swallowing(*args, **kwargs):
-        found = scan(*args, **kwargs)
-        try:
-            interrupt_self(signum)
-        except KeyboardInterrupt:
-            pass
-        return found
-
-    monkeypatch.setattr(on_ray, "scan_datasets", swallowing)
-    monkeypatch.setattr(on_ray, "chunk_records_dataset", lambda *a, **k: pytest.fail("chunking started"))
-    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))])
-    config = RunConfig((str(data),), str(tmp_path / "out"), "id", "text", 4, {"model": tiny, "backend": "torch"})
-    env = {"env_vars": {"PYTHONPATH": str(ROOT)}}
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=env)
-    try:
-        with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt) as raised:
-            on_ray.run_on_ray(config)
-        assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
-    finally:
-        ray.shutdown()
 
 
 def interrupt_turned_into_system_error(signum: int) -> SystemError:

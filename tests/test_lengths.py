@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from reading import resolved_config
 
-from bench.engine import research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.text.edges import clean_edges
 from rr_fast.text.tokens import tokenize
@@ -31,7 +31,7 @@ def embedder_tokenizer() -> str:
 @pytest.fixture(scope="module")
 def by_chars(tiny):
     return Chunker(
-        research_config(model=tiny, backend="torch", limits=Limits(20, 80, 50, 0.02), length_unit="chars", penalty=0.5)
+        resolved_config(model=tiny, backend="torch", limits=Limits(20, 80, 50, 0.02), length_unit="chars", penalty=0.5)
     )
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from reading import paper_scoring, resolved_config
 from tiny_models import tiny_llama_folder
 
-from bench.engine import paper_scoring, research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.windows import WindowScorer
@@ -110,7 +110,7 @@ def test_device_readouts_equal_host_readouts(tiny_model_dir, normalizer, monkeyp
 def chunker(tmp_path_factory):
     tiny = str(tiny_llama_folder(tmp_path_factory.mktemp("tiny")))
     return Chunker(
-        research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, batch_tokens=300)
+        resolved_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, batch_tokens=300)
     )
 
 
@@ -186,7 +186,7 @@ def test_chunk_many_equals_chunk_on_the_bundled_model():
 
     sample = (Path(__file__).resolve().parents[1] / "examples" / "flattened_records.txt").read_text()
     texts = [sample[:700], sample[700:1000], sample[1000:1700]]
-    float32 = research_config(backend="torch", dtype="float32", limits=Limits(16, 96, 48, 0.02))
+    float32 = resolved_config(backend="torch", dtype="float32", limits=Limits(16, 96, 48, 0.02))
     chunker = Chunker(float32)  # bf16 rounds by batch shape
     expected = [chunker.chunk(text) for text in texts]
     scores = [chunker.score(text) for text in texts]

@@ -13,15 +13,15 @@ pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'mlx[c
 
 import mlx.core as mx
 from mlx.utils import tree_map
+from reading import paper_scoring
 
 import rr_fast.scoring.backends.mlx as mlx_backend
-from bench.engine import paper_scoring
-from bench.reference import reference_scores
 from rr_fast.models.conversion import write_mlx_compatible_config
 from rr_fast.models.families import gemma3
 from rr_fast.scoring.backends.base import Request
 from rr_fast.scoring.backends.mlx import MLXBackend
 from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.reference import reference_scores
 from rr_fast.scoring.windows import WindowScorer
 
 TOL = 1e-4

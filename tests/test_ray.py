@@ -1,12 +1,15 @@
-"""rr_fast.corpus.ray on a local two-CPU Ray instance: the same chunks as the single-machine corpus run."""
+"""rr_fast.corpus.ray on one local two-CPU Ray instance for the module: the same chunks as the single-machine corpus
+run, and an interrupt that Ray's driver swallows still stops the run."""
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 from test_corpus import make_texts, options, read_output, write_jsonl
+from test_interrupts import answers_ctrl_c, interrupt_self  # noqa: F401  a fixture, and a signal to oneself
 from tiny_models import tiny_llama_folder
 
 ray = pytest.importorskip("ray")  # the [test] extra installs it
@@ -16,6 +19,7 @@ from rr_fast.corpus.manifest import RunConfig  # noqa: E402
 from rr_fast.corpus.ray import chunk_dataset, run_on_ray  # noqa: E402
 from rr_fast.corpus.shards import COLUMNS  # noqa: E402
 from rr_fast.errors import RRFastError  # noqa: E402
+from rr_fast.interrupts import Terminated  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +126,30 @@ def test_ray_skips_what_the_single_machine_run_skips_and_reads_bad_lines_as_erro
     assert SECRET not in "".join(r["text"] for r in rows)
     errors = (ray_out / "errors.jsonl").read_text()
     assert errors == (single / "errors.jsonl").read_text() and errors.count("\n") == 8
+
+
+@pytest.mark.usefixtures("answers_ctrl_c")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_swallowed_interrupt_stops_ray_at_its_next_stage(signum, local_ray, tiny, tmp_path, monkeypatch):
+    """The Ray path checks for a kept interrupt after each Ray stage: a Ctrl-C or SIGTERM swallowed while Ray reads
+    the ids stops the run before it starts chunking. (``ray.init`` sets a SIGTERM handler of its own, which exits 15:
+    rr-fast's replaces it for the run.)"""
+    from rr_fast.corpus import ray as on_ray
+
+    scan = on_ray.scan_datasets
+
+    def swallowing(*args, **kwargs):
+        found = scan(*args, **kwargs)
+        try:
+            interrupt_self(signum)
+        except KeyboardInterrupt:
+            pass
+        return found
+
+    monkeypatch.setattr(on_ray, "scan_datasets", swallowing)
+    monkeypatch.setattr(on_ray, "chunk_records_dataset", lambda *a, **k: pytest.fail("chunking started"))
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(3))])
+    config = RunConfig((str(data),), str(tmp_path / "out"), "id", "text", 4, {"model": tiny, "backend": "torch"})
+    with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt) as raised:
+        on_ray.run_on_ray(config)
+    assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reading import paper_scoring
 
-from bench.engine import paper_scoring
-from bench.reference import reference_scores
 from rr_fast.scoring.backends.torch import TorchBackend
+from rr_fast.scoring.reference import reference_scores
 from rr_fast.scoring.windows import WindowScorer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from reading import resolved_config
 
-from bench.engine import research_config
 from rr_fast import Chunker, Limits, RRFastError
 from rr_fast.cli import main
 from rr_fast.segmentation.dp import segment_tiered
@@ -87,9 +87,9 @@ def test_tiers_are_lexicographic():
 
 @pytest.mark.parametrize("text", [FLAT, textwrap.fill(FLAT, 70)], ids=["flattened", "wrapped"])
 def test_flattened_text_is_unchanged(tiny, text):
-    auto = Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5))
+    auto = Chunker(resolved_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5))
     none = Chunker(
-        research_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, structure="none")
+        resolved_config(model=tiny, backend="torch", limits=Limits(4, 24, 12, 0.02), penalty=0.5, structure="none")
     )
     assert auto.chunk(text) == none.chunk(text)
     scores_auto, scores_none = auto.score(text), none.score(text)
@@ -104,7 +104,7 @@ def test_structured_text_has_its_own_penalty(tiny):
     """A writer's text is cut at ρ on structured text (``structured_penalty``); a flattened one at the recipe's ρ."""
 
     def chunker(**reading):
-        return Chunker(research_config(model=tiny, backend="torch", limits=Limits(8, 120, 60, 0.02), **reading))
+        return Chunker(resolved_config(model=tiny, backend="torch", limits=Limits(8, 120, 60, 0.02), **reading))
 
     assert chunker().reading.structured_penalty == STRUCTURED_PENALTY
     cheap, dear = chunker(structured_penalty=-2.0).chunk(MARKDOWN), chunker(structured_penalty=2.0).chunk(MARKDOWN)
@@ -123,7 +123,7 @@ def cut_levels(text: str, chunks) -> list[Level]:
 @pytest.mark.parametrize("max_tokens", [40, 60, 120])
 def test_markdown_cuts_where_the_writer_did(tiny, max_tokens):
     chunker = Chunker(
-        research_config(model=tiny, backend="torch", limits=Limits(8, max_tokens, max_tokens // 2, 0.02), penalty=0.5)
+        resolved_config(model=tiny, backend="torch", limits=Limits(8, max_tokens, max_tokens // 2, 0.02), penalty=0.5)
     )
     chunks = chunker.chunk(MARKDOWN)
     assert "".join(c.text for c in chunks) == MARKDOWN
@@ -131,14 +131,14 @@ def test_markdown_cuts_where_the_writer_did(tiny, max_tokens):
     # never mid-sentence, never inside the fence or table (each fits), never after a heading
     assert all(level >= Level.SENTENCE for level in cut_levels(MARKDOWN, chunks)), cut_levels(MARKDOWN, chunks)
     assert all(c.inside is None for c in chunks)
-    none = Chunker(research_config(model=tiny, backend="torch", limits=chunker.limits, penalty=0.5, structure="none"))
+    none = Chunker(resolved_config(model=tiny, backend="torch", limits=chunker.limits, penalty=0.5, structure="none"))
     assert any(level < Level.SENTENCE for level in cut_levels(MARKDOWN, none.chunk(MARKDOWN)))
 
 
 def test_a_unit_longer_than_the_maximum_is_cut_at_its_lines_and_says_so(tiny):
     code = "```python\n" + "".join(f"value_{i} = compute({i}, factor={i * 3})\n" for i in range(30)) + "```\n"
     text = "Intro paragraph here.\n\n" + code + "\nAfter the code.\n"
-    chunker = Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 60, 30, 0.02), penalty=0.5))
+    chunker = Chunker(resolved_config(model=tiny, backend="torch", limits=Limits(4, 60, 30, 0.02), penalty=0.5))
     chunks = chunker.chunk(text)
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 60 for c in chunks)
     split = [c for c in chunks if c.inside == "code"]
@@ -158,7 +158,7 @@ def test_option_is_checked_and_in_the_cli(tiny, tmp_path, capsys):
 
 def test_a_text_that_is_one_long_code_block(tiny):
     text = "```\n" + "".join(f"x{i} = {i}\n" for i in range(60)) + "```\n"  # no tier-0 edge at all
-    chunks = Chunker(research_config(model=tiny, backend="torch", limits=Limits(4, 40, 20, 0.02), penalty=0.5)).chunk(
+    chunks = Chunker(resolved_config(model=tiny, backend="torch", limits=Limits(4, 40, 20, 0.02), penalty=0.5)).chunk(
         text
     )
     assert "".join(c.text for c in chunks) == text and all(c.token_count <= 40 for c in chunks)

@@ -1,8 +1,8 @@
-"""The paper-faithful Right Reset loop, kept as the ground truth for tests and the baseline for benchmarks.
+"""The paper-faithful Right Reset loop: the definition the engine is tested against, the speed benchmarks' baseline.
 
 One stock transformers forward call per candidate edge on the right window, full depth, with
 ``output_hidden_states=True`` and the original position ids, exactly as Eq. 1 and Eq. 2 read. It is slow
-on purpose: nothing here is batched, truncated or re-indexed.
+on purpose: nothing here is batched, truncated or re-indexed. No product path calls it.
 """
 
 from __future__ import annotations
