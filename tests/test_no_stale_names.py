@@ -16,6 +16,18 @@ Everything is resolved by reading files, never by importing them (the modules pu
   (``bench/results/*.json``) needs at least one match;
 - a Markdown link to a relative path resolves when that path exists beside the Markdown file.
 
+The same Markdown writes command lines, and their flags go stale the same way when an option moves (the reading
+options such as ``--readout`` or ``--window`` belong to a model's recipe, and the command refuses them). Every
+``--flag`` of a command that invokes rr-fast (``python -m rr_fast``, ``python -m rr_fast.chunk``, ``.corpus``,
+``.distill``, or ``rr-fast`` with or without ``corpus`` / ``distill``), in inline code or in a fenced block, must be
+one that command's parser accepts, written in full. A command runs from its invocation to the end of the inline code,
+or in a fenced block to the end of its line, across lines that end in a backslash or that carry on a synopsis (an
+indented line, or one whose first word is a label such as ``model:``, that starts with a flag; blank lines between);
+it ends earlier at ``&&``, ``||``, ``;`` or `` | ``, and a shell comment is not read. The benchmarks' commands
+(``python -m bench...``) take their own flags and are not checked. The flags are the one thing read by importing: the
+commands' own parsers (``rr_fast.cli.build_parser`` and the corpus and distill commands'), which import no torch,
+since the chunk command's flags are generated from ``ChunkerConfig``'s fields.
+
 bench/notebook/ is not read: it is the dated log of past runs, which names code as it was then.
 """
 
@@ -170,6 +182,115 @@ def test_every_mention_resolves():
     assert not stale, "the prose names code that does not exist:\n" + "\n".join(stale)
 
 
+INVOCATION = re.compile(
+    r"(?:\bpython3? -m (rr_fast(?:\.\w+)*)|(?<![\w./-])rr-fast(?=[ \t]))(?:[ \t]+(corpus|distill)\b)?"
+)
+COMMAND_END = re.compile(r"&&|\|\||;|[ \t]\|[ \t]")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+CONTINUES = re.compile(r"^[ \t]+\[?--|^\w+:[ \t]+\[?--")  # a synopsis's next line: indented, or after a label
+COMMANDS = {"chunk": "rr_fast.cli", "corpus": "rr_fast.corpus.command", "distill": "rr_fast.distill.command"}
+MODULES = {"rr_fast.chunk": "chunk", "rr_fast.cli": "chunk", "rr_fast.corpus": "corpus", "rr_fast.distill": "distill"}
+
+
+@cache
+def accepted_flags(command: str) -> frozenset[str]:
+    """Every option string that command's parser accepts."""
+    import importlib
+
+    parser = importlib.import_module(COMMANDS[command]).build_parser()
+    return frozenset(option for action in parser._actions for option in action.option_strings)
+
+
+def which_command(match: re.Match) -> str | None:
+    """The command an invocation runs: chunk, corpus or distill (None for another module of rr_fast)."""
+    module, sub = match.group(1), match.group(2)
+    if module in (None, "rr_fast"):
+        return sub or "chunk"
+    return MODULES.get(module)
+
+
+def commands_in(text: str) -> list[tuple[str, str]]:
+    """(command, its text) for every invocation of rr-fast in one piece of code (an inline span, a logical line)."""
+    found = []
+    matches = list(INVOCATION.finditer(text))
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        rest = text[match.end() : end]
+        stop = COMMAND_END.search(rest)
+        command = which_command(match)
+        if command is not None:
+            found.append((command, rest[: stop.start()] if stop else rest))
+    return found
+
+
+def code_pieces(markdown: str) -> list[tuple[int, str]]:
+    """(line, text) of every piece of code in Markdown: each inline code span, and each logical line of a fenced
+    block (backslash continuations and a synopsis's continuation lines joined), with the line it starts on."""
+    pieces: list[tuple[int, str]] = []
+    fenced = False
+    previous_fenced = False  # whether the last piece is a fenced block's line, which the next line may continue
+    for number, line in enumerate(markdown.splitlines(), start=1):
+        if fenced:
+            line = re.sub(r"(?:^|[ \t])#.*", "", line)  # a shell comment runs nothing
+        if line.lstrip().startswith("```"):
+            fenced, previous_fenced = not fenced, False
+        elif fenced and not line.strip():
+            continue  # a blank line inside a synopsis keeps it open for its next labelled line
+        elif fenced and previous_fenced and (pieces[-1][1].endswith("\\") or CONTINUES.match(line)):
+            pieces[-1] = (pieces[-1][0], pieces[-1][1].rstrip("\\") + " " + line)
+        elif fenced:
+            pieces.append((number, line))
+            previous_fenced = True
+        else:
+            pieces += [(number, span) for span in re.findall(r"`([^`\n]+)`", line)]
+    return pieces
+
+
+def stale_flags(markdown: str) -> list[tuple[int, str, str]]:
+    """(line, command, flag) for every flag an rr-fast command in this Markdown is written with but does not take."""
+    return [
+        (line, command, flag)
+        for line, piece in code_pieces(markdown)
+        for command, text in commands_in(piece)
+        for flag in FLAG.findall(text)
+        if flag not in accepted_flags(command)
+    ]
+
+
+def test_every_flag_of_an_rr_fast_command_is_accepted():
+    stale, checked = [], 0
+    for path in markdown_sources():
+        markdown = path.read_text(encoding="utf-8")
+        checked += sum(len(FLAG.findall(t)) for _, p in code_pieces(markdown) for _, t in commands_in(p))
+        where = path.relative_to(ROOT)
+        stale += [f"{where}:{line}: {flag} ({command})" for line, command, flag in stale_flags(markdown)]
+    assert checked > 20  # the scan reads what it should: the README and docs write dozens of rr-fast flags
+    assert not stale, "commands written with flags the command refuses:\n" + "\n".join(stale)
+
+
+def test_a_refused_flag_is_found_and_a_benchmark_flag_is_left_alone():
+    markdown = (
+        "Run `python -m rr_fast.chunk a.txt --readout lr --window 64 --preset fast` or `rr-fast corpus in/ --resume`;\n"
+        "`python -m bench.quality.pareto score --split cal --options lr` takes its own.\n"
+        "```bash\n"
+        "pip install --no-deps x && rr-fast distill texts/ --model m -o r.json \\\n"
+        "  --layerz 9  # not rr-fast --nothing\n"
+        "python -m rr_fast.chunk FILE [--min-tokens 48]\n"
+        "    [--max-tokens 384] [--lenght-unit chars]\n"
+        "\n"
+        "model:  --model NAME  --companion x\n"
+        "```\n"
+        "Prose that names `--window` alone, or rr-fast --window outside code, is not a command.\n"
+    )
+    assert stale_flags(markdown) == [
+        (1, "chunk", "--readout"),
+        (1, "chunk", "--window"),
+        (4, "distill", "--layerz"),
+        (6, "chunk", "--lenght-unit"),
+        (6, "chunk", "--companion"),
+    ]
+
+
 def test_every_relative_markdown_link_resolves():
     stale = []
     for path in markdown_sources():
@@ -189,7 +310,7 @@ def test_every_relative_markdown_link_resolves():
         ("rr_fast.Chunker.chunk", True),  # the package's lazy name, followed into rr_fast.chunker
         ("rr_fast.Limits", True),  # another lazy name, from rr_fast.segmentation.dp
         ("rr_fast.corpus.run.PREPARE", True),
-        ("bench.engine.ResearchEngine.state_layers", True),  # set in __init__ as self.state_layers
+        ("rr_fast.chunker.Chunker.preparer", True),  # set in __init__ as self.preparer
         ("bench.quality.pareto.OPTIONS", True),  # a package's __init__.py
         ("rr_fast.tokenizer", False),
         ("rr_fast.readouts.HostReadouts", False),
