@@ -5,14 +5,19 @@ Data location: ``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` b
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import fcntl
+import importlib.metadata
 import os
+import platform
+import subprocess
 from pathlib import Path
 
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Where the report modules write their generated sections (bench/notebook/*.md); bench/RESULTS.md, the current
-# record, is written by hand from them and no generator writes it.
+# Where the report modules write their generated sections; bench/RESULTS.md is written by hand from them.
 NOTEBOOK = REPO_ROOT / "bench" / "notebook"
 # The model of the benchmarks' unprefixed options and their token unit (chunk lengths, the peers' chunk sizes):
 # SmolLM2, the Apache-2.0 bundled model: every stored score and cache under bench/out is keyed to it, so an option
@@ -55,3 +60,41 @@ def save_scores(path: Path, scores, **readouts: np.ndarray) -> None:
         num_tokens=np.int64(scores.num_tokens),
         **readouts,
     )
+
+
+@contextlib.contextmanager
+def locked(path: str | None):
+    """Hold an exclusive lock on ``path`` (``flock``'s) while a timing runs; nothing when None."""
+    if not path:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def machine_facts(threads: int) -> dict:
+    """The machine and library versions a timing depends on, for a benchmark's JSON."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "threads": threads,
+        "date": datetime.date.today().isoformat(),
+    }

@@ -2,24 +2,17 @@
 
 ``ResearchEngine`` extends ``rr_fast.scoring.windows.WindowScorer`` through its extension methods:
 
-- layer sweeps: RR at each of ``layers`` too, named ``rr_layer_name(l)``;
 - multi-scale: the readouts over the first W' positions of each window (``windows``) and with other skips
   (``skips``), named ``variant_name(...)``. With causal attention those positions are exactly a W'-token
   window's, so shorter windows and other skips cost no model work, only their readouts;
-- reset-prefix controls (paper Appendix; RoPE models): ``reset_prefix`` token ids after the BOS of every window (the
-  tokenizer's BOS for a model whose convention has none, or a blank line), and a local prefix, the last
-  ``local_prefix`` tokens before the edge; readouts still compare only the window;
-- an observer of every window batch and its final states (``score(..., on_windows=...)``), for scores computed
-  from the same windows outside the engine (bench.quality.lm_scores' output KL).
+- a reset prefix (paper Appendix; RoPE models): ``reset_prefix`` token ids after the BOS of every window (the
+  tokenizer's BOS for a model whose convention has none, or a blank line); readouts still compare only the window.
 
 ``ShortlistScorer`` is the two-stage scoring the benchmarks measured: cheap RR on every edge, the readout on a
 shortlist. ``research_chunker`` builds a ``Chunker`` whose scorer is one of these, for the options only the
-benchmarks take (``RESEARCH_OPTIONS``). Their ``rr`` and ``lr`` are the product's own computation.
-``research_config`` resolves the product's options with a recipe's reading options beside them (readout, window,
-penalty, ...: what a user sets in a recipe file, and the benchmarks sweep); ``paper_scoring`` is the paper's
-reset-window settings, for code that drives a ``WindowScorer`` directly.
-``forward_layers`` is the one torch call behind layer sweeps and final states: several layers' states, the final
-states and one layer's attention weights.
+benchmarks take (``RESEARCH_OPTIONS``), and ``quantize_int8`` the int8 lever. Their ``rr`` and ``lr`` are the
+product's own computation. ``research_config`` resolves the product's options with a recipe's reading options beside
+them (readout, window, penalty, ...: what a user sets in a recipe file, and the benchmarks sweep).
 """
 
 from __future__ import annotations
@@ -27,13 +20,11 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from rr_fast.config import ChunkerConfig, Reading, Resolved
@@ -43,15 +34,6 @@ from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.windows import WindowBatch, WindowScorer, WindowSettings, window_layout
 from rr_fast.text.tokens import tokenize
 
-# sees each window batch and its final states at the window positions ([B, W, d], what the LM head reads;
-# device tensors with device readouts)
-WindowObserver = Callable[[WindowBatch, Any], None]
-
-
-def rr_layer_name(layer: int) -> str:
-    """The readout name of RR at one layer of a layer sweep (``ResearchEngine``'s ``layers``)."""
-    return f"rr_L{layer}"
-
 
 def variant_name(readout: str, window: int, skip: int | None = None) -> str:
     """The name of a readout over another window or skip of the same run (``ResearchEngine``'s ``windows`` and
@@ -60,8 +42,8 @@ def variant_name(readout: str, window: int, skip: int | None = None) -> str:
 
 
 class ResearchEngine(WindowScorer):
-    """``WindowScorer`` plus layer sweeps, other windows and skips, reset-prefix controls and a window observer
-    (module docstring). Without them it scores exactly as ``WindowScorer`` does."""
+    """``WindowScorer`` plus other windows and skips and a reset prefix (module docstring). Without them it scores
+    exactly as ``WindowScorer`` does."""
 
     def __init__(
         self,
@@ -70,16 +52,11 @@ class ResearchEngine(WindowScorer):
         config: WindowSettings,
         device_readouts: bool | None = None,
         *,
-        layers: Iterable[int] = (),
         windows: Iterable[int] = (),
         skips: Iterable[int] = (),
         reset_prefix: Iterable[int] = (),
-        local_prefix: int = 0,
-        reindex: bool | None = None,
     ):
-        layers, windows, skips, reset_prefix = tuple(layers), tuple(windows), tuple(skips), tuple(reset_prefix)
-        if local_prefix < 0:
-            raise ValueError(f"local_prefix must be >= 0, got {local_prefix}")
+        windows, skips, reset_prefix = tuple(windows), tuple(skips), tuple(reset_prefix)
         if any(s < 0 for s in skips) or config.window < max(skips, default=0) + 2:
             raise ValueError(f"skips must be >= 0 and at most the window - 2, got {skips}")
         shortest = max((config.skip, *skips)) + 2
@@ -87,15 +64,11 @@ class ResearchEngine(WindowScorer):
             raise ValueError(
                 f"windows must be shorter than the window ({config.window}) and at least every skip + 2, got {windows}"
             )
-        super().__init__(backend, bos, config, device_readouts, reindex)
-        if (local_prefix or reset_prefix) and not self.reindex:
-            raise ValueError("reset-prefix controls need a RoPE model (windows are re-indexed from 0)")
-        if any(not 1 <= layer <= backend.depth for layer in layers):
-            raise ValueError(f"layers must be in 1..{backend.depth} for this model, got {layers}")
-        self.layers, self.windows, self.skips = layers, windows, skips
-        self.reset_prefix, self.local_prefix = np.asarray(reset_prefix, dtype=np.int64), local_prefix
-        # a layer sweep stacks the states of these layers ([..., L, d]); None: the RR layer's states alone
-        self.state_layers = tuple(sorted({self.layer, *layers})) if layers else None
+        super().__init__(backend, bos, config, device_readouts)
+        if reset_prefix and not self.reindex:
+            raise ValueError("a reset prefix needs a RoPE model (windows are re-indexed from 0)")
+        self.windows, self.skips = windows, skips
+        self.reset_prefix = np.asarray(reset_prefix, dtype=np.int64)
         # (window, skip) of every other window and skip read from the same windows
         self.variants = [
             (w, s)
@@ -105,11 +78,9 @@ class ResearchEngine(WindowScorer):
         ]
         self.names = (
             *config.readouts,
-            *(rr_layer_name(layer) for layer in layers),
             *(self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts),
         )
-        self.window_prefix += len(reset_prefix) + local_prefix
-        self.observer: WindowObserver | None = None
+        self.window_prefix += len(reset_prefix)
 
     def readout_name(self, readout: str, window: int, skip: int) -> str:
         """The name this engine gives a readout at a window and skip: the bare readout at its own window and skip,
@@ -118,46 +89,9 @@ class ResearchEngine(WindowScorer):
             return readout
         return variant_name(readout, window, None if skip == self.settings.skip else skip)
 
-    def score(
-        self,
-        ids: np.ndarray,
-        edges: np.ndarray,
-        progress: Callable[[int], None] | None = None,
-        on_windows: WindowObserver | None = None,
-    ) -> dict[str, np.ndarray]:
-        """``WindowScorer.score``, with ``on_windows`` as in ``score_many``."""
-        return next(self.score_many([(ids, edges)], progress, on_windows))
-
-    def score_many(
-        self,
-        documents: Iterable[tuple[np.ndarray, np.ndarray]],
-        progress: Callable[[int], None] | None = None,
-        on_windows: WindowObserver | None = None,
-    ) -> Iterator[dict[str, np.ndarray]]:
-        """``WindowScorer.score_many``; ``on_windows``, when given, sees every window batch with its final states, so
-        that it computes scores of its own from the same windows with no forward call of its own."""
-        self.observer = on_windows
-        yield from super().score_many(documents, progress)
-
-    def forward(self, ids: np.ndarray, positions: np.ndarray, targets: np.ndarray | None, **head) -> Forward:
-        """``WindowScorer.forward``; with a layer sweep the states of ``state_layers`` stacked ([B, T, L, d]), and while
-        an observer watches the final states too (of the full pass as well, where they go unused)."""
-        if self.state_layers is None and self.observer is None:
-            return super().forward(ids, positions, targets, **head)
-        if head:
-            raise UsageError("the focused normalizer does not combine with layer sweeps or final states")
-        layers = self.state_layers or ((self.layer,) if "rr" in self.settings.readouts else ())
-        out = forward_layers(
-            self.backend, ids, positions, layers, targets, final=self.observer is not None, on_device=self.on_device
-        )
-        if self.state_layers is None and out.hidden is not None:
-            out = replace(out, hidden=out.hidden[:, :, 0])
-        return out
-
     def window_rows(self, batch: WindowBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """``WindowScorer.window_rows`` with the reset prefix and the ``local_prefix`` tokens before each edge in front
-        of the window (an edge closer to the start repeats token 0), and LR's targets from the smallest skip on: a
-        variant with a smaller skip reads positions the run's own LR leaves out."""
+        """``WindowScorer.window_rows`` with the reset prefix in front of the window, and LR's targets from the
+        smallest skip on: a variant with a smaller skip reads positions the run's own LR leaves out."""
         if self.skips:
             width = batch.layout.real.shape[1]
             smallest = min(self.settings.skip, *self.skips)
@@ -166,11 +100,9 @@ class ResearchEngine(WindowScorer):
             )
         else:
             ids, targets = super().window_rows(batch)
-        if not self.local_prefix and not len(self.reset_prefix):
+        if not len(self.reset_prefix):
             return ids, targets
-        local = batch.token_ids(np.maximum(batch.edges[:, None] + np.arange(-self.local_prefix, 0), 0))
-        fixed = np.broadcast_to(self.reset_prefix, (len(ids), len(self.reset_prefix)))
-        inserted = np.concatenate([fixed, local], axis=1)  # after the BOS, before the window
+        inserted = np.broadcast_to(self.reset_prefix, (len(ids), len(self.reset_prefix)))  # after the BOS
         start = len(self.prefix)  # where the product's rows start the window
         ids = np.concatenate([ids[:, :start], inserted, ids[:, start:]], axis=1)
         if targets is not None:
@@ -178,18 +110,8 @@ class ResearchEngine(WindowScorer):
         return ids, targets
 
     def window_readouts(self, full: Forward, reset: Forward, batch: WindowBatch) -> dict[str, np.ndarray]:
-        """``WindowScorer.window_readouts``, RR at every swept layer, every readout at the other windows and skips;
-        then the observer sees the batch."""
-        p, compared, values = self.window_prefix, batch.layout.compared, {}
-        if self.state_layers is not None:  # stacked states: each swept layer, then the RR layer's alone
-            for i, layer in enumerate(self.state_layers):
-                if layer in self.layers:
-                    values[rr_layer_name(layer)] = self.ops.rr_cosine(
-                        full.hidden[:, :, i], reset.hidden[:, p:, i], compared
-                    )
-            i = self.state_layers.index(self.layer)
-            full, reset = replace(full, hidden=full.hidden[:, :, i]), replace(reset, hidden=reset.hidden[:, :, i])
-        values.update(super().window_readouts(full, reset, batch))
+        """``WindowScorer.window_readouts``, and every readout at the other windows and skips."""
+        p, values = self.window_prefix, super().window_readouts(full, reset, batch)
         width = batch.layout.real.shape[1]
         for w, s in self.variants:
             view = window_layout(batch.counts, batch.edges, min(w, width), s)
@@ -202,19 +124,13 @@ class ResearchEngine(WindowScorer):
                 values[self.readout_name("lr", w, s)] = self.ops.lr_utility(
                     full.logprobs[:, :k], reset.logprobs[:, p : p + k], view.predicted
                 )
-        if self.observer is not None:
-            self.observer(batch, reset.final[:, p:])
         return values
 
 
 class ShortlistScorer:
-    """Two-stage scoring: cheap RR (early exit, no LM head) with a short window on every edge, then the settings'
-    readouts on the best ``fraction`` of edges by that score (measured, not adopted: bench/RESULTS.md).
-
-    The shortlisted edges go through an ordinary ``WindowScorer`` of the settings, so each gets exactly the windows
-    (and, up to float rounding of differently shaped batches, the scores) a full run gives it. The other edges stay
-    candidates, ranked below every shortlisted edge in the order of their cheap score, so the DP keeps every
-    feasible cut and only prefers the shortlist."""
+    """Two-stage scoring (measured, not adopted): cheap RR with a short window on every edge, then the settings'
+    readouts, through an ordinary ``WindowScorer``, on the best ``fraction`` of edges by that score. The other edges
+    stay candidates, ranked below every shortlisted one in the order of their cheap score."""
 
     def __init__(self, backend: Backend, bos: list[int], settings: WindowSettings, fraction: float, window: int):
         if not 0 < fraction <= 1:
@@ -278,8 +194,8 @@ def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, c
 INT8 = ("int8", "int8-channel")  # dynamic int8 linears, one weight scale per matrix or per output channel
 # The options only the benchmarks take, beside the product's (``research_chunker``): dtype int8 or int8-channel
 # (``quantize_int8``), skip (the recipe's, else the paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with
-# shortlist_window, and positions auto|original|reindex (auto: re-index RoPE models)
-RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window", "positions")
+# shortlist_window
+RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window")
 
 
 def research_config(**options: Any) -> Resolved:
@@ -288,12 +204,6 @@ def research_config(**options: Any) -> Resolved:
     recipe's, checked as a recipe's preset is (``ChunkerConfig.resolve``)."""
     reading = {name: options.pop(name) for name in list(options) if name in Reading.__dataclass_fields__}
     return ChunkerConfig().replace(**options).resolve(reading)
-
-
-def paper_scoring(**changes: Any) -> WindowSettings:
-    """The reset-window settings the product resolves for a model without a recipe (the paper's W, s and RR, every
-    other option at its default), with ``changes``: for code that drives a ``WindowScorer`` directly."""
-    return replace(ChunkerConfig(model="any model").resolve().scoring, **changes)
 
 
 def research_chunker(**options: Any):
@@ -320,12 +230,11 @@ def research_chunker(**options: Any):
         settings = replace(product.settings, skip=research.get("skip", product.settings.skip))
         bos = product.prefix.tolist()
         prefix = reset_prefix_ids(reset_prefix, tokenizer, bos)
-        reindex = {"auto": None, "original": False, "reindex": True}[research.get("positions", "auto")]
         if research.get("shortlist") is not None:
             window = research.get("shortlist_window", 24)
             return ShortlistScorer(product.backend, bos, settings, research["shortlist"], window)
-        if settings != product.settings or prefix or reindex is not None:
-            return ResearchEngine(product.backend, bos, settings, reset_prefix=prefix, reindex=reindex)
+        if settings != product.settings or prefix:
+            return ResearchEngine(product.backend, bos, settings, reset_prefix=prefix)
         return product
 
     backend = None
@@ -336,12 +245,8 @@ def research_chunker(**options: Any):
 
 
 def quantize_int8(model: nn.Module, per_channel: bool = False) -> None:
-    """Dynamic int8 for the decoder's linear layers, a lever measured and not adopted by the product: int8 weights,
-    activations quantized per call (PyTorch's fbgemm/oneDNN kernels), one weight scale per matrix, or with
-    ``per_channel`` one per output channel (a row of the weight; the activations keep one scale per call either way).
-    The LM head stays float32: LR's log-normalizer reads its weights in cache-sized tiles, and its logits are where
-    int8 rounding would show most. bench/RESULTS.md ("Speed on this CPU", "Levers and runtimes") gives the speed and
-    the score drift this buys on a CPU."""
+    """Dynamic int8 for the decoder's linear layers (measured, not adopted): int8 weights, activations quantized per
+    call, one weight scale per matrix or with ``per_channel`` per output channel; the LM head stays float32."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -374,82 +279,3 @@ def reset_prefix_ids(name: str, tokenizer, bos: list[int]) -> tuple[int, ...]:
     if bos:
         raise UsageError("reset prefix bos: this model already starts every window with its BOS (use sep or none)")
     return (int(bos_token),)
-
-
-@dataclass
-class LayerForward(Forward):
-    """``Forward`` with what ``forward_layers`` adds; its ``hidden`` stacks the asked layers ([B, T, L, d])."""
-
-    final: Any = None  # [B, T, d] states after the final norm (what the LM head reads)
-    attention: Any = None  # [B, T, T] head-averaged attention weights of one layer
-
-
-@torch.inference_mode()
-def forward_layers(
-    backend: TorchBackend,
-    ids: np.ndarray,
-    positions: np.ndarray,
-    layers: tuple[int, ...],
-    targets: np.ndarray | None = None,
-    final: bool = False,
-    attention_layer: int | None = None,
-    on_device: bool = False,
-) -> LayerForward:
-    """One full-depth call of the torch backend's decoder over right-padded rows (as ``TorchBackend.run``):
-    the states after each of ``layers`` (stacked [B, T, L, d], in the order asked), the final normed states when
-    ``final``, log-probabilities of ``targets``, and with ``attention_layer`` that layer's head-averaged attention
-    weights ([B, T, T]). ``on_device`` returns torch tensors where they were computed.
-
-    Layer sweeps and the benchmark's KL read many layers, or the whole next-token distribution, from the same
-    rows: one call instead of one per layer. Attention weights need eager attention, which only transformers'
-    modules offer; it is switched on for this call alone.
-    """
-    if not isinstance(backend, TorchBackend):
-        raise UsageError(f"the {backend.name} backend has no layer sweeps or final states (use the torch one)")
-    if any(not 0 <= layer <= backend.depth for layer in layers):
-        raise ValueError(f"layers must be in 0..{backend.depth}, got {layers}")
-    ids_t = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(backend.device)
-    pos_t = torch.from_numpy(np.ascontiguousarray(positions, dtype=np.int64)).to(backend.device)
-    out_of = (lambda t: t) if on_device else _numpy
-    with _attention_weights(backend, attention_layer) as captured:
-        out = backend.decoder(input_ids=ids_t, position_ids=pos_t, use_cache=False, output_hidden_states=True)
-    hidden = out_of(torch.stack([out.hidden_states[layer] for layer in layers], dim=2)) if layers else None
-    logprobs = None
-    if targets is not None:
-        logprobs = backend.head.logprobs(out.last_hidden_state, targets)[0]
-        logprobs = logprobs if on_device else logprobs.cpu().numpy()
-    weights = captured.get("weights")
-    return LayerForward(
-        hidden,
-        logprobs,
-        final=out_of(out.last_hidden_state) if final else None,
-        attention=None if weights is None else out_of(weights.float().mean(dim=1)),
-    )
-
-
-@contextmanager
-def _attention_weights(backend: TorchBackend, layer: int | None) -> Iterator[dict[str, torch.Tensor]]:
-    """Eager attention, and a hook that keeps layer ``layer``'s weights, for one call (nothing when None)."""
-    captured: dict[str, torch.Tensor] = {}
-    if layer is None:
-        yield captured
-        return
-    if not 1 <= layer <= backend.depth:
-        raise ValueError(f"attention_layer must be in 1..{backend.depth}, got {layer}")
-    model = backend.model
-    if not hasattr(model, "set_attn_implementation"):
-        raise UsageError("attention weights need transformers' modules: load with implementation='transformers'")
-    block = getattr(backend.decoder, backend.layers_attr)[layer - 1]
-    attention = block.self_attn if hasattr(block, "self_attn") else block.attn  # GPT-2 names it attn
-    hook = attention.register_forward_hook(lambda _m, _i, out: captured.__setitem__("weights", out[1]))
-    before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        yield captured
-    finally:
-        model.set_attn_implementation(before)
-        hook.remove()
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.float().cpu().numpy()

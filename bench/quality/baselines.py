@@ -1,13 +1,9 @@
-"""Edge scorers that need no causal LM: embedding boundary, sentence cuts and a fixed grid.
-
-All of them score the same candidate edges as RR (the default model's tokens, ``candidate_edges(step=8)``)
-and are oriented so that larger means "better place to cut"; the runner turns them into chunks with the
-same percentile transform, calibrated penalty and open-count DP as every other method.
+"""Edge scorers that need no causal LM (embedding boundary, sentence cuts, a fixed grid), on the default model's
+candidate edges, larger meaning "cut here"; chunks come from the same percentiles, ρ and DP as every method's.
 """
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 import numpy as np
@@ -37,18 +33,10 @@ def default_tokenizer(model: str = BENCH_MODEL):
     return AutoTokenizer.from_pretrained(resolve(model))
 
 
-def embedding_boundary(
-    text: str, tokens: Tokens, edges: Edges, span: int = SPAN_TOKENS, sentences: int | None = None
-) -> np.ndarray:
-    """1 − cosine of normalised MiniLM embeddings of the text left and right of each edge.
-
-    The paper uses BGE-base here; MiniLM is the embedder installed offline (and the one the peers use), so
-    this is the same comparator with a smaller encoder. The two sides are ``span`` default-model tokens
-    each (the paper: 64), or, with ``sentences``, that many sentences each (the paper's Wiki-50 setting;
-    a partial sentence at a mid-sentence edge counts as one). Both sides meet exactly at the edge's
-    character offset and shrink at the ends of the text.
-    """
-    left, right = sentence_windows(text, edges, sentences) if sentences else token_windows(text, tokens, edges, span)
+def embedding_boundary(text: str, tokens: Tokens, edges: Edges, span: int = SPAN_TOKENS) -> np.ndarray:
+    """1 − cosine of normalised MiniLM embeddings (the paper: BGE-base) of the ``span`` default-model tokens left and
+    right of each edge (the paper: 64; calibration chose 96, bench.quality.windows), meeting at the edge."""
+    left, right = token_windows(text, tokens, edges, span)
     model = load_minilm()
     # MiniLM reads at most max_seq_length word pieces ([CLS] and [SEP] included) and drops the rest from
     # the end: right of an edge that keeps the text nearest the edge, left of it it would drop exactly
@@ -70,24 +58,6 @@ def token_windows(text: str, tokens: Tokens, edges: Edges, span: int) -> tuple[l
     return left, right
 
 
-def sentence_windows(text: str, edges: Edges, count: int) -> tuple[list[str], list[str]]:
-    """The ``count`` sentences left and right of each edge (sentence ends: the candidates' own rule).
-
-    Sentences start after the whitespace that follows a sentence end, where the candidate edges cut; an
-    edge inside that whitespace counts as the sentence start after it.
-    """
-    starts = (m.end() for m in re.finditer(r"\s+", text))
-    ends = np.array([0, *(c for c in starts if ends_sentence(text, c)), len(text)])
-    left, right = [], []
-    for c in edges.chars.tolist():
-        at = c + len(text[c:]) - len(text[c:].lstrip())  # the next non-space character
-        before = np.searchsorted(ends, at, side="right") - 1  # the last sentence start at or before it
-        after = np.searchsorted(ends, at, side="right")  # the first one after it
-        left.append(text[int(ends[max(0, before - count + (0 if ends[before] == at else 1))]) : c])
-        right.append(text[c : int(ends[min(len(ends) - 1, after + count - 1)])])
-    return left, right
-
-
 def keep_last_word_pieces(pieces: list[str], tokenizer, limit: int) -> list[str]:
     """Each piece, or its end holding only the last ``limit`` word pieces of ``tokenizer`` when it has more."""
     encoded = tokenizer(pieces, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
@@ -100,10 +70,6 @@ def sentence_cuts(text: str, edges: Edges) -> np.ndarray:
 
 
 def fixed_grid(edges: Edges, target: int) -> np.ndarray:
-    """Closeness of each edge to the nearest multiple of ``target`` tokens (0 on the grid, negative off it).
-
-    A length-only policy: with percentiles and the calibrated penalty the DP cuts near every ``target``-th
-    token from the start of the text, whatever the content.
-    """
+    """Closeness of each edge to the nearest multiple of ``target`` tokens (0 on the grid): a length-only policy."""
     positions = edges.tokens.astype(np.float64)
     return -np.abs(positions - target * np.round(positions / target))

@@ -1,10 +1,6 @@
-"""Edge scores → chunks, identically for every scored method: percentiles, cut penalty ρ, open-count DP.
-
-This is the paper's shared back end (Section 3.3 and "Application construction"): each method's finite
-scores become within-stream average-rank percentiles, the open-count DP maximises Σ(u − ρ) minus the length
-term under the 48–384-token limits, and ρ is chosen per method on the calibration streams only.
-Only the candidate edges may be cut (no plain-token fallback), so every method of a model sees exactly the
-same eligible edges.
+"""Edge scores → chunks, identically for every scored method (the paper's shared back end): within-stream
+percentiles, the open-count DP under the 48–384-token limits, and ρ chosen per method on the calibration streams.
+Only candidate edges may be cut, so every method of a model sees the same eligible edges.
 """
 
 from __future__ import annotations

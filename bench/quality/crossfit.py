@@ -1,19 +1,13 @@
 """The honest calibration recovery of a distilled head: its scores on the calibration streams, cross-fitted.
 
-A head distilled on the calibration streams (``python -m rr_fast.distill bench/out/distill/calibration.jsonl``, the
-way the shipped heads were made) has seen them, so its own calibration recovery flatters it. This scores each
-calibration stream with a head fitted, by the product's own fitting (``rr_fast.distill.fit``), on the other folds'
-streams only, at the strength the shipped head chose, and writes the scores where ``bench.quality.pareto calibrate``
-reads an option's: ``<option>-crossfit`` beside ``<option>``. Its teacher values and masses come from the distill
-cache (the same settings hit it; else they are computed), and the features of the step-8 grid are computed here.
+A head distilled on the calibration streams (as the shipped heads were) has seen them. This scores each calibration
+stream with a head fitted by ``rr_fast.distill.fit`` on the other folds' streams only, at the shipped head's
+strength, and writes the scores where ``bench.quality.pareto calibrate`` reads them: ``<option>-crossfit``.
 
     python -m bench.quality.crossfit --texts bench/out/distill/calibration.jsonl   # the texts to distill on
     python -m rr_fast.distill bench/out/distill/calibration.jsonl --model smollm2-135m \
         -o bench/out/distill/smollm2-135m.json
     flock /tmp/rr_cpu.lock python -m bench.quality.crossfit --options smollm2-135m:attention-step64,...
-
-Each option's head is the one its layer count names in the model's recipe, at the step its options give (the heads
-are fitted on step-64 candidates; on step 8 they are applied to the step-8 features).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Scores of one predicted partition of a stream against its hidden records, and paired bootstrap intervals.
 
-Everything works on character spans: chunks are ``[start, end)`` slices that partition the text the chunker
-saw, records are spans of that same text. Overlaps are counted in non-whitespace characters, so the space
-that joins two records (which belongs to neither) and whitespace a peer strips or an OCR engine changes do
-not move any number. The paper weights purity and completeness by model tokens; non-space characters are a
-tokenizer-free stand-in that also works unchanged on OCR text.
-
-- clean-unit recovery: the product's measure, ``rr_fast.clean_units`` (the one ``python -m rr_fast.distill
-  --calibrate`` maximises): a record counts when some chunk holds >= 90% of it and >= 90% of that chunk is
-  from it; per stream, recovered records / records.
-- partition F1: harmonic mean of purity (each chunk's largest record share, weighted by chunk size) and
-  completeness (each record's largest share in one chunk, weighted by record size).
-- Pk and WindowDiff (``segeval``, default window) over whitespace-separated words: the reference segments are
-  the records' runs of words, the hypothesis segments the chunks'.
+Chunks and records are character spans of the same text; overlaps count non-whitespace characters, so joining
+spaces, stripped whitespace and OCR text move no number. Clean-unit recovery is the product's measure
+(``rr_fast.clean_units``: a chunk holds >= 90% of a record and >= 90% of it is that record); partition F1 is the
+harmonic mean of purity and completeness; P_k and WindowDiff (``segeval``) run over whitespace-separated words.
 """
 
 from __future__ import annotations

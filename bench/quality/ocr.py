@@ -1,10 +1,6 @@
-"""The OCR condition: each evaluation stream rendered as one 180-DPI text column, read back by Tesseract.
-
-The paper used Apple Vision OCR; Tesseract (Debian ``tesseract-ocr``, see bench/setup.sh) is the local
-stand-in. The OCR output's line breaks come from our own rendering, not from the records, so they are
-collapsed to single spaces: a chunker still gets no line or layout cue. Record spans in the OCR text come
-from aligning it to the source stream (words first, then characters inside differing stretches); a record
-spans from its first to its last OCR character that maps into it.
+"""The OCR condition: each evaluation stream rendered as one 180-DPI text column and read back by Tesseract (the
+paper used Apple Vision). Line breaks of our rendering collapse to single spaces; record spans come from aligning the
+OCR text to the source stream (words first, then characters inside differing stretches).
 """
 
 from __future__ import annotations
@@ -73,11 +69,8 @@ def _wrap(text: str, measure, width: float) -> list[str]:
 
 
 def tesseract(image: str | Path) -> str:
-    """Tesseract's text for an image, whitespace collapsed to single spaces.
-
-    One OpenMP thread: the output is identical and, on a small shared machine, about 4x faster than
-    Tesseract's default threading.
-    """
+    """Tesseract's text for an image, whitespace collapsed to single spaces (one OpenMP thread: the same output,
+    about 4x faster on a small shared machine)."""
     result = subprocess.run(
         ["tesseract", str(image), "stdout", "-l", "eng", "--dpi", str(DPI)],
         check=True,

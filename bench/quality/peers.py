@@ -1,13 +1,7 @@
-"""Other chunkers, run the way their users run them, on the same streams.
-
-Each peer gets its documented defaults, with the local all-MiniLM-L6-v2 wherever it embeds and a size near
-ours (192 tokens of the default model's tokenizer) wherever it takes one. Peers that return offsets are used
-as they are; peers that return text are aligned back to character offsets (``align``). Nothing here
-calibrates anything on our calibration streams: a peer is measured as shipped.
-
-NLTK TextTiling needs paragraph breaks ("\\n\\n") and raises ValueError on flattened text; that failure is
-the honest result for the peer as documented. ``nltk-texttiling-sentences`` is a labelled variant that gives
-it every punkt sentence as a paragraph, which is what a user would have to do to run it at all.
+"""Other chunkers, run the way their users run them, on the same streams: documented defaults, the local
+all-MiniLM-L6-v2 wherever they embed, 192 default-model tokens wherever they take a size; text they return is
+aligned back to character offsets (``align``). Nothing is calibrated on our streams. NLTK TextTiling needs paragraph
+breaks and fails on flattened text, its honest result; ``nltk-texttiling-sentences`` gives it every sentence as one.
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """Flattened-record streams (paper, "Application construction"): related records joined by one space.
 
-Each stream holds 3–6 records of one domain, concatenated with a single ordinary space and nothing else, so
-a chunker gets no separator, line or layout cue. Records that are topically related sit next to each other
-(a nearest-neighbour chain under all-MiniLM-L6-v2 cosine similarity), which weakens the topic-shift cue that
-would make the joins easy. No record appears twice, and no record is in both a calibration and an evaluation
-stream (``build_streams`` asserts it).
-
-Choices the paper leaves open, fixed here so every run builds the same streams:
-
-- Records must fit one chunk: between ``min_tokens`` and ``max_tokens`` of the default model's tokenizer
-  (48–384, the chunk limits). A longer record can never be recovered as one clean unit by any method under
-  those limits, and a shorter one cannot fill a legal chunk, so they would only add noise shared by all.
-- Each domain's eligible records are shuffled with the seed and split once: ``cal_fraction`` of them form
-  the calibration pool, the rest the evaluation pool. Streams are then built one after another from their
-  own pool, so the first k streams of a split do not depend on how many streams follow (``--quick`` streams
-  are the first streams of a full build, and cached scores stay valid).
-- The calibration pool (a fifth of the records) is too small for 15 streams of the small domains (PubMedQA
-  has 56 calibration records), so calibration streams that no longer fit it continue in a second pool: the
-  evaluation pool's records that no evaluation stream uses, in the same shuffled order. Evaluation streams
-  never see that pool, so they are the same whatever the calibration count; calibration streams past the
-  first pool do depend on the evaluation count (they use its leftovers).
-- A stream starts at the next unused record in shuffled order, then repeatedly appends the unused record of
-  its pool most similar to the record just added.
-- A stream id carries a hash of its text, so scores cached under an id can never belong to another text.
+Each stream holds 3–6 records of one domain joined by a single space, so a chunker gets no separator or layout cue;
+neighbours form a nearest-neighbour chain under all-MiniLM-L6-v2 cosine similarity, which weakens the topic-shift
+cue. No record appears twice, or in both a calibration and an evaluation stream (``build_streams`` asserts it).
+Choices the paper leaves open: records must fit one chunk (48–384 default-model tokens); each domain's eligible
+records are shuffled with the seed and split once into a calibration pool (``cal_fraction``) and an evaluation pool,
+and streams are built one after another from their own pool, so the first k streams of a split do not depend on
+how many follow (``--quick`` streams are the first of a full build). Calibration streams that no longer fit their
+pool continue in the evaluation pool's leftovers, which evaluation streams never see. A stream id carries a hash
+of its text, so cached scores can never belong to another text.
 """
 
 from __future__ import annotations
@@ -138,13 +124,9 @@ def build_streams(
     pool_size: int | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[Stream]:
-    """Evaluation then calibration streams of every domain (see the module docstring for the recipe).
-
-    embed(ids, texts) must return unit-norm row vectors; count_tokens(texts) token counts. Both default to
-    the benchmark's models (MiniLM, the default RR model's tokenizer); tests pass cheap stand-ins.
-    pool_size keeps only that many eligible records per domain (after the shuffle): fewer to embed for a
-    smoke run, at the price of less closely related neighbours. log, when given, receives one line per domain:
-    how many records each pool has and how many the streams use.
+    """Evaluation then calibration streams of every domain (the module docstring's recipe). ``embed(ids, texts)``
+    gives unit-norm vectors (MiniLM), ``count_tokens(texts)`` token counts (the default model's); ``pool_size`` keeps
+    that many eligible records per domain, for a smoke run; ``log`` gets a line per domain on how the pools are used.
     """
     embed = embed or minilm_embedder()
     count_tokens = count_tokens or default_token_counter()

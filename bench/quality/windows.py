@@ -1,37 +1,29 @@
-"""Longer and several reset windows, the skip, the reset prefix and the other bundled model: the levers
-that choose the default, from one rr-fast run per stream at the longest window.
+"""Longer and several reset windows, the skip, the reset prefix and the other bundled model: the levers that chose
+the default, from one rr-fast run per stream at the longest window.
 
-With causal attention the first W' positions of a W-token reset window are exactly a W'-token window, so one
-run of the product's engine at W = 192 (``bench.engine.ResearchEngine``'s ``windows``) gives RR and LR at 96, 128,
-160 and 192 tokens for the cost of the longest, and with other skips s (``skips``: positions left out at the start of
-each window) for free. Every lever below is a utility of those readouts: one readout (or the rank sum of RR and
-LR, as ``--readout rr+lr``) at one window and skip, or the rank sum of a readout over several windows
-(multi-scale); unprefixed levers read SmolLM2 (``BENCH_MODEL``), ``+bos`` levers a run with a BOS before every
-reset window, ``gemma3-270m:`` levers a run of Gemma 3 (``OTHER_MODELS``), and ``both:`` the two models' picks
-rank-summed on the edges they share. Each gets its own ρ on the calibration streams (bench.quality.calibration's
-rule); the rule picks, among the levers rr-fast offers as options, the one with the best calibration recovery
-over both models (the CLI's default, model included), and every lever is scored on the evaluation and OCR
-streams with paired intervals against the pick, against SmolLM2's ``lr`` at W = 96 (``BASELINE``, the option
-the benchmark started from), against the embedding boundary at its calibrated window, and (OCR) against the same
-streams' original text. Steps, each cached per stream under ``--out``:
+With causal attention the first W' positions of a W-token reset window are exactly a W'-token window, so one run of
+the product's engine at W = 192 (``bench.engine.ResearchEngine``'s ``windows`` and ``skips``) gives RR and LR at 96,
+128, 160 and 192 tokens, with every skip, for the cost of the longest. A lever is one readout (or RR and LR
+rank-summed) at one window and skip, or a rank sum over several windows; unprefixed levers read SmolLM2
+(``BENCH_MODEL``), ``+bos`` ones a run with a BOS before every reset window, ``gemma3-270m:`` ones Gemma 3, and
+``both:`` the two models' picks rank-summed on the edges they share. Each gets its own ρ on the calibration streams;
+the rule picks, among the levers rr-fast offers as options, the best calibration recovery over both models; every
+lever is scored on the evaluation and OCR streams, paired against the pick, against SmolLM2's ``lr`` at W = 96
+(``BASELINE``), against the embedding boundary at its calibrated window and (OCR) against the original text:
 
     flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split cal
+    flock /tmp/rr_cpu.lock python -m bench.quality.windows embed --split cal,eval,ocr  # the embedding boundary
     python -m bench.quality.windows report  # the pick and its ρ, from the calibration streams alone
-    flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split eval --model gemma3-270m
-        # ^ the pick's own Chunker, end to end, when the run has the pick's model and window (hours here: GPU)
+    flock /tmp/rr_cpu.lock python -m bench.quality.windows score --split eval --model gemma3-270m  # the pick's Chunker
     flock /tmp/rr_cpu.lock python -m bench.quality.pareto speed --no-peers --speed-file windows_speed.json \
-        --options lr@w96,lr@w128,lr@w160,lr@w192s4  # the speed column: lr at each window, one run
+        --options lr@w96,lr@w128,lr@w160,lr@w192s4  # the speed column
     python -m bench.quality.windows report
 
-W = 256–384, the BOS runs, Gemma 3 and the OCR streams take hours here: bench/quality/windows_device.sh scores
+W = 256–384, the BOS runs, Gemma 3 and the OCR streams take hours on a CPU: bench/quality/windows_device.sh scores
 them on a lent GPU (``score --device cuda --longest 384 [--reset-prefix bos] [--model gemma3-270m]``) and
-``merge --source DIR`` adds its files to these, keeping what is here and printing the largest difference.
-
-The speed column is the Presets benchmark's (``Chunker.chunk`` end to end at each window, in one process,
-CPU-time ratios to lr@w96; the skip costs nothing); a multi-scale lever costs its longest window (its shorter
-windows are read from the same forward passes). ``report`` also gives the rule's noise floor over these levers
-(calibration streams resampled within domain, ρ and the pick chosen again on each resample, every row racing every
-other) and writes bench/out/windows/report.json.
+``merge --source DIR`` adds its files to these, printing the largest difference. ``report`` also gives the rule's
+noise floor (calibration streams resampled within domain, ρ and the pick chosen again on each resample) and writes
+bench/out/windows/report.json.
 """
 
 from __future__ import annotations
@@ -48,13 +40,14 @@ import numpy as np
 
 from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, save_npz, write_section
 from bench.engine import ResearchEngine, research_config, reset_prefix_ids, variant_name
-from bench.quality.calibration import EdgeScores, chunk_spans
-from bench.quality.embedding_sweep import calibrated, noise_floor
-from bench.quality.embedding_sweep import load as load_embedding
+from bench.quality.baselines import default_tokenizer, embedding_boundary
+from bench.quality.calibration import PENALTY_GRID, EdgeScores, calibrate, chunk_spans
 from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
-from rr_fast.models.recipes import PAPER_SKIP
+from rr_fast.models.recipes import PAPER_SKIP, PAPER_STEP
 from rr_fast.segmentation.calibration import rank_sum
+from rr_fast.text.edges import candidate_edges
+from rr_fast.text.tokens import tokenize
 
 OUT = REPO_ROOT / "bench" / "out"
 WINDOWS = (96, 128, 160, 192)  # scored on this CPU (one run at W = 192)
@@ -65,7 +58,9 @@ OTHER_MODELS = {"gemma3-270m": (48, 64, 96, 128, 160, 192, 256, 320, 384)}
 BOTH = "both"  # the model part of a lever that rank-sums both models' readouts
 SKIPS = (0, 2, 4, 8)  # besides the paper's skip 1 (PAPER_SKIP), which lever names leave out
 BASELINE = "lr@w96"  # SmolLM2 at W 96, where this benchmark started: every paired gap is against it
-EMBEDDING = "tok96"  # the embedding boundary's window chosen on the calibration streams (bench.quality.embedding_sweep)
+# the embedding boundary's window each side, chosen on the calibration streams among 32–192 tokens and 1–3 sentences
+# (bench/notebook/log.md, 2026-11-26, "Larger calibration set and the strongest embedding baseline")
+EMBEDDING_TOKENS = 96
 
 
 def levers() -> dict[str, tuple[str, ...]]:
@@ -158,12 +153,9 @@ def score(
     budget: float | None = None,
     model: str | None = None,
 ) -> None:
-    """RR and LR at every window of ``WINDOWS`` and ``LONG_WINDOWS`` up to ``longest`` and every skip of
-    ``SKIPS`` on each stream, from one run of rr-fast's engine at ``longest``, merged into the stream's file.
-
-    With ``pick`` (report.json's pick and its ρ) at this run's window and prefix, the run is that lever's own
-    ``Chunker`` (its readout, skip and ρ), so the product's chunks for it come out of the same pass, end to
-    end; they are stored where the Presets benchmark keeps each option's evaluation chunks
+    """RR and LR at every window up to ``longest`` and every skip on each stream, from one run of rr-fast's engine
+    at ``longest``, merged into the stream's file. With ``pick`` (report.json's pick and ρ) at this run's window and
+    prefix, the run is that lever's own ``Chunker``, whose chunks go where the Presets benchmark keeps each option's
     (pareto/chunks/<lever>). ``budget`` (seconds) stops starting streams, so a lent GPU's run ends in time.
     """
     from rr_fast import Chunker
@@ -250,11 +242,8 @@ def _has(path: Path, names: list[str]) -> bool:
 def merge_scores(
     path: Path, edge_tokens: np.ndarray, edge_chars: np.ndarray, num_tokens: int, readouts: dict[str, np.ndarray]
 ) -> dict[str, float]:
-    """Add ``readouts`` to a stream's score file, keeping the arrays already there; returns, for each readout the
-    file already held, the largest difference between the two (another device's run of the same scores).
-
-    The edges must be the file's: a readout is only meaningful beside the edges it was computed on.
-    """
+    """Add ``readouts`` to a stream's score file (its edges must be the file's), keeping the arrays already there;
+    returns, for each readout the file already held, the largest difference between the two."""
     kept: dict[str, np.ndarray] = {}
     if path.exists():
         with np.load(path) as saved:
@@ -318,11 +307,8 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
 
 
 def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, EdgeScores] | None:
-    """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing.
-
-    Readouts of two models (a ``both:`` lever) are rank-summed on the edges both tokenizations share (the same
-    character offset), with the last model's token positions for the length limits.
-    """
+    """A lever's utility (rank sum of its readouts) on every stream given, or None when any is missing; a ``both:``
+    lever's two models are rank-summed on the edges both share (by character), at the last model's token positions."""
     scores = {}
     for stream in streams:
         edges, values = None, []
@@ -345,6 +331,75 @@ def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, 
     return scores
 
 
+def embedding_folder(out: Path) -> Path:
+    return out / "embedding" / f"tok{EMBEDDING_TOKENS}"
+
+
+def embed(streams: list[Stream], out: Path) -> None:
+    """The embedding boundary at ``EMBEDDING_TOKENS`` each side on the benchmark's candidate edges, one .npy per
+    stream (written whole or not at all): the row every lever is compared with."""
+    tokenizer, folder = default_tokenizer(), embedding_folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for done, stream in enumerate((s for s in streams if not (folder / f"{s.id}.npy").exists()), 1):
+        tokens = tokenize(tokenizer, stream.text)
+        values = embedding_boundary(
+            stream.text, tokens, candidate_edges(stream.text, tokens, PAPER_STEP), EMBEDDING_TOKENS
+        )
+        np.save(folder / f"{stream.id}.partial.npy", values)
+        (folder / f"{stream.id}.partial.npy").rename(folder / f"{stream.id}.npy")
+        _log(f"embedding boundary: {done} streams")
+
+
+def load_embedding(streams: list[Stream], out: Path) -> dict[str, EdgeScores] | None:
+    """The embedding boundary's scores on every stream given, or None when any is missing."""
+    folder = embedding_folder(out)
+    if not all((folder / f"{s.id}.npy").exists() for s in streams):
+        return None
+    tokenizer, scores = default_tokenizer(), {}
+    for stream in streams:
+        tokens = tokenize(tokenizer, stream.text)
+        edges = candidate_edges(stream.text, tokens, PAPER_STEP)
+        scores[stream.id] = EdgeScores(len(tokens), edges.tokens, edges.chars, np.load(folder / f"{stream.id}.npy"))
+    return scores
+
+
+def calibrated(calibration: list[Stream], scores: dict[str, EdgeScores]) -> tuple[dict, np.ndarray]:
+    """A row's ρ by the calibration rule, its calibration metrics at that ρ, and its recovery per (ρ, stream)
+    (what the noise floor resamples)."""
+    by_penalty = {
+        rho: [
+            stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rho), boundaries=False)
+            for s in calibration
+        ]
+        for rho in PENALTY_GRID
+    }
+    rho, grid = calibrate(by_penalty.__getitem__)
+    best = next(row for row in grid if row["penalty"] == rho)
+    row = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
+    return row, np.array([[m["clean_unit_recovery"] for m in by_penalty[r]] for r in PENALTY_GRID])
+
+
+def noise_floor(grids: dict[str, np.ndarray], domains: list[str], resamples: int, seed: int) -> dict[str, dict]:
+    """Per row: its calibrated recovery (best ρ) over resampled calibration streams, and how often it wins.
+
+    Each resample redoes the whole rule (best ρ per row, then the best row), so the spread is the noise of the
+    selection itself, not of a fixed configuration.
+    """
+    indices = bootstrap_indices(domains, resamples, seed)
+    names = list(grids)
+    best = np.stack([grids[n][:, indices].mean(axis=2).max(axis=0) for n in names])  # [row, resample]
+    wins = np.bincount(best.argmax(axis=0), minlength=len(names))
+    return {
+        name: {
+            "sd": float(best[k].std()),
+            "low": float(np.percentile(best[k], 2.5)),
+            "high": float(np.percentile(best[k], 97.5)),
+            "wins": float(wins[k] / resamples),
+        }
+        for k, name in enumerate(names)
+    }
+
+
 def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     calibration = [s for s in streams if s.split == "cal"]
     evaluation = [s for s in streams if s.split == "eval"]
@@ -357,7 +412,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
             raise SystemExit(f"calibration scores incomplete in {out / 'windows' / 'scores'}: run score --split cal")
         rows[name], grids[name] = calibrated(calibration, scores)
         _log(f"{name}: ρ {rows[name]['penalty']}, calibration {rows[name]['cal_recovery']:.3f}")
-    embedding_cal = load_embedding(calibration, EMBEDDING, out)
+    embedding_cal = load_embedding(calibration, out)
     if embedding_cal is not None:
         rows["embedding-boundary"], grids["embedding-boundary"] = calibrated(calibration, embedding_cal)
 
@@ -443,7 +498,7 @@ def _row_scores(
 ) -> dict[str, EdgeScores] | None:
     """A row's scores on the streams given (the embedding boundary's, or a lever's), or None where any is missing."""
     if name == "embedding-boundary":
-        return load_embedding(streams, EMBEDDING, out)
+        return load_embedding(streams, out)
     return load(streams, every_lever[name], out)
 
 
@@ -478,18 +533,12 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
         "| OCR recovery [95% CI] | OCR − original [95% CI] | speed × lr@w96 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    picks = result.get("model_picks", {}).values()
     for name, row in result["rows"].items():
         noise = row.get("cal_noise", {})
         evaluation = row.get("eval", {})
-        mark = (
-            " (**pick**)"
-            if name == result["pick"]
-            else " (**its model's pick**)"
-            if name in result.get("model_picks", {}).values()
-            else " (reference of the paired gaps)"
-            if name == BASELINE
-            else ""
-        )
+        labels = {BASELINE: " (reference of the paired gaps)"} | dict.fromkeys(picks, " (**its model's pick**)")
+        mark = (labels | {result["pick"]: " (**pick**)"}).get(name, "")
         by_domain = " / ".join(f"{v:.3f}" for v in evaluation.get("by_domain", {}).values())
         lines.append(
             f"| {name}{mark} | {row['penalty']:.2f} | {row['cal_recovery']:.3f} "
@@ -498,13 +547,9 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
             f"| {ci(evaluation.get('minus_baseline')) if name != BASELINE else ''} "
             f"| {ci(evaluation.get('minus_embedding')) if name != 'embedding-boundary' else ''} | {by_domain} "
             f"| {ci(evaluation.get('ocr'))} | {ci(evaluation.get('ocr_minus_original'))} "
-            f"| {_ratio(lever_speed(name, speeds or {}))} |"
+            f"| {'' if (speed := lever_speed(name, speeds or {})) is None else f'{speed:.2f}'} |"
         )
     return "\n".join(lines)
-
-
-def _ratio(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}"
 
 
 def _log(message: str) -> None:
@@ -513,8 +558,8 @@ def _log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.windows", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "report", "merge"))
-    parser.add_argument("--split", default="cal", help="score: comma-separated splits, from cal, eval and ocr")
+    parser.add_argument("step", choices=("score", "embed", "report", "merge"))
+    parser.add_argument("--split", default="cal", help="score, embed: comma-separated splits: cal, eval, ocr")
     parser.add_argument("--streams", type=Path, default=OUT / "streams.jsonl")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--longest", type=int, default=WINDOWS[-1], help="score: the run's window (192 or 384)")
@@ -525,12 +570,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", type=Path, help="merge: the --out folder of a run on another machine")
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--report", type=Path, default=NOTEBOOK / "windows.md", help="report: file whose table it rewrites"
-    )
+    parser.add_argument("--report", type=Path, default=NOTEBOOK / "windows.md", help="report: the file it rewrites")
     args = parser.parse_args(argv)
     streams = read_streams(args.streams)
-    if args.step == "score":
+    if args.step == "embed":
+        embed([s for s in streams if s.split in args.split.split(",")], args.out)
+    elif args.step == "score":
         report_file = args.out / "windows" / "report.json"
         pick = None
         if "eval" in args.split.split(",") and report_file.exists():

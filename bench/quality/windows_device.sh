@@ -19,12 +19,9 @@
 #              FILES_AT/scores_w192.json: Wiki-50 edges to add to bench/out/structure_w192/scores_w192.json
 #              (gemma3-270m: tar -C bench/out -xzf FILES_AT/chunks.tar.gz; FILES_AT/structure.json.gz is
 #              bench/out/structure_gemma/scores_w192.json)
-# Other jobs, chosen with JOBS="presets mlx" on the last call:
+# Another job, chosen with JOBS=presets on the last call:
 #   presets:   bench.quality.pareto's options named in PRESETS (a comma list): calibration scores, ρ and evaluation
 #              chunks, packed as FILES_AT/presets.tar.gz (its pareto/ folder goes under bench/out)
-#   mlx:       bench.speed.mlx_gpu with the model's real weights (FILES_AT/mlx_gpu.json); MLX's CUDA wheel travels
-#              in two parts: "stash-file .whl/mlx/cuda.part0" on an earlier call, and carry .dev/mlx (mlx and
-#              mlx-lm wheels, cuda.part1) and bench/out/gpu_corpus on the last
 set -uo pipefail
 stash=/tmp/windows_device
 part_bytes=60000000
@@ -57,9 +54,6 @@ EOF
     ;;
 "stash smollm2-135m" | "stash gemma3-270m")
     mkdir -p $stash && cp ".dev/$2/part$3" "$stash/$2.part$3" && nvidia-smi -L && ls -la $stash
-    ;;
-"stash-file "*)  # one more file for the run (the first part of MLX's CUDA wheel), carried by this call
-    mkdir -p $stash && cp "$2" $stash/ && ls -la $stash
     ;;
 "run smollm2-135m" | "run gemma3-270m")
     model=$2
@@ -105,13 +99,6 @@ EOF
                     --device "${DEVICE:-cuda}" --out /tmp/o/pareto 2>&1 | tail -${TAIL:-3}
             done
             ;;
-        mlx)  # MLX on CUDA beside torch (bench.speed.mlx_gpu) with this model's real weights
-            cat $stash/cuda.part0 .dev/mlx/cuda.part1 >/tmp/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl &&
-                python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-                    /tmp/mlx_cuda_13-*.whl .dev/mlx/*.whl &&
-                timeout $((deadline - SECONDS - 30)) python3 -m bench.speed.mlx_gpu --model "$RR_FAST_CACHE/$model" \
-                    --inputs bench/out/gpu_corpus --streams ${MLX_STREAMS:-12} --out "$OUT/mlx_gpu.json" 2>&1 | tail -8
-            ;;
         structure)
             mkdir -p /tmp/o/structure_gemma && cp -r bench/out/structure_w192/readmes /tmp/o/structure_gemma/
             timeout $((deadline - SECONDS - 60)) python3 -m bench.structure score --model $model --window 192 \
@@ -130,7 +117,7 @@ EOF
     done
     root=$PWD
     cd /tmp/o
-    if [ -d windows ]; then  # JOBS="presets mlx" writes no windows scores
+    if [ -d windows ]; then  # JOBS=presets writes no windows scores
         scores=$(find windows -name '*.npz' | sort)
         for split in cal ocr; do tar -czf "$OUT/$split.tar.gz" $(echo "$scores" | grep -- "-$split-"); done
         tar -czf "$OUT/eval.tar.gz" $(echo "$scores" | grep -- -eval- | grep -v -- -ocr-)

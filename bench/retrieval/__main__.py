@@ -1,12 +1,9 @@
 """``python -m bench.retrieval [--quick] [--rr SPECS] [--peers FAMILIES] [--conditions ...] [--data-dir D]``
 
 Every method chunks each corpus of each condition (bench.retrieval.data), MiniLM embeds the chunks and the
-questions, each question searches its own corpus, and the metrics of bench.retrieval.evaluate go per question
-into bench/results/retrieval.json; bench.retrieval.report turns them into bench/notebook/retrieval.md and the figure.
-
-Everything costly is cached under ``--out`` (default bench/out/retrieval): rr-fast's scores per configuration
-and text, peers' chunks with their CPU time, MiniLM vectors. A rerun with another ``--rr`` list scores only
-the new configurations and reads every other row from cache.
+questions, each question searches its own corpus; per-question metrics go into bench/results/retrieval.json and
+bench.retrieval.report writes bench/notebook/retrieval.md. rr-fast's scores, peers' chunks and vectors are cached
+under ``--out``, so a rerun with another ``--rr`` list scores only the new configurations.
 """
 
 from __future__ import annotations
@@ -49,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / ("quick" if args.quick else "full")
     data = data_dir(args.data_dir)
     if not (data / "chroma" / "questions.csv").exists():
-        print(
-            f"rr-fast: error: no Chroma benchmark data in {data} (pass --data-dir or set RR_FAST_DATA)", file=sys.stderr
-        )
+        print(f"rr-fast: error: no Chroma benchmark data in {data} (--data-dir, RR_FAST_DATA)", file=sys.stderr)
         return 1
     results_path = Path(args.results) if args.results else _default(args, "bench/results/retrieval.json", out)
     settings = peer_settings(args.peers)
@@ -79,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.write_text(json.dumps(results), encoding="utf-8")  # each finished condition is kept
     report_path = Path(args.report) if args.report else _default(args, "bench/notebook/retrieval.md", out)
-    figure = Path(args.figure) if args.figure else _default(args, "bench/retrieval/figures/retrieval.png", out)
-    print(report.write(results, report_path, figure))
+    print(report.write(results, report_path))
     return 0
 
 
@@ -150,12 +144,8 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
 
 
 def _chunks(setting: Setting, condition: Condition, cache: Path, scoring_seconds: dict) -> tuple[dict, float]:
-    """{corpus: [(document, start, end)]} and the CPU seconds chunking took; peers' chunks come from cache.
-
-    rr-fast re-runs its DP each time (its scores are cached); its cost is the DP's CPU time plus the CPU time
-    that scoring each text took when it was scored. Semantic peers reuse the sentence embeddings of their other
-    settings and are charged what computing them took.
-    """
+    """{corpus: [(document, start, end)]} and the CPU seconds chunking took (peers' from cache; rr-fast's DP now plus
+    each text's scoring time when it was scored; semantic peers are charged the embeddings they reuse)."""
     path = cache / f"{setting.name.replace('/', '_').replace(' ', '_')}.json"
     rr = setting.family in scoring_seconds
     if not rr and path.exists():
@@ -195,20 +185,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="the first 6,000 characters of each corpus, 1 stream")
     parser.add_argument("--data-dir", help="benchmark data folder (default $RR_FAST_DATA or ../shared/data)")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out" / "retrieval"), help="cache folder")
-    parser.add_argument(
-        "--rr",
-        default=",".join(RESULTS_RR),
-        help="rr-fast configurations, comma-separated: preset:NAME, default, or a model, each with optional "
-        "+option=value (+length_unit=minilm: limits in the embedder's tokens; +embed=headings: each chunk embedded "
-        "after its heading path); '' for none (default: the committed results' four)",
-    )
+    parser.add_argument("--rr", default=",".join(RESULTS_RR), help="rr-fast configurations (chunkers.rr_config)")
     parser.add_argument("--peers", default=",".join(PEER_FAMILIES), help="peer families, comma-separated")
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="calibration/evaluation split of Chroma's questions")
     parser.add_argument("--resamples", type=int, default=10_000, help="paired bootstrap resamples")
     parser.add_argument("--results", help="results JSON (default bench/results/retrieval.json)")
     parser.add_argument("--report", help="markdown report (default bench/notebook/retrieval.md)")
-    parser.add_argument("--figure", help="PNG figure (default bench/retrieval/figures/retrieval.png)")
     args = parser.parse_args(argv)
     args.rr = [s.strip() for s in args.rr.split(",") if s.strip()]
     args.peers = [s.strip() for s in args.peers.split(",") if s.strip()]

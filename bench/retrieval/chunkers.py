@@ -1,13 +1,8 @@
 """Every method as a family of settings: text → character partition, with rr-fast's scores cached.
 
-Peers run as their users run them, each at several sizes so that every family is a curve against mean chunk
-size. Token sizes count rr-fast's default model's tokens (Gemma 3), the unit of rr-fast's own limits.
-
-rr-fast is costly to score and cheap to segment, so each text is scored once per configuration (``ScoreCache``
-stands in for the chunker's engine and keeps the readout values under ``bench/out/retrieval/scores``) and every
-limit setting of the sweep re-runs only the DP on those values. The public API has no call that segments given
-scores with other limits, so ``with_limits`` builds a ``Chunker`` with other limits over a loaded one's model and
-scorer, which share the cached scores.
+Peers run as their users run them, each at several sizes (in Gemma 3's tokens, the unit of rr-fast's limits), so
+every family is a curve against mean chunk size. rr-fast scores each text once per configuration (``ScoreCache``,
+under bench/out/retrieval/scores) and each limit setting of the sweep re-runs only the DP (``with_limits``).
 """
 
 from __future__ import annotations
@@ -254,9 +249,10 @@ def peer_settings(families: list[str]) -> list[Setting]:
 
 
 def rr_config(spec: str) -> Resolved:
-    """``preset:NAME``, ``default`` (today's ``ChunkerConfig()``) or a model, optionally ``+key=value`` overrides of
-    ``ChunkerConfig``'s options and of a recipe's reading options (``readout``, ``window``, ``penalty``, ...),
-    resolved (``bench.engine.research_config``)."""
+    """``preset:NAME``, ``default`` (``ChunkerConfig()``) or a model, each with optional ``+key=value`` overrides of
+    ``ChunkerConfig``'s options and a recipe's reading options, resolved (``bench.engine.research_config``);
+    ``+length_unit=minilm`` counts the limits in MiniLM's tokens, ``+embed=headings`` (``rr_settings``) embeds each
+    chunk after its heading path."""
     base, *overrides = spec.split("+")
     options = {}
     for override in overrides:
@@ -288,11 +284,8 @@ def _option_value(key: str, text: str):
 
 
 class ScoreCache:
-    """A ``Chunker`` engine that answers from ``folder`` (one npz per token sequence) and scores only edges it
-    has not seen; each edge's reset window is independent of the others, so a subset scores the same.
-
-    Each file keeps the CPU seconds its scoring took, the cost column of a run that reads it back.
-    """
+    """A ``Chunker`` engine that answers from ``folder`` (one npz per token sequence, with the CPU seconds its scoring
+    took) and scores only the edges it has not seen."""
 
     def __init__(self, engine, folder: Path):
         self.scorer, self.folder, self.backend = engine, folder, engine.backend

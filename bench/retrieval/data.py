@@ -1,15 +1,7 @@
-"""The three conditions: documents to chunk and the questions that search them.
-
-- ``published``: Chroma's corpora as released (``chroma/corpora``), with its questions and reference offsets.
-- ``flattened``: the same corpora with every line break replaced by a space, which keeps every offset.
-- ``records``: the quality benchmark's streams (related records joined by one space), searched with
-  ``records/queries.jsonl``; a query's reference is its record's span in its stream. Each domain's evaluation
-  streams together are one corpus, and its calibration streams another.
-
-Anything tuned is chosen on calibration questions and reported on evaluation ones. Chroma's questions are split
-into halves per corpus with a fixed seed; both halves search the same corpora. A record question's half is its
-stream's: calibration questions search the calibration streams, evaluation questions the evaluation streams,
-which no calibration step ever sees (the two hold no record in common).
+"""The three conditions: ``published`` (Chroma's corpora and questions as released), ``flattened`` (every line break
+a space, every offset kept) and ``records`` (the quality benchmark's streams searched with ``records/queries.jsonl``;
+each domain's evaluation streams one corpus, its calibration streams another). Chroma's questions are split into
+halves per corpus with a fixed seed; a record question's half is its stream's.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from bench.common import save_npz
 from bench.retrieval.data import Question
 
 KS = (1, 3, 5, "min")
-METRICS = ("recall", "precision", "iou")
 
 
 def embed(texts: list[str], cache: Path) -> np.ndarray:

@@ -1,22 +1,16 @@
-"""bench/notebook/retrieval.md and the figure from bench/results/retrieval.json (evaluation questions only).
-
-Comparisons are at matched size: a peer family's per-question values are interpolated linearly, between its
-two settings whose mean chunk sizes bracket rr-fast's, at rr-fast's size (or taken from its nearest setting
-when that is within ±10%); a family that has neither is "not matched". Intervals are 95% paired bootstrap
-intervals over questions.
+"""bench/notebook/retrieval.md from bench/results/retrieval.json (evaluation questions only). A peer family is
+compared at rr-fast's mean chunk size, interpolated between its two settings that bracket it (or its nearest within
+±10%; else "not matched"); 95% paired bootstrap intervals over questions.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT
+from bench.common import REPO_ROOT, machine_facts
 from bench.retrieval.chunkers import SEMANTIC_PEERS, TRUE_BOUNDARIES
 from bench.retrieval.evaluate import paired_interval
 
@@ -89,13 +83,16 @@ def _interval(triple) -> str:
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def write(results: dict, report: Path, figure: Path) -> str:
-    resamples, seed = results["resamples"], results["seed"]
+def write(results: dict, report: Path) -> str:
+    resamples, seed, machine = results["resamples"], results["seed"], machine_facts(0)
+    commit = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     lines = [
         "## Retrieval (Chroma's chunking evaluation and flattened records, MiniLM)",
         "",
-        f"Command: `{results['command']}`. Machine: {_machine()}. Date: {datetime.date.today().isoformat()}. "
-        f"Commit: {_commit()}.",
+        f"Command: `{results['command']}`. Machine: {machine['cpu']}, {machine['cores']} cores. "
+        f"Date: {machine['date']}. Commit: {commit.stdout.strip() or 'unknown'}.",
         "",
         "Each question searches its own corpus with all-MiniLM-L6-v2 (chunks truncated at its 256 word pieces, as "
         "Chroma's default embedder does); token-level (character) recall, precision and IoU of the top k chunks, "
@@ -104,7 +101,6 @@ def write(results: dict, report: Path, figure: Path) -> str:
         "plus the DP). Δ: rr-fast minus the peer family interpolated to rr-fast's mean chunk size, 95% paired "
         f"bootstrap interval over questions ({resamples} resamples).",
     ]
-    summary = []
     for name, condition in results["conditions"].items():
         mask = np.array([q["split"] == "eval" for q in condition["questions"]])
         lines += [
@@ -151,21 +147,10 @@ def write(results: dict, report: Path, figure: Path) -> str:
                     f"{_interval(entry['iou'])} |"
                 )
         lines += _fewer_chunks(condition, resamples, seed)
-        summary += _targets(name, condition, resamples, seed)
-    lines += [
-        "",
-        "### Targets (evaluation questions, rr-fast at its default limits: 48/192/384 model tokens, or 48/192/254 "
-        "embedder tokens)",
-        "",
-        *summary,
-    ]
     lines += _chosen(results)
-    lines += _misses(results)
-    lines += ["", f"![retrieval curves]({os.path.relpath(figure, report.parent)})"]
     text = "\n".join(lines) + "\n"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(text, encoding="utf-8")
-    draw(results, figure)
     return text
 
 
@@ -203,52 +188,6 @@ def _fewer_chunks(condition: dict, resamples: int, seed: int) -> list[str]:
                 f"{_interval(minimal['recall'])} | {_interval(minimal['iou'])} |"
             )
     return lines
-
-
-def _targets(name: str, condition: dict, resamples: int, seed: int) -> list[str]:
-    """One line per rr-fast configuration: the issue's target for this condition, met or missed by how much."""
-    out = []
-    for rr_row in judged(condition):
-        compared = comparisons(condition, rr_row, "eval", resamples, seed)
-        entries = [e for e in compared if e["matched"] is not None]
-        unmatched = [e["family"] for e in compared if e["matched"] is None]
-        if not entries:
-            out.append(f"- {name}, {rr_row['name']}: no peer family reaches its size ±10%")
-            continue
-        worst_recall = min(entries, key=lambda e: e["recall"][1])
-        worst_iou = min(entries, key=lambda e: e["iou"][1])
-        if name == "published":
-            best = max(entries, key=lambda e: -e["recall"][0])  # the family rr-fast trails most in recall
-            recall_ok = best["recall"][2] >= 0
-            iou_ok = worst_iou["iou"][1] > 0
-            verdict = "met" if recall_ok and iou_ok else "missed"
-            out.append(
-                f"- {name}, {rr_row['name']} ({rr_row['mean_chars']:.0f} chars): level in recall@5 with the best peer "
-                f"({best['family']}: {_interval(best['recall'])}) {'yes' if recall_ok else 'no'}; above every peer "
-                f"in IoU@5 (weakest: {worst_iou['family']} {_interval(worst_iou['iou'])}) {'yes' if iou_ok else 'no'}: "
-                f"**{verdict}**"
-            )
-        else:
-            ok = worst_recall["recall"][1] > 0 and worst_iou["iou"][1] > 0
-            if rr_row["family"] == TRUE_BOUNDARIES:  # the ceiling, not a target
-                verdict = "ceiling above every peer" if ok else "ceiling not above every peer"
-            else:
-                verdict = "met" if ok else "missed"
-            out.append(
-                f"- {name}, {rr_row['name']} ({rr_row['mean_chars']:.0f} chars): above every peer with the interval "
-                f"above 0 in recall@5 (weakest: {worst_recall['family']} {_interval(worst_recall['recall'])}) and "
-                f"IoU@5 (weakest: {worst_iou['family']} {_interval(worst_iou['iou'])}): **{verdict}**"
-            )
-        losses = [
-            f"{e['family']} in {label} ({_interval(e[metric])})"
-            for e in entries
-            for metric, label in (("recall", "recall@5"), ("iou", "IoU@5"))
-            if e[metric][2] < 0
-        ]
-        out.append(f"  - beaten (interval below 0) by: {'; '.join(losses) if losses else 'no peer'}")
-        if unmatched:
-            out.append(f"  - no size within ±10%, so not compared: {', '.join(unmatched)}")
-    return out
 
 
 def _margin(condition: dict, row: dict, split: str) -> float | None:
@@ -291,102 +230,3 @@ def _chosen(results: dict) -> list[str]:
             f"(Δ recall@5 + Δ IoU@5) {lead:+.3f} on calibration, {held_out:+.3f} on evaluation"
         )
     return lines
-
-
-def _misses(results: dict) -> list[str]:
-    """How chunks fail an embedder, on calibration questions: references split across chunks, top chunks
-    diluted by other text, questions whose top 5 miss every reference. One row per setting."""
-    lines = [
-        "",
-        "### Misses (calibration questions)",
-        "",
-        "split: share of questions with more chunks holding reference text than references (some reference is cut); "
-        "top share: mean share of the top chunk that is reference text, where it holds any (1 − dilution); "
-        "miss@5: share of questions whose top 5 hold no reference text; rank: median rank of the first chunk "
-        "that holds reference text.",
-        "",
-        "| condition | setting | mean chars | split | top share | miss@5 | rank | recall@5 | IoU@5 |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, condition in results["conditions"].items():
-        mask = np.array([q["split"] == "cal" for q in condition["questions"]])
-        if not mask.any():
-            continue
-        references = np.array([q["references"] for q in condition["questions"]])[mask]
-        for row in sorted(condition["settings"], key=lambda r: (r["family"], r["mean_chars"])):
-            holding = values(row, "shape", "holding", mask)
-            share = values(row, "shape", "top_share", mask)
-            recall = values(row, "5", "recall", mask)
-            lines.append(
-                f"| {name} | {row['name']} | {size(row, 'cal'):.0f} | {np.mean(holding > references):.3f} | "
-                f"{share[share > 0].mean() if (share > 0).any() else 0:.3f} | {np.mean(recall == 0):.3f} | "
-                f"{np.median(values(row, 'shape', 'rank', mask)):.0f} | {recall.mean():.3f} | "
-                f"{values(row, '5', 'iou', mask).mean():.3f} |"
-            )
-    return lines
-
-
-def draw(results: dict, figure: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
-
-    conditions = results["conditions"]
-    names = list(dict.fromkeys(row["family"] for c in conditions.values() for row in c["settings"]))
-    colours = dict(zip(names, plt.get_cmap("tab20").colors * 2))  # one colour per family across the figure
-    legend = 0.3 + 0.2 * -(-len(names) // 3)  # inches below the plots for a three-column legend
-    height = 3.6 * len(conditions) + legend
-    fig, axes = plt.subplots(len(conditions), 2, figsize=(12, height), squeeze=False)
-    for row_axes, (name, condition) in zip(axes, conditions.items()):
-        mask = np.array([q["split"] == "eval" for q in condition["questions"]])
-        for axis, metric, label in zip(row_axes, ("recall", "iou"), ("recall@5", "IoU@5")):
-            for family, rows in families(condition).items():
-                rows = sorted(rows, key=lambda r: r["mean_chars"])
-                ours, ceiling = family.startswith("rr-fast"), family == TRUE_BOUNDARIES
-                axis.plot(
-                    [r["mean_chars"] for r in rows],
-                    [values(r, "5", metric, mask).mean() for r in rows],
-                    marker="*" if ceiling else "o" if ours else ".",
-                    markersize=14 if ceiling else 6,
-                    linewidth=2.4 if ours else 1.0,
-                    color="black" if ceiling else colours[family],
-                    label=family,
-                )
-            axis.set_title(f"{name}: {label} (evaluation questions)")
-            axis.set_xlabel("mean chunk size (characters)")
-            axis.set_xscale("log")
-            axis.xaxis.set_major_formatter(ScalarFormatter())
-            axis.xaxis.set_minor_formatter(ScalarFormatter())
-            axis.grid(alpha=0.3)
-    handles = {}
-    for axis in axes.flat:
-        for handle, family in zip(*axis.get_legend_handles_labels()):
-            handles.setdefault(family, handle)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, legend / height, 1, 1))
-    figure.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(figure, dpi=110)
-    plt.close(fig)
-
-
-def _machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model or platform.processor()}, {os.cpu_count()} cores, {platform.system()}"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"

@@ -1,10 +1,3 @@
-"""Speed benchmark of rr-fast against the paper-faithful per-edge loop (``python -m bench.speed``).
-
-Modules:
-    data        the timing text: Gutenberg passages, concatenated and cut to n tokens
-    flops       FLOPs of the engine and of the per-edge loop, from the model's shape; matmul peak
-    worker      one configuration in a fresh process (so peak memory is its own); prints JSON
-    report      markdown tables from the workers' JSON
-    cost_model  predicted source tokens/s for Qwen3-4B on an M3 Max-class GPU and an H100
-    __main__    the command: runs the workers, prints the report, writes bench/out/speed.{md,json}
-"""
+"""Speed benchmarks of the product: ``shapes`` (this tree against another commit on the input shapes users have),
+``against_commit`` (one stream, the same comparison), ``default_cli`` (the command line and its cold start),
+``gpu_corpus`` (corpus mode on a lent GPU) and ``data`` (the timing text)."""

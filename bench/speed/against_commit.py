@@ -1,14 +1,10 @@
-"""The default's speed on this machine in this tree against another commit's, measured in the same run.
+"""The default's speed in this tree against another commit's, in the same run.
 
     python -m bench.speed.against_commit d12e3a7 [--rounds 5] [--repeat 4] [--text FILE] [--options JSON]
 
-A change meant to leave the CPU path alone (a GPU-only kernel, a refactor) should show a ratio near 1. The commit
-is checked out with ``git worktree add --detach`` into a temporary folder (removed afterwards); the two trees then
-run in alternating fresh processes, each with its tree first on ``PYTHONPATH``, so a slow stretch of a shared
-machine falls on both. Each process loads ``Chunker(**options)`` (the default unless ``--options``), chunks the text
-once to warm up, and times ``repeat`` more calls by wall clock. The result is each tree's median source tokens/s
-over its rounds and the ratio of this tree's to the commit's, printed and written to
-bench/out/against_commit.json. Both trees share the model cache (``~/.cache/rr_fast``).
+The commit is a ``git worktree`` in a temporary folder; the two trees run in alternating fresh processes, each
+loading ``Chunker(**options)``, warming up once and timing ``repeat`` calls; printed and written to
+bench/out/against_commit.json: each tree's median source tokens/s and their ratio.
 """
 
 from __future__ import annotations

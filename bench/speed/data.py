@@ -1,8 +1,5 @@
-"""The timing text: Project Gutenberg books from the shared data folder, licence boilerplate removed,
-concatenated in a fixed order and cut at a token boundary so it holds (about) n tokens.
-
-Data location: ``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` beside the repository root.
-Nothing is copied into the repository.
+"""The timing text: Project Gutenberg books from the shared data folder (``--data-dir``, else ``$RR_FAST_DATA``, else
+../shared/data), licence boilerplate removed, concatenated in a fixed order and cut to about n tokens.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""The default against the quality preset end to end, as a user meets them: ``python -m rr_fast.chunk FILE`` on one
-flattened evaluation text of about 2,500 tokens, each a fresh process, model load included.
-
-Speed is source tokens per second of process CPU time (the child's user + system time, all threads) and per wall
-second; the ratio of CPU times in the same run is what compares, since this machine is shared.
+"""The presets end to end as a user meets them: ``python -m rr_fast.chunk FILE`` on a flattened evaluation text of
+about 2,500 tokens, each a fresh process, model load included; source tokens per CPU second and per wall second.
 
     python -m bench.speed.default_cli [--tokens 2500] [--presets quality,balanced,fast] [--out FILE.json]
 
-``--cold-start`` instead times a fresh ``python -m rr_fast.chunk`` on a 500-token page (the first chunk is the whole
-output: the DP cuts a document once it is scored), the median of ``--repeats`` runs (3) after one that warms the page
-cache, and splits one such process into its steps. ``--baseline DIR`` times the command of another checkout
-(``git worktree add DIR COMMIT``) in turn with this one's, for a same-run comparison.
+``--cold-start`` times a fresh command on a 500-token page instead, the median of ``--repeats`` runs after a warm-up,
+and splits one such process into its steps; ``--baseline DIR`` times another checkout's command in turn with this one's.
 """
 
 from __future__ import annotations

@@ -1,50 +1,24 @@
-"""Corpus mode of today's default (Gemma 3 270M, preset balanced) on a lent CUDA GPU, sized for ~5 minutes on an H100.
+"""Corpus mode of the default (Gemma 3 270M, preset balanced) on a lent CUDA GPU, sized for ~5 minutes on an H100.
 
     python -m bench.speed.gpu_corpus --prepare    # here: bench/out/gpu_corpus/ (corpus, Gemma 3's tokenizer, config)
     python -m bench.speed.gpu_corpus --smoke      # here: a shrunk Gemma 3 on the CPU, a handful of documents
-    python -m bench.speed.gpu_corpus --out DIR    # there (below); --seconds 420 is the run's budget
+    PYTHONUNBUFFERED=1 PYTHONPATH=$PWD python3 -m bench.speed.gpu_corpus --out $OUT   # there, carrying that folder
 
-On the device (the device tool's run; carry ["bench/out/gpu_corpus"], which .gitignore's bench/out/ keeps out of the
-copied tree; its python3 has torch, transformers and every package rr_fast imports there):
+The model is Gemma 3 270M's config with random weights (speed does not depend on them) and Gemma 3's recipe, its
+heads pinned to these weights (``bundled_model``): the product runs it as it runs ``gemma3-270m``. Rows, each saved
+to OUT/result.json when it finishes; a row whose estimate would end past ``--seconds`` is skipped and named:
 
-    PYTHONUNBUFFERED=1 PYTHONPATH=$PWD python3 -m bench.speed.gpu_corpus --out $OUT
-
-The model is Gemma 3 270M's config.json with RANDOM weights (torch.manual_seed(0); speed does not depend on the
-values) in a temporary folder, with Gemma 3's recipe inside it, its heads pinned to these weights
-(``bundled_model``): the product loads it as it loads ``gemma3-270m`` (each preset's own dtype, normalizer and ρ,
-the plain Gemma 3 modules, the same tokenizer), and no option but the model folder, backend and device is given.
-
-Rows, in this order, each saved to DIR/result.json when it finishes (a timeout keeps the earlier ones):
-    peak         bf16 matmul TFLOP/s at the engine's projection shapes, the full pass's LM-head tile and 8192³
-    balanced     rr_fast.corpus.run over 320 mixed documents (~115k tokens) into Parquet, one worker on the GPU:
-                 source tokens/s end to end (model load and Parquet included), the Chunker's time split (host wall
-                 clock: CUDA runs asynchronously, so GPU time lands where the host waits), batch_tokens, peak memory
-    engine       the default's scorer (score_many) over the pre-tokenized corpus: tok/s and TFLOP/s against the peak,
-                 FLOPs (the lr readout's exclude the focused window head: a lower bound)
-                 (on CUDA with Triton through the fused kernel, rr_fast.kernels.crossing_attention, which is off by
-                 default: this script sets RR_FAST_FUSED_ATTENTION=1 unless it is set already; the row says)
-    engine_explicit  the same through the explicit probabilities (torch_crossing), in the same process: the fused
-                 kernel's speed-up and the scores' largest difference from the engine row's
-    engine_tile256  the explicit attention with its queries in tiles of 256 as on a CPU (the scorer's ``tile``),
-                 and the scores' largest difference from the engine row's
-    engine_x4, engine_x16  the engine over the corpus repeated 4 and 16 times (~460k, ~1.84M tokens)
-    cuts         the prepared flattened-record streams chunked through both paths: identical cuts, largest score
-                 difference (random weights: a check of the arithmetic, not of recovery)
-    profile      cProfile of the default's chunk_many over ~30k tokens: top 25 by tottime and cumtime, DIR/profile.txt
-    balanced_x4  the default on the corpus repeated 4 times (~460k tokens): the steady state; on CUDA a helper
-                 process reads, tokenizes and prepares the documents after the first megabyte (--prepare auto), so
-                 this row's split counts only the first megabyte's tokenization, and the time the model's process
-                 waited for the helper
-    balanced_x4_in_process  the same with --prepare inline: between the model's calls, as on a CPU
-    balanced_x16, balanced_x16_in_process  the same on the corpus repeated 16 times (~1.8M tokens)
-    fast         the fast preset on the corpus
-    balanced_lr  the default with the two-pass lr readout its attention head was distilled from
-    quality      float32, exact normalizer, on the corpus's first ~20k tokens only
-
-The default's Chunker is loaded once for the engine and profile rows and stays loaded (its weights count in every
-row's peak memory); each corpus row's time split is the run's own (its manifest's ``timings``). A row whose estimate
-would end past --seconds (counted from the start) is skipped and named.
-``prepare`` also writes streams.json, the flattened-record streams bench.speed.mlx_gpu scores.
+    matmul_tflops  bf16 TFLOP/s at the engine's projection shapes, the LM-head tile and 8192³ (the peak)
+    balanced       rr_fast.corpus.run over 320 mixed documents (~115k tokens) into Parquet, one worker: tok/s end to
+                   end, the time split (host clock), batch_tokens, peak memory
+    engine         the default's scorer over the pre-tokenized corpus: tok/s and share of the peak, through the fused
+                   kernel (rr_fast.kernels.crossing_attention, switched on here) where CUDA and Triton run it
+    engine_explicit  the explicit probabilities: the fused kernel's speed-up and the scores' largest difference
+    engine_x4, engine_x16  the engine over the corpus 4 and 16 times (~460k, ~1.84M tokens)
+    cuts           the prepared flattened-record streams through both paths: identical cuts, largest difference
+    balanced_x4, balanced_x16 (and _in_process)  the steady state, documents prepared in a helper process (CUDA's
+                   default) or between the model's calls
+    fast, balanced_lr  the fast preset; the two-pass lr readout the default's head was distilled from
 """
 
 from __future__ import annotations
@@ -65,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 PREPARED = Path("bench/out/gpu_corpus")
-QUALITY_TOKENS, PROFILE_TOKENS, REPEAT = 20_000, 30_000, 4
+REPEAT = 4
 # prepare's sizes for --smoke: ~400 tokens, since the full vocabulary's LM head is slow on a CPU
 SMOKE = {
     "records": 2,
@@ -116,7 +90,7 @@ def prepare(
         rows.append({"id": f"book/{books[i % len(books)].stem}/{start}", "text": text})
     rng.shuffle(rows)
     write_jsonl(out / "corpus.jsonl", rows)
-    per = stream_records  # flattened-record streams, for bench.speed.mlx_gpu
+    per = stream_records  # flattened-record streams, for the cuts row
     flattened = [" ".join(r["text"] for r in pool[i * per : (i + 1) * per]) for i in range(streams)]
     (out / "streams.json").write_text(json.dumps(flattened, ensure_ascii=False))
     model = Path(resolve(DEFAULT_MODEL))
@@ -165,20 +139,13 @@ def random_model(inputs: Path, into: Path, smoke: bool) -> Path:
 
 
 @contextmanager
-def bundled_model(model: str | None, inputs: Path, smoke: bool = False) -> Iterator[Path]:
-    """While open, a copy of ``model`` (a converted Gemma 3 270M folder) or, without one, random weights with the
-    prepared Gemma 3 config, in a scratch folder that holds Gemma 3's recipe with its heads pinned to these weights
-    (``pin_recipe``): given as the model, the product runs it as it runs ``gemma3-270m``, presets and attention
-    readout included. Yields the model's folder."""
-    from rr_fast.models.cache import MANIFEST
-
+def bundled_model(inputs: Path, smoke: bool = False) -> Iterator[Path]:
+    """While open, random weights with the prepared Gemma 3 config in a scratch folder that holds Gemma 3's recipe,
+    its heads pinned to these weights (``pin_recipe``): the product runs it as it runs ``gemma3-270m``."""
     scratch = Path(tempfile.mkdtemp(prefix="rr_fast_bench_"))
     try:
         entry = scratch / "gemma3-270m"
-        if model:
-            shutil.copytree(model, entry, ignore=shutil.ignore_patterns(MANIFEST))
-        else:
-            random_model(inputs, entry, smoke)
+        random_model(inputs, entry, smoke)
         pin_recipe(entry)
         yield entry
     finally:
@@ -296,14 +263,7 @@ def corpus_row(
     load = manifest["timings"].get("model load", 0.0)
     return {
         "preset": preset,
-        "config": {
-            "dtype": c.dtype,
-            "readout": c.readout,
-            "window": c.window,
-            "step": c.step,
-            "normalizer": c.normalizer,
-            "penalty": c.penalty,
-        },  # fmt: skip
+        "config": {k: getattr(c, k) for k in ("dtype", "readout", "window", "step", "normalizer", "penalty")},
         "documents": manifest["documents"],
         "errors": manifest["errors"],
         "source_tokens": tokens,
@@ -316,10 +276,39 @@ def corpus_row(
     }
 
 
-def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tuple[dict, list]:
+def model_shape(config: dict) -> dict[str, int]:
+    """The numbers of a Gemma 3 ``config.json`` that decide its FLOPs."""
+    heads, head_dim = config["num_attention_heads"], config["head_dim"]
+    return {
+        "hidden": config["hidden_size"],
+        "intermediate": config["intermediate_size"],
+        "q": heads * head_dim,
+        "kv": config["num_key_value_heads"] * head_dim,
+        "heads": heads,
+        "head_dim": head_dim,
+        "vocab": config["vocab_size"],
+    }
+
+
+def attention_readout_flops(scorer, n: int, shape: dict[str, int]) -> float:
+    """FLOPs of the attention readout's scorer on n tokens: one full pass in blocks through the head's layers, each
+    block's rows running the head's span past it, no LM head. A multiply-add is 2 FLOPs; counted: the projections
+    (q, k, v, o, the gated MLP) and causal attention (query i sees i + 1 keys); not counted: norms, RoPE,
+    activations, softmax and the readout, each O(d) per token."""
+    from rr_fast.scoring.scorer import blocks
+
+    d, f, q, kv = shape["hidden"], shape["intermediate"], shape["q"], shape["kv"]
+    linear, attention = 2 * d * (q + 2 * kv) + 2 * q * d + 6 * d * f, 4 * shape["heads"] * shape["head_dim"]
+    layers, total = scorer.head.layers, 0.0
+    for in_start, _, out_end in blocks(n, scorer.context):
+        length = len(scorer.prefix) + min(n, out_end + scorer.head.span) - in_start
+        total += layers * (length * linear + length * (length + 1) // 2 * attention)
+    return total
+
+
+def engine_row(chunker, texts: list[str], device: str, shape: dict[str, int], peak: float) -> tuple[dict, list]:
     """The scorer's score_many over the texts, tokenized and prepared beforehand: the model's share of the corpus run.
     Also returns the scores."""
-    from bench.speed.flops import scorer_work, total_flops
     from rr_fast.text.documents import prepare_document
 
     engine, docs, flops = chunker.scorer, [], 0.0
@@ -327,7 +316,7 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tu
         document = prepare_document(text, chunker.tokenize(text), chunker.resolved)
         ids, edges = document.tokens.ids, document.scored.tokens
         docs.append((ids, edges))
-        flops += total_flops(scorer_work(engine, len(ids), edges), shape)["total"]
+        flops += attention_readout_flops(engine, len(ids), shape)
     before = dict(engine.timings)
     memory_start(device)
     sync(device)
@@ -336,15 +325,11 @@ def engine_row(chunker, texts: list[str], device: str, shape, peak: float) -> tu
     sync(device)
     wall = time.perf_counter() - started
     tokens = sum(len(ids) for ids, _ in docs)
-    settings = getattr(engine, "settings", None)
-    focused = getattr(settings, "normalizer", None) == "focused" and "lr" in getattr(settings, "readouts", ())
-    label = "FLOPs excluding the focused window head (a lower bound)" if focused else "FLOPs"
     return {
         "source_tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
         "flops": flops,
-        "flops_counted": label,
         "tflops_per_s": flops / wall / 1e12,
         "fraction_of_peak": flops / wall / 1e12 / peak,
         "split_s": {name: s - before.get(name, 0.0) for name, s in engine.timings.items()},
@@ -380,49 +365,13 @@ def cuts_row(fused, explicit, streams: list[str]) -> dict:
     return {"streams": len(streams), "identical_cuts": same, "scores_max_abs_diff": diff}
 
 
-def profile_row(chunker, texts: list[str], device: str, path: Path) -> dict:
-    """cProfile of chunk_many over the texts (the host's side): top 25 by tottime and by cumtime into ``path``."""
-    import cProfile
-    import io
-    import pstats
-
-    profiler = cProfile.Profile()
-    memory_start(device)
-    sync(device)
-    started = time.perf_counter()
-    profiler.enable()
-    tokens = sum(sum(c.token_count for c in result) for result in chunker.chunk_many(texts))
-    sync(device)
-    profiler.disable()
-    wall = time.perf_counter() - started
-    stream = io.StringIO()
-    stream.write(
-        f"cProfile of Chunker.chunk_many, {len(texts)} documents, {tokens} source tokens, {wall:.2f} s under the "
-        f"profiler, device {device}. CUDA runs asynchronously: time in a call that waits for the GPU (.cpu(), "
-        ".item(), synchronize) is GPU work; the rest is the host's own.\n"
-    )
-    for key in ("tottime", "cumulative"):
-        pstats.Stats(profiler, stream=stream).sort_stats(key).print_stats(25)
-    path.write_text(stream.getvalue())
-    stats = pstats.Stats(profiler).stats
-    top = sorted(stats.items(), key=lambda item: -item[1][2])[:10]
-    return {
-        "documents": len(texts),
-        "source_tokens": tokens,
-        "wall_s_profiled": wall,
-        "top_tottime": [[pstats.func_std_string(f), round(v[2], 3), round(v[3], 3)] for f, v in top],
-        "file": path.name,
-        "max_memory_gib": memory_peak_gib(device),
-    }
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepare", action="store_true", help="write the carried inputs and stop")
     parser.add_argument("--data-dir", help="../shared/data by default (for --prepare)")
     parser.add_argument("--inputs", default=str(PREPARED))
     parser.add_argument("--smoke", action="store_true", help="a shrunk model on the CPU: checks the script runs")
-    parser.add_argument("--out", help="results folder (result.json, profile.txt); default INPUTS/results")
+    parser.add_argument("--out", help="results folder (result.json); default INPUTS/results")
     parser.add_argument("--seconds", type=float, default=420, help="budget: later rows that would not fit are skipped")
     parser.add_argument("--rows", help="comma-separated rows to run (default every row; balanced always runs)")
     args = parser.parse_args(argv)
@@ -435,7 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.prepare:
             return {}
     started = time.perf_counter()
-    with bundled_model(None, inputs, args.smoke) as folder, tempfile.TemporaryDirectory(prefix="gpu_corpus_") as tmp:
+    with bundled_model(inputs, args.smoke) as folder, tempfile.TemporaryDirectory(prefix="gpu_corpus_") as tmp:
         return measure(args, inputs, folder, Path(tmp), begun, time.perf_counter() - started)
 
 
@@ -444,7 +393,6 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     import torch
     import transformers
 
-    from bench.speed.flops import ModelShape, matmul_shapes
     from rr_fast.models.recipes import DEFAULT_MODEL
     from rr_fast.scoring.backends.torch_arrays import LOGIT_BUDGET
     from rr_fast.scoring.backends.torch_crossing import FUSED_ATTENTION_SWITCH, fused_attention_available
@@ -479,9 +427,11 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
         result["skipped"].append(name)
         return False
 
-    shape = ModelShape.from_config(settings)
-    head_tile = (LOGIT_BUDGET // shape.vocab, shape.hidden, shape.vocab)  # the full pass's LM-head matmul
-    shapes = [*matmul_shapes(shape, 32768, square=False), head_tile, (8192, 8192, 8192)]
+    shape = model_shape(settings)
+    d, f, q = shape["hidden"], shape["intermediate"], shape["q"]
+    projections = [(32768, d, f), (32768, f, d), (32768, d, q)]  # the engine's biggest, at its batch size
+    head_tile = (LOGIT_BUDGET // shape["vocab"], d, shape["vocab"])  # the full pass's LM-head matmul
+    shapes = [*projections, head_tile, (8192, 8192, 8192)]
     result["matmul_tflops"] = matmul_peak([(512, 512, 512)] if args.smoke else shapes, device)
     peak = result["matmul_tflops"]["peak"]
     save("matmul_tflops")
@@ -490,14 +440,11 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
 
     rows = [json.loads(line) for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     tokenizer = load_tokenizer(folder)
-    counts = np.cumsum([len(tokenizer(r["text"], add_special_tokens=False)["input_ids"]) for r in rows])
-    scale = 1.0 if not args.smoke else counts[-1] / 100_000  # --smoke: the same shares of its few tokens
-    first = lambda tokens: rows[: max(1, int(np.searchsorted(counts, tokens * scale)))]  # noqa: E731
+    counts = [len(tokenizer(r["text"], add_special_tokens=False)["input_ids"]) for r in rows]
     corpus = inputs / "corpus.jsonl"
-    result["corpus"] = {"documents": len(rows), "tokens": int(counts[-1])}
+    result["corpus"] = {"documents": len(rows), "tokens": sum(counts)}
 
     from rr_fast import Chunker
-    from rr_fast.scoring.backends import base
 
     default = Chunker(preset="balanced", model=str(folder), backend="torch", device=device)
     batch = default.scorer.batch_tokens
@@ -528,13 +475,6 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
                 result["engine"]["tokens_per_s"] / result["engine_explicit"]["tokens_per_s"]
             )
             save("engine_explicit")
-        explicit.scorer.tile = base.ATTENTION_TILE  # the explicit attention in tiles of 256, as on a CPU
-        try:
-            result["engine_tile256"], scores = engine_row(explicit, texts, device, shape, peak)
-        finally:
-            explicit.scorer.tile = None
-        result["engine_tile256"]["scores_max_abs_diff_vs_engine"] = largest_difference(engine_scores, scores)
-        save("engine_tile256")
         for times in (REPEAT, 4 * REPEAT):  # the engine alone over ~460k and ~1.84M tokens
             name = f"engine_x{times}"
             if fits(name, times * result["engine"]["wall_s"] * 1.5):
@@ -545,10 +485,6 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
         result["cuts"] = cuts_row(default, explicit or attention_path(default, fused=False), streams)
         save("cuts")
     explicit = None  # the second copy of the model goes before the rows that measure memory
-    if fits("profile", wall * PROFILE_TOKENS / 100_000 * 2):
-        texts = [r["text"] for r in first(PROFILE_TOKENS)]
-        result["profile"] = profile_row(default, texts, device, out / "profile.txt")
-        save("profile")
     for times in (REPEAT, 4 * REPEAT):  # the steady state, prepared in the helper (on CUDA) and in the model's process
         for where in ("", "_in_process"):
             name = f"balanced_x{times}{where}"
@@ -563,11 +499,6 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     if fits("balanced_lr", 10 * wall):  # the two-pass lr readout the default's head was distilled from
         result["balanced_lr"] = row(corpus, "balanced", readout="lr")
         save("balanced_lr")
-    if fits("quality", wall):
-        subset = write_jsonl(scratch / "corpus_first_20k.jsonl", first(QUALITY_TOKENS))
-        result["quality"] = row(subset, "quality")
-        result["quality"]["note"] = f"the corpus's first ~{QUALITY_TOKENS * scale:,.0f} tokens only"
-        save("quality")
     result["total_s"] = time.perf_counter() - begun
     save("skipped")
     print_table(result, peak)
@@ -575,46 +506,26 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
 
 
 def print_table(result: dict, peak: float) -> None:
+    """Every row's tokens, time and speed (corpus rows: their time split; engine rows: their share of the peak)."""
     print(f"\n{result['device']}, torch {result['torch']}, transformers {result['transformers']}, weights "
-          f"{result['weights']}, vocabulary {result['vocabulary']:,}")  # fmt: skip
-    print(f"measured matmul peak {peak:.1f} TFLOP/s; per shape: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in result["matmul_tflops"].items() if k != "peak"))  # fmt: skip
-    split = ("model load", "tokenizer load", "full pass", "reset windows", "readouts", "tokenization", "dp")
-    split += ("waiting for the preparer",)
-    print(f"{'row':22} {'dtype':9} {'tokens':>8} {'wall s':>7} {'tok/s':>8} "
-          + " ".join(f"{name[:14] + ' s':>16}" for name in split) + f" {'batch':>7} {'GiB':>5}")  # fmt: skip
-    names = ("balanced", *(f"balanced_x{n}{w}" for n in (REPEAT, 4 * REPEAT) for w in ("", "_in_process")))
-    names += ("fast", "balanced_lr", "quality")
-    for name in names:
-        if name in result:
-            r = result[name]
-            gib = "-" if r["max_memory_gib"] is None else f"{r['max_memory_gib']:.1f}"
-            cells = [f"{r['source_tokens']:8,}", f"{r['wall_s']:7.1f}", f"{r['tokens_per_s']:8,.0f}"]
-            cells += [f"{r['split_s'].get(part, 0.0):16.2f}" for part in split]
-            print(f"{name:22} {r['config']['dtype']:9} " + " ".join(cells) + f" {r['batch_tokens']:7,} {gib:>5}")
-    if "quality" in result:
-        print(f"quality: {result['quality']['note']}")
-    for name in ("engine", "engine_explicit", "engine_tile256", f"engine_x{REPEAT}", f"engine_x{4 * REPEAT}"):
-        if name in result:
-            e = result[name]
-            diff = e.get("scores_max_abs_diff_vs_engine")
-            print(f"{name} (balanced, score_many): {e['source_tokens']:,} tokens, {e['tokens_per_s']:,.0f} tok/s, "
-                  f"{e['tflops_per_s']:.2f} TFLOP/s = {e['fraction_of_peak']:.2%} of peak ({e['flops_counted']})"
-                  + ("" if diff is None else f"; scores within {diff:.2e} of the engine row's"))  # fmt: skip
+          f"{result['weights']}; measured matmul peak {peak:.1f} TFLOP/s")  # fmt: skip
+    for name, r in result.items():
+        if not isinstance(r, dict) or "tokens_per_s" not in r:
+            continue
+        line = f"{name}: {r['source_tokens']:,} tokens, {r['wall_s']:.1f} s, {r['tokens_per_s']:,.0f} tok/s"
+        if "config" in r:  # a corpus row
+            line += f" ({r['config']['dtype']}, batch {r['batch_tokens']:,}); " + ", ".join(
+                f"{part} {seconds:.2f} s" for part, seconds in r["split_s"].items()
+            )
+        else:
+            line += f", {r['tflops_per_s']:.2f} TFLOP/s = {r['fraction_of_peak']:.2%} of peak"
+            if "scores_max_abs_diff_vs_engine" in r:
+                line += f"; scores within {r['scores_max_abs_diff_vs_engine']:.2e} of the engine row's"
+        print(line)
     if "cuts" in result:
         c = result["cuts"]
         print(f"cuts: fused against explicit, {c['identical_cuts']} of {c['streams']} streams cut alike, scores "
               f"within {c['scores_max_abs_diff']:.2e}")  # fmt: skip
-    if "profile" in result:
-        p = result["profile"]
-        print(f"profile ({p['source_tokens']:,} tokens, {p['wall_s_profiled']:.1f} s profiled), top tottime:")
-        for name, tottime, cumtime in p["top_tottime"][:8]:
-            print(f"  {tottime:8.3f} s  (cum {cumtime:8.3f})  {name}")
-    print_footer(result)
-
-
-def print_footer(result: dict) -> None:
-    """The rows skipped for the time budget and the run's total time, after a table."""
     if result["skipped"]:
         print(f"skipped for the --seconds budget: {', '.join(result['skipped'])}")
     print(f"total {result.get('total_s', 0):.0f} s")

@@ -1,56 +1,30 @@
 """The chunker's speed on the input shapes users have, in this tree against another commit's, in the same run.
 
     python -m bench.speed.shapes COMMIT [--configs default,fast,smollm2] [--shapes stream,many,loop,...]
-        [--rounds 3] [--repeat 3] [--threads 2] [--out bench/out/shapes.json] [--quick]
+        [--rounds 3] [--repeat 3] [--threads 2] [--out bench/out/shapes.json] [--lock FILE] [--quick]
 
-Shapes (the rows):
-
-- ``stream``: one flattened stream of 1,500 tokens (the evaluation streams joined by a space, cut there), chunked by
-  one ``Chunker.chunk`` call, as the README's speeds are measured;
-- ``many``: one ``Chunker.chunk_many`` call over the quality benchmark's evaluation streams (bench/out/streams.jsonl,
-  the 60 streams its recovery numbers come from, each 3–6 records flattened into one text), each a document;
-- ``loop``: the same streams, one ``Chunker.chunk`` call each;
-- ``many-records`` and ``loop-records``: the same two over the records those streams were flattened from (short
-  documents, 48–384 SmolLM2 tokens each); ``many`` ÷ ``loop`` says whether batching pays on the streams,
-  ``many-records`` ÷ ``loop-records`` on short records;
-- ``4k``, ``16k``, ``100k``: one document of that many tokens of book text (bench.speed.data), one call;
-- ``loop-pages``: ten pages of 1,300 tokens of that text, one ``Chunker.chunk`` call each (a user's loop over
-  mid-sized files, whose DPs each stay under the size that would load Numba on its own: ``rr_fast.kernels``).
-
-Configurations (the row groups): ``default`` (``Chunker()``), ``fast`` (``Chunker(preset="fast")``) and ``smollm2``
-(``Chunker(model="smollm2-135m")``, SmolLM2's default).
+Shapes (the rows): ``stream``, one flattened stream of 1,500 tokens chunked by one ``Chunker.chunk`` call, as the
+README's speeds are measured; ``many``, one ``chunk_many`` call over the quality benchmark's 60 evaluation streams
+(bench/out/streams.jsonl), and ``loop``, one ``chunk`` call each; ``many-records`` and ``loop-records``, the same over
+the records those streams were flattened from (48–384 SmolLM2 tokens each); ``4k``, ``16k``, ``100k``, one document of
+that many tokens of book text (bench.speed.data); ``loop-pages``, ten pages of 1,300 tokens, one call each.
+Configurations (the row groups): ``default`` (``Chunker()``), ``fast`` (``preset="fast"``), ``smollm2``
+(``model="smollm2-135m"``).
 
 Each (tree, configuration, shape) runs in a fresh process that loads the model, chunks the shape's warm-up input
-once, then times the shape's call(s) by wall clock with ``--threads`` torch threads, and reports its peak resident
-memory (``ru_maxrss``): the model, the warm-up and the timed calls, nothing else, so that each shape's peak is its
-own. Warm-ups: ``stream``, ``4k`` and ``16k`` chunk their own input first; ``many`` and ``many-records`` chunk_many
-their first three documents, ``loop`` and ``loop-records`` chunk their first; ``100k`` chunks its first 1,500 tokens
-and is then timed once, so its peak is the 100k-token call's. ``stream`` is timed ``--repeat`` times in each process
-(their median counts), every other shape once. The process uses only rr_fast's public API (``Chunker``, its
-``chunk`` and ``chunk_many``), so it runs against any commit that has them.
+once (``100k``: its first 1,500 tokens; ``many``: its first three documents), times the shape's call(s) by wall clock
+with ``--threads`` torch threads (``stream``: ``--repeat`` times, the median counts) and reports its peak resident
+memory. The process uses only rr_fast's public API, so it runs against any commit that has it. The commit's tree is
+a git worktree in a temporary folder (``bench.speed.against_commit.commit_tree``); the two trees run one right after
+the other, the first alternating by round, so a slow stretch of a shared machine falls on both. Source tokens are
+counted in the default model's tokenizer; a tree's speed is the median over ``--rounds``, its peak the largest. "This
+tree" is the working tree, uncommitted changes included (the JSON lists the changed files of rr_fast/).
 
-The commit's tree is a git worktree in a temporary folder (``bench.speed.against_commit.commit_tree``); for every
-(configuration, shape) the two trees run one right after the other, the first of them alternating by round, so a
-slow stretch of a shared machine falls on both. Source tokens are the inputs' tokens in the default model's
-tokenizer, one count for every configuration and both trees (as ``bench.quality.pareto`` counts them); a tree's
-speed is the median over ``--rounds`` of source tokens ÷ its process's median timed wall seconds, and its peak the
-largest over the rounds. "This tree" is the working tree while the run goes, uncommitted changes included (the JSON
-lists the changed files of rr_fast/).
-
-Printed: a markdown table (each tree's source tokens/s, this tree's ÷ the commit's, both peaks in MiB) and
-chunk_many ÷ the per-document loop in each tree. Written: ``--out`` (default bench/out/shapes.json), every run with
-the machine and both commits. At the README's speeds (1,693, 2,991 and 558 source tok/s) a round of every
-configuration and shape takes at least 25 minutes per tree on the 2-core CPU, most of it SmolLM2's. Another job on
-the same cores makes the short shapes many times slower, not twice (two processes' torch threads wait on each
-other), so run it alone: ``--lock FILE`` holds an exclusive flock on FILE around each process, for jobs that take
-the same lock.
-
-``--quick`` is a smoke run: tiny inputs (a 200-token stream, the first two evaluation streams and their records,
-400, 800 and 1,600 tokens for the long shapes), one round, one timed call, and only the default configuration
-unless ``--configs`` names others.
-
-The evaluation streams are written by ``python -m bench.quality --streams-only --no-ocr``; the book text is read
-from ``--data-dir``, else ``$RR_FAST_DATA``, else ../shared/data.
+Printed: a markdown table (each tree's tok/s, their ratio, both peaks in MiB) and chunk_many ÷ loop in each tree;
+written: ``--out``, every run with the machine and both commits. A round of every configuration and shape takes at
+least 25 minutes per tree on the 2-core CPU; another job on the same cores makes the short shapes many times
+slower, so run it alone (``--lock FILE`` holds an exclusive flock on FILE around each process). ``--quick`` is a
+smoke run: tiny inputs, one round, one timed call, only the default configuration unless ``--configs`` names others.
 """
 
 from __future__ import annotations
@@ -65,13 +39,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.common import REPO_ROOT, data_dir
+from bench.common import REPO_ROOT, data_dir, locked, machine_facts
 from bench.quality.streams import read_streams
-from bench.speed.__main__ import locked, machine_facts
 from bench.speed.against_commit import commit_tree, run_in_tree
 from bench.speed.data import timing_text, token_prefix
 from bench.speed.default_cli import STREAMS
-from bench.speed.report import fmt, table
 
 OUT = REPO_ROOT / "bench" / "out" / "shapes.json"
 
@@ -329,6 +301,18 @@ def render(result: dict) -> str:
         )
     )
     return "\n\n".join(parts)
+
+
+def fmt(value) -> str:
+    """A table cell: – for a missing value, thousands separated, one decimal below 100."""
+    if value is None:
+        return "–"
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}"
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
 def speed_cell(run: dict) -> str:

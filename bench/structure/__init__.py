@@ -1,7 +1,4 @@
-"""Structured-documents benchmark: Markdown and prose passages, and Wiki-50 with its line breaks
-and headings intact, for rr-fast (``--structure auto`` and ``none``) and the peers as shipped.
-
-``python -m bench.structure score`` fills the model-score cache (the only slow step; ``--device``),
-``python -m bench.structure calibrate`` chooses the level priors on the Wiki-50 calibration documents, and
-``python -m bench.structure report`` writes the tables; bench/RESULTS.md, "Structured documents", has the results.
+"""Structured documents: Markdown and prose passages, and Wiki-50 with its line breaks and headings, for rr-fast
+(``--structure auto`` and ``none``) and the peers. ``python -m bench.structure score`` fills the score cache (the
+slow step), ``calibrate`` chooses the level priors and ρ on structured text, ``report`` writes the tables.
 """

@@ -28,19 +28,8 @@ def score(args) -> None:
     need them), then Wiki-50's evaluation documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
     docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.readmes)
-    chunkers = {
-        s: cached_chunker(
-            args.out,
-            args.window,
-            args.device,
-            s,
-            LIMITS,
-            model=args.model,
-            length_unit=length_unit(args),
-            config=args.config,
-        )
-        for s in ("auto", "none")
-    }
+    options = {"model": args.model, "length_unit": length_unit(args), "config": args.config}
+    chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS, **options) for s in ("auto", "none")}
     # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
     by_kind = {"wiki50": args.wiki_structures, "chapters": "auto" if "auto" in args.wiki_structures.split(",") else ""}
     begun, new_edges = time.perf_counter(), 0
@@ -52,12 +41,8 @@ def score(args) -> None:
             before = chunker.scorer.misses
             chunker.chunk(doc.text)
             new_edges += chunker.scorer.misses - before
-            print(
-                f"{doc.id} {structure}: {chunker.scorer.misses - before} new edges, "
-                f"{time.perf_counter() - started:.1f}s",
-                file=sys.stderr,
-                flush=True,
-            )
+            took = f"{time.perf_counter() - started:.1f}s"
+            print(f"{doc.id} {structure}: {chunker.scorer.misses - before} new edges, {took}", file=sys.stderr)
     seconds = time.perf_counter() - begun
     print(f"scored {new_edges} new edges in {seconds:.0f}s", file=sys.stderr)
     runs = args.out / "score_runs.json"  # every score run into this folder: what it scored, how long it took
@@ -70,7 +55,7 @@ def meta() -> dict:
     """The machine, library versions, date and commit a run's numbers come from."""
     import torch
 
-    from bench.speed.__main__ import machine_facts
+    from bench.common import machine_facts
 
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
     changed = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True)
@@ -95,43 +80,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("step", choices=("score", "calibrate", "report"))
     parser.add_argument("--data-dir", type=Path, default=data_dir())
-    parser.add_argument(
-        "--config",
-        choices=tuple(CONFIGS),
-        default=None,
-        help="a product configuration as a user gets it (bench.structure.scoring.CONFIGS: Gemma 3's default, its "
-        "fast preset, SmolLM2's default), in place of a research one (default: SCORED, or --window)",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=None, help="default: bench/out/structure, or bench/out/structure_CONFIG"
-    )
-    parser.add_argument(
-        "--readmes",
-        type=Path,
-        default=Path("bench/out/structure/readmes"),
-        help="where the pinned PyPI wheels of the README passages are kept (fetched with pip when missing)",
-    )
-    parser.add_argument(
-        "--window", type=int, default=None, help="reset window (default: lr at 96, skip 1: see scoring.SCORED)"
-    )
+    parser.add_argument("--config", choices=tuple(CONFIGS), help="a product configuration (scoring.CONFIGS)")
+    parser.add_argument("--out", type=Path, help="default: bench/out/structure, or bench/out/structure_CONFIG")
+    parser.add_argument("--readmes", type=Path, default=Path("bench/out/structure/readmes"), help="pinned wheels")
+    parser.add_argument("--window", type=int, help="lr at this window (default: scoring.SCORED, lr at 96)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="with --window: the model scored (another than SmolLM2 counts the limits in SmolLM2's tokens)",
-    )
-    parser.add_argument(
-        "--wiki-structures",
-        default="auto",
-        help="rr-fast settings scored on Wiki-50 (auto,none; auto also scores the chapter boundaries)",
-    )
+    parser.add_argument("--model", help="with --window: the model scored (limits still in SmolLM2's tokens)")
+    parser.add_argument("--wiki-structures", default="auto", help="auto,none on Wiki-50 (auto: the chapters too)")
     parser.add_argument("--passage-structures", default="auto,none", help="rr-fast settings scored on the passages")
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=None,
-        help="after the step, write --out's report, calibration and score runs, with the machine and commit, here",
-    )
+    parser.add_argument("--results", type=Path, help="after the step, --out's report, calibration and runs here")
     args = parser.parse_args(argv)
     args.argv = "python -m bench.structure " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.config is not None and (args.window is not None or args.model is not None):

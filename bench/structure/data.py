@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.paper.wiki50 import CALIBRATION_DOCS, read_corpus
-
 RUST_CHAPTERS = ("rust_ch04-01-what-is-ownership", "rust_ch04-02-references-and-borrowing", "rust_ch04-03-slices")
 PROSE_BOOKS = ("pride_and_prejudice", "origin_of_species", "jekyll_and_hyde")
 PROSE_SKIP = 4000  # characters after the Gutenberg start line: title page and contents
@@ -33,6 +31,7 @@ READMES = (
     "threadpoolctl==3.8.0",
 )
 README_LENGTH = 9000  # characters per description, extended to the next blank line outside a code fence
+CALIBRATION_DOCS = 20  # Wiki-50's first 20 documents by numeric id calibrate; the other 30 are evaluated
 
 
 @dataclass(frozen=True)
@@ -94,13 +93,9 @@ def prose_excerpt(book: str) -> str:
 
 
 def chapter_boundaries(data_dir: Path) -> list[Document]:
-    """The closing paragraphs of one book chapter and the opening ones of the next, the heading between them
-    removed: the gold cut is where the second chapter starts.
-
-    Wiki-50's gold sections start at headings and its sentences are lines, so it says nothing about paragraph
-    breaks against the sentence ends inside paragraphs; here every gold cut is a paragraph break among many
-    that are not, in hard-wrapped prose, which is what the paragraph prior needs.
-    """
+    """The closing paragraphs of one book chapter and the opening ones of the next, the heading between them removed:
+    the gold cut, where the second chapter starts, is one paragraph break among many (what the paragraph prior needs,
+    and Wiki-50, whose sentences are lines, cannot tell)."""
     docs = []
     for name in CHAPTER_BOOKS:
         book = (data_dir / "passages" / f"{name}.txt").read_text(encoding="utf-8")
@@ -154,47 +149,44 @@ def _sentence_starts(text: str) -> tuple[int, ...]:
 
 
 def wiki50(data_dir: Path) -> tuple[list[Document], list[Document]]:
-    """Wiki-50 with its line breaks and top-level headings: calibration (first 20 by id) and evaluation docs.
-
-    Each top-level section becomes ``## Title`` and its sentences one per line (Koshorek's line breaks), with
-    a blank line between sections; the sentence and section lists are the paper protocol's (bench.paper.wiki50).
-    """
+    """Wiki-50 as Markdown, calibration (the first 20 by id) and evaluation documents: each top-level section a
+    ``## Title`` and its sentences one per line, as the paper's protocol reads them (the preface dropped, deeper levels
+    folded in, ``***LIST***`` lines and empty sections removed: 177 sections, 2,776 sentences)."""
+    paths = sorted((p for p in (data_dir / "wiki50").iterdir() if p.is_file()), key=lambda p: int(p.name))
     out = []
-    for doc, titles in zip(read_corpus(data_dir), _titles(data_dir)):
-        parts, sentence_starts, section_starts, cursor, k = [], [], [], 0, 0
-        for index, (count, title) in enumerate(zip(doc.sections, titles)):
+    for path in paths:
+        parts, sentence_starts, section_starts, cursor = [], [], [], 0
+        for index, (title, sentences) in enumerate(_wiki50_sections(path)):
             if index:
                 section_starts.append(cursor)
             block = f"## {title}\n"
             parts.append(block)
             cursor += len(block)
-            for j, sentence in enumerate(doc.sentences[k : k + count]):
+            for j, sentence in enumerate(sentences):
                 sentence_starts.append(cursor - (len(block) if j == 0 else 0))  # a heading joins its sentence
                 parts.append(sentence + "\n")
                 cursor += len(sentence) + 1
-            k += count
             parts.append("\n")
             cursor += 1
         text = "".join(parts)
-        out.append(Document(f"wiki50/{doc.id}", "wiki50", text, tuple(section_starts), tuple(sentence_starts)))
+        out.append(Document(f"wiki50/{path.name}", "wiki50", text, tuple(section_starts), tuple(sentence_starts)))
     return out[:CALIBRATION_DOCS], out[CALIBRATION_DOCS:]
 
 
-def _titles(data_dir: Path) -> list[list[str]]:
-    """Titles of the non-empty top-level sections of each document, in read_corpus's order."""
-    paths = sorted((p for p in (data_dir / "wiki50").iterdir() if p.is_file()), key=lambda p: int(p.name))
-    out = []
-    for path in paths:
-        titles, counts = [], []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.startswith("========,"):
-                _, level, title = line.split(",", 2)
-                if int(level) == 2:
-                    titles.append(title.strip().rstrip("."))
-                    counts.append(0)
-                in_preface = int(level) == 1
-                continue
-            if line.strip() and not line.startswith("***LIST***") and not in_preface and counts:
-                counts[-1] += 1
-        out.append([t for t, c in zip(titles, counts) if c > 0])
-    return out
+def _wiki50_sections(path: Path) -> list[tuple[str, list[str]]]:
+    """(title, sentences) of each non-empty top-level section of one Wiki-50 file (Koshorek et al. 2018's format)."""
+    sections: list[tuple[str, list[str]]] = []
+    in_preface = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("========,"):
+            _, level, title = line.split(",", 2)
+            in_preface = int(level) == 1
+            if int(level) == 2:
+                sections.append((title.strip().rstrip("."), []))
+            continue
+        if not line.strip() or line.startswith("***LIST***") or in_preface:
+            continue
+        if not sections:
+            raise ValueError(f"{path}: a sentence before the first top-level section")
+        sections[-1][1].append(line.strip())
+    return [(title, sentences) for title, sentences in sections if sentences]

@@ -1,8 +1,5 @@
-"""The peers as shipped, each capped at the same maximum (SmolLM2 tokens), returning character cuts.
-
-Sizes: every peer's chunk size is the maximum rr-fast enforces (384 SmolLM2 tokens); overlap is 0 where a
-peer has one (LangChain's default 200 characters and LlamaIndex's 200 tokens would repeat text, and a cut
-is then not one position). Everything else is the peer's default. Embedding peers use the local MiniLM.
+"""The peers as shipped, each capped at rr-fast's maximum (384 SmolLM2 tokens), overlap 0 where they have one,
+everything else their default (embedding peers: the local MiniLM); they return character cuts.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Metrics, prior calibration and tables of the structured benchmark (model scores come from the cache).
 
-Passages: for every method, each cut (moved past whitespace to where the next chunk's text starts) is
-classified with rr_fast.text.structure's reading of the document: inside a code fence or table (split into units
-that fit within the maximum and units that do not), between a heading and its first block, mid-sentence
-(a word or token boundary: not a sentence end or a writer's break), or clean. Wiki-50: P_k and WindowDiff
-(segeval, sentence units, window counts pooled over documents) against the top-level sections; a cut inside
-a sentence counts at the nearer sentence start. Intervals: 10,000 paired document bootstrap resamples.
+Passages: each cut is classified by rr_fast.text.structure's reading of the document (inside a code fence or table
+that fits or not, a heading split from its block, mid-sentence, or clean). Wiki-50: P_k and WindowDiff (segeval,
+sentence units, pooled over documents) against the top-level sections, with 10,000 paired document bootstraps.
 """
 
 from __future__ import annotations
@@ -154,24 +151,12 @@ def scored(chunk, text: str) -> bool:
 
 
 def calibrate(args) -> dict:
-    """Level priors with the lowest pooled P_k on calibration documents, in two steps.
-
-    Then ρ on structured text (``PENALTY_GRID``), with the shipped priors, on both sets together: the pooled P_k over
-    Wiki-50's calibration documents and the chapter boundaries. The shipped ρ is one value for every model (the
-    percentile utilities mean the same for each), the grid value whose pooled P_k averaged over the bundled
-    configurations is lowest: ``shared_penalty`` prints it once each configuration's calibration is in.
-
-    1. Heading and line priors on the Wiki-50 calibration documents. They tell a heading from a line break
-       (every Wiki-50 sentence is a line) and nothing else, so LINE is searched only at or above SENTENCE's 0
-       (a writer's break is never weaker than a sentence end; below 0 it would only stand in for a larger cut
-       penalty).
-    2. The paragraph prior (list items take it too) on the chapter boundaries (bench.structure.data), with
-       step 1's values: there the gold cut is one paragraph break among many, in prose whose other candidates
-       are sentence ends inside paragraphs.
-
-    Ties go to the smaller priors. The evaluation documents choose nothing: once the priors are picked, and where
-    every evaluation document is scored, ``evaluation`` gives their P_k with those priors beside the shipped ones'
-    (``priors_evaluation``). Writes the grids, the picks and that to ``out/calibration.json``.
+    """Level priors with the lowest pooled P_k on calibration documents: heading and line priors on Wiki-50's (LINE
+    at or above SENTENCE's 0: a writer's break is never weaker than a sentence end), then the paragraph prior (list
+    items take it too) on the chapter boundaries with those values; ties to the smaller. Then ρ on structured text
+    (``PENALTY_GRID``) with the shipped priors on both sets together; the shipped ρ is one value for every model, the
+    grid value whose P_k averaged over the configurations is lowest (``shared_penalty``). Writes
+    ``out/calibration.json``; the evaluation documents choose nothing.
     """
     from rr_fast import ChunkerConfig
 
@@ -202,19 +187,8 @@ def calibrate(args) -> dict:
         "documents": [d.id for d in wiki],
         "chapter_documents": [d.id for d in chapters],
     }
-    _, evaluation = wiki50(args.data_dir)
-    if evaluation and all(scored(chunker.chunk, d.text) for d in evaluation):
-        plain = cached_chunker(
-            args.out, args.window, args.device, "auto", limits, constant=True, **_cached_options(args)
-        )
-        picked = {"heading": best["heading"], "line": best["line"]}
-        if best_paragraph is not None:
-            picked["paragraph"] = best_paragraph["paragraph"]
-        result["evaluation"] = priors_evaluation(chunker, plain, evaluation, picked)
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
     print("best:", best, "paragraph:", best_paragraph, "ρ on structured text:", result["best_penalty"])
-    if "evaluation" in result:
-        print("evaluation:", json.dumps(result["evaluation"], indent=2))
     shared = shared_penalty(args.out.parent)
     if shared is not None:
         print("ρ on structured text for every configuration:", json.dumps(shared))
@@ -236,26 +210,6 @@ def shared_penalty(folder) -> dict | None:
     mean = {v: float(np.mean([grid[v] for grid in grids.values()])) for v in shared}
     best = min(mean, key=lambda v: (round(mean[v], 9), v))
     return {"structured_penalty": best, "mean_pk": mean, "configurations": sorted(grids)}
-
-
-def priors_evaluation(chunker, plain, evaluation, picked: dict) -> dict:
-    """Pooled P_k and WindowDiff on the evaluation documents of rr-fast with the calibrated priors (``picked``), with
-    the shipped priors, and of the structure-only DP (``plain``) with the shipped priors; paired bootstrap
-    intervals of the calibrated priors' differences against the other two (negative: the calibrated priors better)."""
-    with priors(**picked):
-        calibrated = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in evaluation])
-    shipped = np.array([window_parts(d, [c.start for c in chunker.chunk(d.text)[1:]]) for d in evaluation])
-    structure = np.array([window_parts(d, [c.start for c in plain.chunk(d.text)[1:]]) for d in evaluation])
-    parts = {"calibrated priors": calibrated, "shipped priors": shipped, "structure only, shipped priors": structure}
-    boot = bootstrap(parts, len(evaluation))
-    out: dict = {"priors": picked, "documents": len(evaluation)}
-    for name, p in parts.items():
-        pk, wd = pooled(p)
-        out[name] = {"pk": pk, "windowdiff": wd, "pk_ci": _ci(boot[name][0]), "windowdiff_ci": _ci(boot[name][1])}
-        if name != "calibrated priors":
-            out[name]["calibrated_minus_this_pk"] = pooled(calibrated)[0] - pk
-            out[name]["calibrated_minus_this_pk_ci"] = _ci(boot["calibrated priors"][0] - boot[name][0])
-    return out
 
 
 def bootstrap(parts: dict[str, np.ndarray], count: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -338,11 +292,6 @@ def paragraph_cuts(text: str) -> list[int]:
     return starts[marks >= Level.PARAGRAPH].tolist()
 
 
-def rr_fast_text(result: dict) -> str:
-    """The header of a result without an ``rr_fast`` entry: a research configuration, lr at a window."""
-    return f"{result.get('model', BENCH_MODEL)}, lr at window {result['window']}"
-
-
 def _cell(c: dict) -> str:
     return (
         f"{c['cuts']} / {c['mid_sentence']} / {c['in_block']} / {c['inside_unit']}+{c['inside_oversize_unit']} / "
@@ -366,7 +315,7 @@ def markdown(result: dict) -> str:
         f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
         f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens), summed over "
         f"each group's documents (per document in report.json). "
-        f"rr-fast: {result['rr_fast']['text'] if 'rr_fast' in result else rr_fast_text(result)}.",
+        f"rr-fast: {result['rr_fast']['text']}.",
         "",
         "| Method | " + " | ".join(f"{g} ({len(ids)})" for g, ids in groups.items()) + " | total |",
         "| --- |" + " --- |" * (len(groups) + 1),

@@ -1,13 +1,9 @@
 """rr-fast chunks from cached model scores: the model runs once per document and edge, reruns are free.
 
-``CachedEngine`` stands in for a ``Chunker``'s engine: it answers ``score(ids, edges)`` from a JSON cache
-keyed by the token ids' hash. For the reset-window readouts it scores only the edges it has not seen (each edge's
-reset window is independent of the others, so scoring a subset gives the same values). The attention readout's
-values all come from one full pass over the document, and a pass asked for a subset of the edges gives them the
-same values only up to float rounding (about 1e-7 against a spread of 0.2: the masses are reduced in differently
-shaped products), so its entries are keyed by the ids and the edges together: each is one call's scores, exactly
-what the product computes for that document. ``ConstantEngine`` stands in for an engine with no model at all.
-``cached_chunker`` gives a ``Chunker`` either through its scorer hook.
+``CachedEngine`` stands in for a ``Chunker``'s engine and answers from a JSON cache keyed by the token ids' hash:
+per edge for the reset-window readouts (each edge's window is independent), per call for the attention readout
+(one full pass gives a subset of the edges the same values only up to float rounding). ``ConstantEngine`` has no
+model at all. ``cached_chunker`` gives a ``Chunker`` either through its scorer hook.
 """
 
 from __future__ import annotations
@@ -157,16 +153,9 @@ def cached_chunker(
     constant: bool = False,
     config: str | None = None,
 ) -> Chunker:
-    """A Chunker whose engine reads (and unless ``strict``, fills) ``out/scores_w{W}.json``, or
-    ``out/scores_{config}.json`` for a product configuration; with ``constant``, one that gives every edge the same
-    score instead (``ConstantEngine``: only the structure, priors and lengths choose).
-
-    With ``config`` (a name in ``CONFIGS``) it runs that product configuration, whatever its readout; else, without a
-    window, ``SCORED``, the configuration the stored scores and priors were made with; with one, ``model``'s ``lr``
-    readout at that window (the reset windows the benchmark measures, whatever the model's default). ``length_unit``
-    counts the limits in another model's tokens (the peers' unit), which changes the cuts but not which edges are
-    scored.
-    """
+    """A Chunker whose engine reads (unless ``strict``, fills) ``out/scores_w{W}.json`` or ``out/scores_{config}.json``
+    (``constant``: every edge the same score, ``ConstantEngine``). It runs the product configuration ``config``, else
+    ``model``'s ``lr`` at ``window``, else ``SCORED``; ``length_unit`` counts the limits in another model's tokens."""
     options = scored_options(config, window, model)
 
     def cached(product) -> CachedEngine | ConstantEngine:

@@ -1,31 +1,19 @@
 """Speed presets and what they cost: clean-unit recovery against source tokens/s on this CPU, one table.
 
-Every LM row is rr-fast itself, end to end: ``research_chunker(**options).chunk(text)`` (the product's ``Chunker``,
-with the research options only the benchmarks take: bench.engine) on each evaluation stream (the
-product's scoring, DP and fallbacks), never a simulation from stored scores. Steps, each cached under ``--out`` so a
-rerun only does what is missing:
+Every LM row is rr-fast itself, end to end: ``research_chunker(**options).chunk(text)`` (bench.engine) on each
+evaluation stream, never a simulation from stored scores. Steps, each cached under ``--out`` and run under the CPU
+lock (``flock /tmp/rr_cpu.lock ...``):
 
-1. ``score --split cal``: each option's scores on the calibration streams (``Chunker.score``; one file per
-   option and stream, with the readout values and the product's utility).
-2. ``calibrate``: ρ per option on those scores, by the quality benchmark's rule (bench.quality.calibration:
-   best mean clean-unit recovery on the calibration streams); then the preset rule (``pick_presets``), with the
-   speeds of step 5, measured in one run.
-3. ``chunk``: each option end to end on the evaluation streams with its calibrated ρ; the chunks
-   (character spans) are what the metrics score.
-4. ``drift``: each int8 option's readouts and cuts against float32 on the same text (Spearman, max difference).
-5. ``speed``: source tokens/s of every option and of the peers on the same evaluation text, one process, a
-   warm-up call each, best of ``--repeats``; ratios of process CPU time against the default in the same run.
-6. ``report``: recovery [95% CI] on the evaluation streams, paired gaps against the default and the embedding
-   boundary, speed; written to bench/notebook/presets.md. ``summary``: the same recovery rows for a few options,
-   printed, without rerendering the table.
+1. ``score --split cal``: each option's scores on the calibration streams (readout values and the utility);
+2. ``calibrate``: ρ per option by the quality benchmark's rule (bench.quality.calibration), then the preset rule
+   (``pick_presets``) with the speeds of step 4;
+3. ``chunk``: each option end to end on the evaluation streams with its calibrated ρ;
+4. ``speed``: source tokens/s of every option and of the peers on one evaluation text, one process, best of
+   ``--repeats``; ratios of process CPU time against the first option in the same run;
+5. ``report``: recovery [95% CI], paired gaps and speed into bench/notebook/presets.md; ``summary``: the same rows
+   for a few options, printed.
 
 This module holds the options and the steps; ``report`` renders the table and ``command`` is the command line.
-
-    python -m bench.quality.pareto score --split cal [--options a,b] && python -m bench.quality.pareto calibrate
-    python -m bench.quality.pareto speed && python -m bench.quality.pareto drift
-    python -m bench.quality.pareto chunk [--options a,b] && python -m bench.quality.pareto report
-
-Run each under the CPU lock (``flock /tmp/rr_cpu.lock ...``): they are CPU-bound and timed.
 """
 
 from __future__ import annotations
@@ -102,14 +90,8 @@ OPTIONS: dict[str, dict] = {
     "lr@w96+bos-step32-bf16": {"reset_prefix": "bos", "step": 32, "dtype": "bfloat16"},  # the BOS reset prefix
     "lr@w192s4-bf16": {"window": 192, "skip": 4, "dtype": "bfloat16"},
     "rr@w16+bos-step16-bf16": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "dtype": "bfloat16"},
-    "rr@w16+bos-step16-L20-bf16": {
-        "readout": "rr",
-        "window": 16,
-        "reset_prefix": "bos",
-        "step": 16,
-        "layer": 20,
-        "dtype": "bfloat16",
-    },
+    "rr@w16+bos-step16-L20-bf16": {"readout": "rr", "window": 16, "reset_prefix": "bos", "step": 16, "layer": 20}
+    | {"dtype": "bfloat16"},
     # Gemma 3 at its best calibration recovery, the quality preset (bench.quality.windows, scored on a lent GPU,
     # whose evaluation run is this option's Chunker end to end)
     "gemma3-270m:lr@w192": {"model": "gemma3-270m", "window": 192},
@@ -157,12 +139,8 @@ OPTIONS: dict[str, dict] = {
     "smollm2-135m:attention-L15": {**SMOLLM2_ATTENTION, "layer": 15},
     # both bundled models: Gemma 3's utilities at every 8th word boundary blended with SmolLM2's default reading's
     # (config.Reading.companion), their shares chosen on the calibration streams from each head's own scores
-    "gemma3-270m:attention-step8+smollm2-bf16": {
-        **GEMMA_ATTENTION,
-        "step": 8,
-        "companion": "smollm2-135m",
-        "companion_weight": 0.25,
-    },
+    "gemma3-270m:attention-step8+smollm2-bf16": {**GEMMA_ATTENTION, "step": 8}
+    | {"companion": "smollm2-135m", "companion_weight": 0.25},
     "smollm2-135m:attention+gemma3": {**SMOLLM2_ATTENTION, "companion": "gemma3-270m", "companion_weight": 0.75},
 }
 # Each attention option's calibration scores cross-fitted (each stream scored by a head fitted without it, written by
@@ -278,11 +256,7 @@ SPEED_FILES = (
     "student_speed.json",  # the one-pass heads against the two-pass configurations
     "focused_speed.json",  # the focused normalizer against the exact configurations
     "gemma_presets_speed.json",  # Gemma 3 on coarser grids, shorter windows and bf16
-    "speed.json",
-    "windows_speed.json",
-    "step_speed.json",
-    "bos_speed.json",
-    "gemma_speed.json",
+    *("speed.json", "windows_speed.json", "step_speed.json", "bos_speed.json", "gemma_speed.json"),
     "presets_check_speed.json",  # a repeated run, to see how much ratios move
 )
 
@@ -353,12 +327,8 @@ def _embedding_boundary_run():
 
 
 def timed(run, text: str, repeats: int) -> dict:
-    """Best wall and process CPU seconds of ``run(text)`` over ``repeats`` calls, after a warm-up call on the
-    text's first 2,000 characters (first-call allocations, JIT compilation and lazy loads are not the steady cost).
-
-    CPU seconds (all threads) are what the ratios use: on this shared machine another job steals wall time
-    from a run but not CPU time, so they move far less between runs; on an idle machine wall ≈ CPU / threads.
-    """
+    """Best wall and process CPU seconds of ``run(text)`` over ``repeats`` calls, after a warm-up on the text's first
+    2,000 characters. The ratios use CPU seconds: on a shared machine another job steals wall time, not CPU time."""
     run(text[:2000])
     wall = cpu = float("inf")
     for _ in range(repeats):
@@ -369,38 +339,11 @@ def timed(run, text: str, repeats: int) -> dict:
     return {"seconds": wall, "cpu_seconds": cpu}
 
 
-def drift(text: str, names: list[str], out: Path) -> list[dict]:
-    """What int8 changes: each int8 option's readouts and cuts on one text against the same option in float32."""
-    from scipy.stats import spearmanr
-
-    rows = []
-    for name in names:
-        if OPTIONS[name].get("dtype") != "int8":
-            continue
-        exact = {k: v for k, v in option_config(name).items() if k != "dtype"}
-        (want_chunks, want), (got_chunks, got) = (
-            research_chunker(**exact).explain(text),
-            research_chunker(**option_config(name)).explain(text),
-        )
-        row = {"name": name, "same_cuts": [c.end for c in want_chunks] == [c.end for c in got_chunks]}
-        for readout, values in want.readouts.items():
-            finite = np.isfinite(values) & np.isfinite(got.readouts[readout])
-            row[f"{readout}_spearman"] = float(spearmanr(values[finite], got.readouts[readout][finite])[0])
-            row[f"{readout}_max_abs"] = float(np.abs(values[finite] - got.readouts[readout][finite]).max())
-        rows.append(row)
-    (out / "drift.json").write_text(json.dumps(rows, indent=1))
-    return rows
-
-
 def pick_presets(penalties: dict[str, dict], speeds: dict[str, float]) -> dict[str, str]:
-    """The calibration rule, with speed in view.
-
-    ``quality`` is the option with the best calibration recovery. ``balanced``, the default, is the fastest option
-    whose calibration recovery is within the measured noise of the best (``calibration_noise``: the widest of the
-    options' own 95% half-widths that were measured): the calibration streams cannot tell it from the best, and
-    it costs a fraction of it. ``fast`` is the option with the best calibration recovery among those at least
-    FAST_FLOOR times the default's speed. Exact ties go to the faster. A distilled head counts with its
-    cross-fitted calibration recovery.
+    """The calibration rule, with speed in view: ``quality`` has the best calibration recovery; ``balanced``, the
+    default, is the fastest option within the measured noise of it (the widest of the options' 95% half-widths,
+    ``calibration_noise``); ``fast`` the best among options at least FAST_FLOOR times the default's speed. Exact ties
+    go to the faster; a distilled head counts with its cross-fitted calibration recovery.
     """
     # a head's own calibration scores come from a head fitted on those streams: it is judged by its cross-fitted
     # ones (CROSS_FITTED), as a head that never saw them would score

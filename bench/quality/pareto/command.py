@@ -6,28 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.quality.pareto import (
-    OPTIONS,
-    OUT,
-    SPEED_FILES,
-    STREAMS,
-    calibrated_penalties,
-    chunk,
-    drift,
-    log,
-    score,
-    speed,
-)
-from bench.quality.pareto import (
-    __doc__ as pareto_doc,
-)
+from bench.quality.pareto import OPTIONS, OUT, SPEED_FILES, STREAMS, calibrated_penalties, chunk, log, score, speed
+from bench.quality.pareto import __doc__ as pareto_doc
 from bench.quality.pareto.report import summary, write
 from bench.quality.streams import read_streams
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.pareto", description=pareto_doc.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "drift", "summary", "report"))
+    parser.add_argument("step", choices=("score", "calibrate", "chunk", "speed", "summary", "report"))
     parser.add_argument("--options", default=",".join(OPTIONS), help="comma-separated option names")
     parser.add_argument("--split", default="cal", choices=("cal", "eval"))
     parser.add_argument("--streams", type=Path, default=STREAMS)
@@ -75,9 +62,6 @@ def main(argv: list[str] | None = None) -> None:
             log(f"{name}: ρ {row['penalty']}, calibration recovery {row['calibration_recovery']:.3f}")
     elif args.step == "chunk":
         chunk(evaluation, names, json.loads(penalty_file.read_text()), args.out, args.device)
-    elif args.step == "drift":
-        for row in drift(evaluation[0].text, names, args.out):
-            log(json.dumps(row))
     elif args.step == "summary":
         result = summary(streams, names, args.out, args.embedding, args.against)
         (args.out / "summary.json").write_text(json.dumps(result, indent=1))

@@ -1,10 +1,7 @@
 """bench/out/pareto → the "Presets" section, bench/notebook/presets.md: recovery against speed, the rule's picks.
 
-Recovery is each option's end-to-end chunks on the 60 evaluation streams (bench.quality.pareto ``chunk``);
-intervals are 95% domain-stratified paired stream-bootstrap intervals (10,000 resamples), the same resamples
-for every row, so the gaps against lr@w96 (the reference configuration) and against the embedding boundary are
-paired. The embedding boundary and the peers are scored exactly as in the Quality section (bench.quality's
-caches are reused).
+Recovery is each option's end-to-end chunks on the evaluation streams; 95% domain-stratified paired stream-bootstrap
+intervals, the same resamples for every row. The embedding boundary and the peers are scored as in bench.quality.
 """
 
 from __future__ import annotations
@@ -89,24 +86,13 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
     lines = [
         "## Presets: what speed costs in boundary quality",
         "",
-        "Every rr-fast row is `Chunker(**options)` end to end (scores, DP, fallbacks) on the 60 evaluation streams "
-        "with its own ρ calibrated on the calibration streams: the first 15 for the earliest options, all "
-        "45 for those added or rescored since (the count is beside each calibration recovery; `lr@w192s4`, "
-        "SmolLM2's choice, and `gemma3-270m:lr@w192`, today's default, come from bench.quality.windows, whose "
-        "evaluation run is that `Chunker` end to end, the default's on a lent GPU); speed is the "
-        "whole `chunk` call on the first "
-        f"evaluation stream ({tokens:,} SmolLM2 tokens), every row in one process on this 2-core CPU "
-        "(a warm-up call on its first 2,000 characters, then one timed call); the ratio to `lr@w96`, "
-        "measured in the same run, is over process CPU "
-        "time, which other jobs on this shared machine disturb far less than wall time. The rows at longer windows "
-        "(`lr@w192s4` among them) come from a second run of the same kind, with its own `lr@w96` "
-        "(`pareto speed --no-peers --speed-file windows_speed.json`), and the coarser grids and bf16 rows from a "
-        "third (`step_speed.json`), `lr@w96+bos-step32-bf16` from a fourth (`bos_speed.json`), today's default "
-        "from a fifth (`gemma_speed.json`); the Gemma 3 options on coarser grids, with Gemma's W 192 and "
-        "`lr@w96+bos-step32-bf16` again, from a sixth (`gemma_presets_speed.json`), whose rows take precedence; rows "
-        "are compared by their ratio to their own run's `lr@w96`, and the last column divides that by the "
-        "default's. The Gemma 3 options in float32 were scored and chunked on a lent GPU (`bench/quality/"
-        "windows_device.sh`, job `presets`; the exact fp32 engine, TF32 off), those in bfloat16 on this CPU. "
+        "Every rr-fast row is `Chunker(**options)` end to end on the 60 evaluation streams with its own ρ calibrated "
+        "on the calibration streams (their count beside each calibration recovery; `lr@w192s4` and "
+        "`gemma3-270m:lr@w192` come from bench.quality.windows). Speed is the whole `chunk` call on the first "
+        f"evaluation stream ({tokens:,} SmolLM2 tokens), every row of a run in one process on this 2-core CPU after a "
+        "warm-up call; rows of several runs (bench.quality.pareto.SPEED_FILES, the newest first) compare by their "
+        "process CPU time's ratio to their own run's `lr@w96`, and the last column divides that by `quality`'s. "
+        "Float32 Gemma 3 options were scored on a lent GPU (the exact fp32 engine), bfloat16 ones on this CPU. "
         "Peers run as shipped (bench/quality/peers.py) on the same text.",
         "",
         "| row | options | ρ | calibration recovery (streams) | clean-unit recovery (eval) | partition F1 "

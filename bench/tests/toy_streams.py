@@ -1,6 +1,8 @@
-"""A three-record toy stream for the benchmarks' rule and report tests (no model runs)."""
+"""Toy inputs for the benchmarks' tests: a three-record stream and random token ids (no model runs for either)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from bench.quality.streams import Stream
 
@@ -15,3 +17,9 @@ def toy_stream(split: str, index: int) -> Stream:
         spans.append((f"r{k}", start, end))
         start = end + 1
     return Stream(f"{split}-{index}", ["fiqa", "scifact"][index % 2], split, text, spans)
+
+
+def random_text(tokens: int, seed: int = 0, vocabulary: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    """Random token ids and every third position as a candidate edge."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(3, vocabulary, tokens), np.arange(3, tokens, 3)

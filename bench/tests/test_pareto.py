@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from toy_streams import toy_stream
 
 from bench.engine import RESEARCH_OPTIONS, research_config
 from bench.quality import pareto
-from bench.quality.pareto import command, report
+from bench.quality.pareto import report
+from bench.tests.toy_streams import toy_stream
 from rr_fast.config import ChunkerConfig
 from rr_fast.models.recipes import BUNDLED, DEFAULT_MODEL
 
@@ -33,12 +33,6 @@ def test_default_is_the_fastest_option_within_the_noise_of_the_best():
     narrow = {**penalties, "near-fast": {"calibration_recovery": 0.725, "noise": 0.04}}
     assert pareto.pick_presets(narrow, speeds)["balanced"] == "near-slow"  # 0.725 is then outside 0.78 - 0.04
     assert "fast" not in pareto.pick_presets(penalties, {**speeds, "quicker": 12.0})
-
-
-def test_calibration_noise_is_the_bootstrap_half_width():
-    flat = pareto.calibration_noise([0.7] * 6, ["a", "a", "a", "b", "b", "b"])
-    spread = pareto.calibration_noise([0.2, 1.0, 0.6, 0.4, 0.9, 0.1], ["a", "a", "a", "b", "b", "b"])
-    assert flat == 0.0 and 0.1 < spread < 0.4
 
 
 @pytest.mark.parametrize(
@@ -107,8 +101,3 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     assert fast_row.count("-1.000 [-1.000, -1.000]") == 2  # the default is also the quality pick here
     timed_row = next(line for line in table.splitlines() if line.startswith("| timed-only"))
     assert "| speed only |" in timed_row and "5.00" in timed_row  # no ρ, no evaluation: only its speed
-
-
-def test_unknown_option_is_a_usage_error():
-    with pytest.raises(SystemExit):
-        command.main(["score", "--options", "no-such-option"])
