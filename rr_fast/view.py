@@ -5,7 +5,7 @@ over the text with every candidate, the chosen cuts, forced cuts (plain token ed
 fit the limits) dashed in red, the cut penalty ρ, and a strip of chunk lengths against the min/max band; below
 it the text itself, one background per chunk, each with a tooltip. ``plot`` draws the same curve with
 matplotlib (the ``[plot]`` extra). Both take the text, the ``Scores`` and the chunks of ``Chunker.explain``.
-``draw_curve`` draws the curve onto a given matplotlib ``Axes``, for figures of one's own (bench/quality's).
+``draw_curve`` draws the curve onto a given matplotlib ``Axes``, for figures of one's own.
 """
 
 from __future__ import annotations
