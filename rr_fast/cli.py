@@ -26,7 +26,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from rr_fast.chunker import Chunk, Chunker, Scores
-from rr_fast.cli_io import DEFAULT_MAX_INPUT, format_size, parse_size, prepared_output, read_text
+from rr_fast.cli_io import DEFAULT_MAX_INPUT, files_read, format_size, parse_size, prepared_output, read_text
 from rr_fast.collector import resume_after_start_up
 from rr_fast.config import CHECKS, ChunkerConfig, Reading, Resolved
 from rr_fast.errors import RRFastError, UsageError
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> None:
         resolved = config_from_args(args)  # imports the backend (torch: about a second)
         config = resolved.config
         check_backend(config.backend, config.device)
-        with prepared_output(args.output, args.input) as output:
+        with prepared_output(args.output, [args.input, *files_read(config)], config.model) as output:
             text = read_text(args.input, args.errors, args.max_input)
             if config.num_chunks is not None:
                 _check_num_chunks_fits(config.num_chunks, text, config)

@@ -123,19 +123,20 @@ class Output:
 
 
 @contextmanager
-def prepared_output(target: str, source: str | None = None) -> Iterator[Output]:
+def prepared_output(target: str, reads: Iterable[str | None] = (), model: str | None = None) -> Iterator[Output]:
     """Check and open ``--output`` before any work; the file replaces the destination on success
     (``rr_fast.atomic``), and a failure leaves no trace.
 
     The semantics are cp's: a symlink is followed and its target replaced (atomically, by a rename in the
     target's folder), and a link that never resolves (a loop) is refused and left as it is; an existing file
-    keeps its permission bits, a new one gets the umask's; a special file such as /dev/null is written in place;
-    the input file itself is refused.
+    keeps its permission bits, a new one gets the umask's; a special file such as /dev/null is written in place.
+    A path that is, or leads to, one of ``model``'s files or a file the run reads (``reads``) is refused
+    (``judge_output``).
     """
     if target == "-":
         yield Output(target)
         return
-    destination = _checked_destination(target, source)
+    destination = _checked_destination(target, reads, model)
     exists = destination.exists()
     if exists and not destination.is_file():
         yield Output(target, destination)  # /dev/null, a FIFO: write into it, as cp does
@@ -157,18 +158,133 @@ def prepared_output(target: str, source: str | None = None) -> Iterator[Output]:
         raise
 
 
-def _checked_destination(target: str, source: str | None) -> Path:
-    """The file ``--output`` names, symlinks followed; refused when it is a directory, a link loop, the input
-    file itself, or in a folder that does not exist."""
+def _checked_destination(target: str, reads: Iterable[str | None], model: str | None) -> Path:
+    """The file ``--output`` names, symlinks followed; refused when it is a link loop, a model's file or an input
+    (``judge_output``), a directory, or in a folder that does not exist."""
     destination = Path(os.path.realpath(target))
     if destination.is_symlink():  # realpath stops at a link it cannot resolve: a loop, or too many levels
         raise RRFastError(f"cannot write --output {target}: {os.strerror(errno.ELOOP)}")
+    judge_output(target, reads, model)
     if destination.is_dir():
         raise UsageError(f"--output {target} is a directory")
-    if source not in (None, "-") and destination.exists() and Path(source).exists():
-        if os.path.samefile(destination, source):
-            raise UsageError(f"--output {target} is the input file: write the chunks somewhere else")
     folder = destination.parent
     if not folder.is_dir():
         raise RRFastError(f"cannot write --output {target}: folder {folder} does not exist")
     return destination
+
+
+# ------------------------------------------------------------------------------- what an output may not replace
+
+
+def judge_output(
+    target: str,
+    reads: Iterable[str | None] = (),
+    model: str | None = None,
+    folder: bool = False,
+    keep: str | None = None,
+) -> None:
+    """Refuse (``UsageError``: one line, exit status 2) an ``--output`` whose writing would replace one of
+    ``model``'s files or something the run reads. Every command judges its output here before the model loads: the
+    chunk command's file (its HTML view included), distill's recipe, the corpus command's folder (``folder``).
+
+    The output is judged twice, since a link (or a linked folder on its path) can lead an innocent-looking name to a
+    file that must stay: by the path as given, made absolute without following links (``os.path.abspath``), and by
+    its target, every link followed (``os.path.realpath``), which is where the commands write (cp's semantics). Each
+    is compared with the model's files, as listed and as their links lead (``model_files``: a hub snapshot's
+    ``config.json`` and the blob it links to alike; ``keep`` as there), and with ``reads`` (paths the run reads;
+    ``None``, ``-`` and URLs are skipped), each as given and as resolved. A file output is refused when it is one of
+    them (an input also by inode: a hard link to it) or lies inside an input folder; a folder output when it is one
+    of them or holds one (the corpus command's files go into it). A new file beside a model's files, or a link that
+    leads to an ordinary place, is the command's to write. What kind of path the command needs (a file, a folder, a
+    folder that exists) is its own check.
+    """
+    from rr_fast.text.edges import printable
+
+    given = Path(os.path.abspath(target))
+    real = Path(os.path.realpath(target))
+    places = {given, real}
+
+    def refuse(what: str) -> None:
+        via = "" if real == given else f" (it leads to {printable(str(real))})"
+        raise UsageError(f"--output {printable(target)} {what}{via}: pick another --output")
+
+    def holds(outer: Path, inner: Path) -> bool:
+        return outer == inner or outer in inner.parents
+
+    protected = model_files(model, keep)
+    if any(place in protected for place in places):
+        refuse("is one of the model's files")
+    if folder and any(holds(place, file) for place in places for file in protected):
+        refuse(f"holds the model's files ({printable(model or '')})")
+    for read in reads:
+        if read is None or read == "-" or "://" in read:
+            continue
+        named = printable(read)
+        sources = {Path(os.path.abspath(read)), Path(os.path.realpath(read))}
+        if folder:
+            if any(holds(place, source) for place in places for source in sources):
+                refuse(f"holds the input {named}")
+        elif os.path.isdir(read):
+            if any(holds(source, place) for place in places for source in sources):
+                refuse(f"is inside the input folder {named}")
+        elif places & sources or _same_file(real, read):
+            refuse(f"is the input file {named}")
+
+
+def files_read(config) -> list[str]:
+    """The files a ``ChunkerConfig`` reads besides the text and the model: its recipe file and its length unit's
+    tokenizer file, where they are files (a folder, a name or ``model`` is none)."""
+    return [path for path in (config.recipe, config.length_unit) if path and os.path.isfile(path)]
+
+
+def model_files(model: str | None, keep: str | None = None) -> set[Path]:
+    """The files of ``model`` on this machine, found without loading it, each as listed (absolute, links not
+    followed) and as its link leads: below a local folder (subfolders included; a linked folder is not entered),
+    a .gguf file itself, a bundled model's converted folder in rr-fast's cache, or a hub id's folder in the Hugging
+    Face cache (its snapshots' links and their blobs). A hub snapshot's files are links to ``../../blobs/<hash>``,
+    so only both forms together name every path whose writing would replace one.
+
+    ``keep``: the name of a regular file directly in the model's folder that is not counted (distill may replace
+    the folder's recipe file). A link of that name is counted still: its target is a blob, content the cache names
+    by its hash and other snapshots may share.
+    """
+    if not model:
+        return set()
+    from rr_fast.models.recipes import BUNDLED
+
+    path: Path | None = Path(model).expanduser()
+    if model in BUNDLED:  # as ``models.names.resolve`` looks it up: the bundled name first
+        from rr_fast.models.cache import cache_dir
+
+        path = cache_dir() / model
+    elif not os.path.lexists(path) and model.count("/") == 1:
+        path = _hub_folder(model)
+    if path is None or not os.path.lexists(path):
+        return set()
+    top = os.path.abspath(path)
+    if not os.path.isdir(top):
+        return {Path(top), Path(os.path.realpath(top))}
+    found: set[Path] = set()
+    for folder, folders, files in os.walk(top):  # followlinks=False: a linked folder is listed, not entered
+        for name in files + folders:
+            entry = os.path.join(folder, name)
+            if name == keep and folder == top and not os.path.islink(entry):
+                continue
+            found.update((Path(entry), Path(os.path.realpath(entry))))
+    return found
+
+
+def _hub_folder(model_id: str) -> Path | None:
+    """Where the Hugging Face hub library keeps ``model_id`` (``models--org--name``), or None without it."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return None
+    return Path(HF_HUB_CACHE) / ("models--" + model_id.replace("/", "--"))
+
+
+def _same_file(path: Path, other: str) -> bool:
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 
 from rr_fast.cli import PROG, OneLineParser, add_config_options, given_options, run_command
+from rr_fast.cli_io import files_read, judge_output
 from rr_fast.corpus.manifest import RunConfig
 from rr_fast.corpus.run import PREPARE, run
 from rr_fast.errors import RRFastError, UsageError
@@ -110,6 +111,8 @@ def _run_command(args) -> dict:
         device = config.resolved.config.device  # resolved once, here; the workers receive the resolution
     except RRFastError as error:
         raise UsageError(str(error)) from None
+    chosen = config.resolved.config
+    judge_output(args.output, [*args.inputs, *files_read(chosen)], chosen.model, folder=True)
     if args.ray:
         from rr_fast.corpus.ray import run_on_ray
 

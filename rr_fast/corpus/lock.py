@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -48,9 +49,25 @@ class OutputLock:
         return self
 
     def _take(self):
-        """The locked file, or None when the path was replaced while we waited for it (take the new one)."""
+        """The locked file, or None when the path was replaced while we waited for it (take the new one).
+
+        The lock file is written (truncated, then the pid), so it is opened without following a link and must be
+        a regular file with no other name: a ``.lock`` that is a link, or a hard link, to a file outside the folder
+        is refused, never written through."""
         path = self.output / LOCK_NAME
-        handle = open(path, "a+")  # noqa: SIM115 (held for the whole run)
+        refusal = UsageError(
+            f"--output {self.output}: its {LOCK_NAME} is a link (symbolic or hard) or not a regular file, and rr-fast "
+            "writes no file through a link: remove it, or pick another --output"
+        )
+        try:
+            handle = open(path, "a+", opener=_no_link)  # noqa: SIM115 (held for the whole run)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise refusal from None
+            raise
+        if not _own_file(os.fstat(handle.fileno())):
+            handle.close()
+            raise refusal
         if not _try_lock(handle):
             handle.close()
             raise RRFastError(
@@ -79,6 +96,16 @@ class OutputLock:
         self.handle = None
         if self.created and not any(self.output.iterdir()):  # a run that failed before writing anything
             self.output.rmdir()
+
+
+def _no_link(path: str, flags: int) -> int:
+    """``open``'s opener that does not follow a final symbolic link (ELOOP on one), where the system can say so."""
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
+
+
+def _own_file(found: os.stat_result) -> bool:
+    """A regular file with one name: the lock file itself, not another file's second name."""
+    return stat.S_ISREG(found.st_mode) and found.st_nlink == 1
 
 
 def _try_lock(handle) -> bool:

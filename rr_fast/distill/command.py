@@ -266,34 +266,22 @@ def labelled_documents(chunker, streams: list, warn: Callable[[str], None]) -> l
 
 def checked_output(output: str, reads: list[str], model: str) -> Path:
     """The file the recipe will replace, checked before any work, so that a run neither destroys what it reads nor
-    fails at its end: refused are a file the run reads (the same path, a link to it, or another name of the same
-    file), a path inside an input folder, one of a local model's own files (its recipe file aside), anything but a
-    regular file (a folder, a FIFO, /dev/null, which the final rename would replace), and a folder that does not
-    exist or cannot be written (tried by creating a file there and removing it). A link is followed, as cp does."""
+    fails at its end: refused are a path that is, or leads to, a file the run reads (the same path, a link to it,
+    or another name of the same file), a path inside an input folder, or one of the model's files, a hub snapshot's
+    blobs included (its folder's recipe file aside, where a regular file: ``judge_output``); anything but a regular
+    file (a folder, a FIFO, /dev/null, which the final rename would replace); and a folder that does not exist or
+    cannot be written (tried by creating a file there and removing it). A link is followed, as cp does."""
+    from rr_fast.cli_io import judge_output
     from rr_fast.models.recipes import RECIPE_FILE
 
     name = printable(output)
     destination = Path(os.path.realpath(output))
     if destination.is_symlink():  # realpath stops at a link it cannot resolve: a loop
         raise UsageError(f"--output {name} is a symbolic link that does not resolve")
-    exists = destination.exists()
-    if exists and not destination.is_file():
+    judge_output(output, reads, model, keep=RECIPE_FILE)
+    if destination.exists() and not destination.is_file():
         kind = "a folder" if destination.is_dir() else "not a regular file"
         raise UsageError(f"--output {name} is {kind}: give the recipe file to write")
-    for read in reads:
-        if "://" in read:
-            continue
-        source = Path(os.path.realpath(read))
-        if source.is_dir() and source in destination.parents:
-            raise UsageError(
-                f"--output {name} is inside the input folder {printable(read)}: write the recipe elsewhere"
-            )
-        if not source.is_dir() and (destination == source or (exists and _same_file(destination, source))):
-            raise UsageError(f"--output {name} is the input {printable(read)}: write the recipe elsewhere")
-    weights = Path(os.path.realpath(model))  # a local model folder or file; a bundled or hub name is no path here
-    ours = weights in destination.parents or _same_file(destination, weights)
-    if exists and ours and destination.name != RECIPE_FILE:
-        raise UsageError(f"--output {name} is one of the model's files: write the recipe elsewhere")
     folder = destination.parent
     if not folder.is_dir():
         raise UsageError(f"--output {name}: folder {printable(str(folder))} does not exist")
@@ -304,13 +292,6 @@ def checked_output(output: str, reads: list[str], model: str) -> Path:
         reason = error.strerror or str(error)
         raise UsageError(f"--output {name}: cannot write in {printable(str(folder))} ({reason})") from None
     return destination
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def input_kind(name: str) -> str:
