@@ -1,4 +1,4 @@
-"""What every benchmark shares: where the repository and the benchmark data are.
+"""What every benchmark shares: where the repository and the benchmark data are, caches, locks, logging.
 
 Data location: ``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` beside the repository root.
 """
@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +24,21 @@ NOTEBOOK = REPO_ROOT / "bench" / "notebook"
 # SmolLM2, the Apache-2.0 bundled model: every stored score and cache under bench/out is keyed to it, so an option
 # without a model prefix means SmolLM2 and the other bundled model's options say its name.
 BENCH_MODEL = "smollm2-135m"
+# The product's configurations as a user gets them (``ChunkerConfig`` options only: the recipe decides the readout,
+# layers, candidate step, ρ and dtype): Gemma 3's default and its fast preset (the attention readout on 18 and 9
+# layers), and SmolLM2's default (the attention readout on 30 layers)
+CONFIGS: dict[str, dict[str, str]] = {"default": {}, "fast": {"preset": "fast"}, "smollm2": {"model": BENCH_MODEL}}
 
 
 def data_dir(argument: str | Path | None = None) -> Path:
     """``--data-dir``, else ``$RR_FAST_DATA``, else ``../shared/data`` beside the repository root."""
     chosen = argument or os.environ.get("RR_FAST_DATA")
     return Path(chosen).expanduser() if chosen else (REPO_ROOT.parent / "shared" / "data").resolve()
+
+
+def log(message: str, source: str = "") -> None:
+    """A progress line on stderr, flushed at once, after ``[source]`` (the benchmark writing it) where given."""
+    print(f"[{source}] {message}" if source else message, file=sys.stderr, flush=True)
 
 
 def write_section(report: Path, name: str, section: str) -> None:
@@ -49,17 +59,6 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
     partial = path.with_name(path.name + ".partial.npz")
     np.savez(partial, **arrays)
     partial.rename(path)
-
-
-def save_scores(path: Path, scores, **readouts: np.ndarray) -> None:
-    """One stream's ``Chunker.score`` result (edges, token count) with the given readout columns, via ``save_npz``."""
-    save_npz(
-        path,
-        edge_tokens=scores.tokens,
-        edge_chars=scores.chars,
-        num_tokens=np.int64(scores.num_tokens),
-        **readouts,
-    )
 
 
 @contextlib.contextmanager
@@ -90,11 +89,21 @@ def machine_facts(threads: int) -> dict:
         except importlib.metadata.PackageNotFoundError:
             return None
 
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch": version("torch"),
-        "transformers": version("transformers"),
-        "threads": threads,
-        "date": datetime.date.today().isoformat(),
-    }
+    machine = {"cpu": cpu, "cores": os.cpu_count(), **{name: version(name) for name in ("torch", "transformers")}}
+    return machine | {"threads": threads, "date": datetime.date.today().isoformat()}
+
+
+class ScorerOver:
+    """A ``Chunker`` scorer standing over the product's own (``Chunker(scorer=...)``, the research hook): it keeps the
+    product scorer's names, backend, timings and ``must_score``, and answers ``score_many`` one document at a time
+    through its own ``score``."""
+
+    def __init__(self, scorer):
+        self.scorer, self.names, self.backend, self.timings = scorer, scorer.names, scorer.backend, scorer.timings
+
+    def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
+        return self.scorer.must_score(num_tokens, edges)
+
+    def score_many(self, documents, progress=None):
+        for ids, edges in documents:
+            yield self.score(ids, edges)

@@ -70,16 +70,10 @@ class ResearchEngine(WindowScorer):
         self.windows, self.skips = windows, skips
         self.reset_prefix = np.asarray(reset_prefix, dtype=np.int64)
         # (window, skip) of every other window and skip read from the same windows
-        self.variants = [
-            (w, s)
-            for w in (config.window, *windows)
-            for s in (config.skip, *skips)
-            if (w, s) != (config.window, config.skip)
-        ]
-        self.names = (
-            *config.readouts,
-            *(self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts),
-        )
+        every = [(w, s) for w in (config.window, *windows) for s in (config.skip, *skips)]
+        self.variants = [variant for variant in every if variant != (config.window, config.skip)]
+        variant_names = [self.readout_name(r, w, s) for w, s in self.variants for r in config.readouts]
+        self.names = (*config.readouts, *variant_names)
         self.window_prefix += len(reset_prefix)
 
     def readout_name(self, readout: str, window: int, skip: int) -> str:
@@ -95,9 +89,8 @@ class ResearchEngine(WindowScorer):
         if self.skips:
             width = batch.layout.real.shape[1]
             smallest = min(self.settings.skip, *self.skips)
-            ids, targets = super().window_rows(
-                replace(batch, layout=window_layout(batch.counts, batch.edges, width, smallest))
-            )
+            layout = window_layout(batch.counts, batch.edges, width, smallest)
+            ids, targets = super().window_rows(replace(batch, layout=layout))
         else:
             ids, targets = super().window_rows(batch)
         if not len(self.reset_prefix):
@@ -139,13 +132,8 @@ class ShortlistScorer:
             raise ValueError(f"shortlist_window must be at least skip + 2 = {settings.skip + 2}, got {window}")
         self.first = WindowScorer(backend, bos, replace(settings, window=window, readouts=("rr",)))
         self.second = WindowScorer(backend, bos, settings)
-        self.first.timings = self.second.timings  # one account of where the time went
-        self.backend, self.names, self.timings, self.fraction = (
-            backend,
-            settings.readouts,
-            self.second.timings,
-            fraction,
-        )
+        self.backend, self.names, self.fraction = backend, settings.readouts, fraction
+        self.timings = self.first.timings = self.second.timings  # one account of where the time went
 
     def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
         return self.second.must_score(num_tokens, edges)
@@ -194,8 +182,8 @@ def below_shortlist(values: np.ndarray, chosen: np.ndarray, cheap: np.ndarray, c
 INT8 = ("int8", "int8-channel")  # dynamic int8 linears, one weight scale per matrix or per output channel
 # The options only the benchmarks take, beside the product's (``research_chunker``): dtype int8 or int8-channel
 # (``quantize_int8``), skip (the recipe's, else the paper's 1), reset_prefix none|bos|sep, shortlist (a fraction) with
-# shortlist_window
-RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window")
+# shortlist_window, and ``ResearchEngine``'s other windows and skips, with the readouts read at each
+RESEARCH_OPTIONS = ("skip", "reset_prefix", "shortlist", "shortlist_window", "windows", "skips", "readouts")
 
 
 def research_config(**options: Any) -> Resolved:
@@ -227,14 +215,16 @@ def research_chunker(**options: Any):
             if research:
                 raise UsageError(f"{', '.join(research)} run reset windows: not with the attention readout")
             return product
-        settings = replace(product.settings, skip=research.get("skip", product.settings.skip))
+        base = product.settings
+        settings = replace(base, skip=research.get("skip", base.skip), readouts=research.get("readouts", base.readouts))
         bos = product.prefix.tolist()
         prefix = reset_prefix_ids(reset_prefix, tokenizer, bos)
         if research.get("shortlist") is not None:
             window = research.get("shortlist_window", 24)
             return ShortlistScorer(product.backend, bos, settings, research["shortlist"], window)
-        if settings != product.settings or prefix:
-            return ResearchEngine(product.backend, bos, settings, reset_prefix=prefix)
+        variants = {"windows": research.get("windows", ()), "skips": research.get("skips", ())}
+        if settings != base or prefix or any(variants.values()):
+            return ResearchEngine(product.backend, bos, settings, reset_prefix=prefix, **variants)
         return product
 
     backend = None

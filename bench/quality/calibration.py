@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.quality.metrics import partition
+from bench.quality.metrics import partition, stream_metrics
 from rr_fast.config import ChunkerConfig
 from rr_fast.segmentation.calibration import percentiles
 from rr_fast.segmentation.dp import Limits, segment
@@ -45,6 +45,14 @@ def chunk_spans(text_length: int, edges: EdgeScores, penalty: float, limits: Lim
     return partition([char_of[int(cut)] for cut in result.cuts], text_length)
 
 
+def metrics_at(streams: Sequence, scores: dict[str, EdgeScores], boundaries: bool = False) -> Callable[[float], list]:
+    """ρ → each stream's ``stream_metrics`` of the DP's chunks at that ρ, with P_k and WindowDiff only with
+    ``boundaries`` (calibration does without them)."""
+    return lambda rho: [
+        stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rho), boundaries) for s in streams
+    ]
+
+
 def calibrate(
     evaluate: Callable[[float], Sequence[dict]], grid: Sequence[float] = PENALTY_GRID
 ) -> tuple[float, list[dict]]:
@@ -56,14 +64,8 @@ def calibrate(
     table = []
     for rho in grid:
         rows = evaluate(rho)
-        table.append(
-            {
-                "penalty": float(rho),
-                "clean_unit_recovery": float(np.mean([r["clean_unit_recovery"] for r in rows])),
-                "partition_f1": float(np.mean([r["partition_f1"] for r in rows])),
-                "chunks": float(np.mean([r["chunks"] for r in rows])),
-            }
-        )
+        means = {key: float(np.mean([r[key] for r in rows])) for key in ("clean_unit_recovery", "partition_f1")}
+        table.append({"penalty": float(rho), **means, "chunks": float(np.mean([r["chunks"] for r in rows]))})
     best = max(
         table, key=lambda row: (round(row["clean_unit_recovery"], 12), round(row["partition_f1"], 12), -row["penalty"])
     )

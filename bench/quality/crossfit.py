@@ -58,14 +58,9 @@ def crossfit(names: list[str], out: Path, streams_path: Path = STREAMS) -> dict[
         folder = out / "scores" / f"{name}-crossfit"
         folder.mkdir(parents=True, exist_ok=True)
         for stream, document, values in zip(calibration, documents, scores):
-            save_npz(
-                folder / f"{stream.id}.npz",
-                edge_tokens=document.scored.tokens,
-                edge_chars=document.scored.chars,
-                num_tokens=np.int64(len(document.tokens.ids)),
-                utility=percentiles(values),
-                attention=values,
-            )
+            scored, columns = document.scored, {"utility": percentiles(values), "attention": values}
+            edges = {"edge_tokens": scored.tokens, "edge_chars": scored.chars, "num_tokens": len(document.tokens.ids)}
+            save_npz(folder / f"{stream.id}.npz", **edges, **columns)
         result[name] = agreement(cross_fitted(x, y, alpha), y)["spearman"]
         print(f"{name}: cross-fitted Spearman {result[name]:.3f} on {len(x)} calibration streams", flush=True)
     return result
@@ -84,13 +79,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.crossfit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--options", help="comma-separated bench.quality.pareto attention options")
     parser.add_argument("--texts", type=Path, help="write the calibration streams' texts here for rr_fast.distill")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--streams", type=Path, default=STREAMS)
     args = parser.parse_args(argv)
     if args.texts:
-        print(f"{write_texts(args.texts, args.streams)} calibration texts -> {args.texts}")
+        print(f"{write_texts(args.texts)} calibration texts -> {args.texts}")
     if args.options:
-        crossfit([n for n in args.options.split(",") if n], args.out, args.streams)
+        crossfit([n for n in args.options.split(",") if n], OUT)
 
 
 if __name__ == "__main__":

@@ -80,8 +80,7 @@ def boundary_errors(text: str, labels: np.ndarray, chunks: Sequence[tuple[int, i
             word_record[i] = word_record[i - 1] if i else _first_labelled(word_record)
     chunk_starts = np.array([start for start, _ in chunks])
     word_chunk = np.searchsorted(chunk_starts, starts, side="right") - 1
-    reference = _run_lengths(word_record)
-    hypothesis = _run_lengths(word_chunk)
+    hypothesis, reference = _run_lengths(word_chunk), _run_lengths(word_record)
     try:
         return float(segeval.pk(hypothesis, reference)), float(segeval.window_diff(hypothesis, reference))
     except ArithmeticError:  # too few words for segeval's window (a toy text, never a benchmark stream)
@@ -130,3 +129,8 @@ def interval(values: np.ndarray, indices: np.ndarray) -> tuple[float, float, flo
     means = values[indices].mean(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
     return float(values.mean()), float(low), float(high)
+
+
+def ci_text(triple: tuple[float, float, float]) -> str:
+    """``interval``'s mean and bounds as ``mean [low, high]``, to 3 places."""
+    return f"{triple[0]:.3f} [{triple[1]:.3f}, {triple[2]:.3f}]"

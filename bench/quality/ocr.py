@@ -21,10 +21,7 @@ DPI = 180
 FONT_POINTS = 11
 COLUMN_INCHES = 6.0
 MARGIN_INCHES = 0.5
-FONT_CANDIDATES = (
-    "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-)
+FONT_CANDIDATES = tuple(f"/usr/share/fonts/truetype/dejavu/DejaVu{face}.ttf" for face in ("Serif", "Sans"))
 
 
 def render(text: str, path: str | Path) -> None:
@@ -71,13 +68,9 @@ def _wrap(text: str, measure, width: float) -> list[str]:
 def tesseract(image: str | Path) -> str:
     """Tesseract's text for an image, whitespace collapsed to single spaces (one OpenMP thread: the same output,
     about 4x faster on a small shared machine)."""
-    result = subprocess.run(
-        ["tesseract", str(image), "stdout", "-l", "eng", "--dpi", str(DPI)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_THREAD_LIMIT": "1"},
-    )
+    command = ["tesseract", str(image), "stdout", "-l", "eng", "--dpi", str(DPI)]
+    one_thread = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    result = subprocess.run(command, check=True, capture_output=True, text=True, env=one_thread)
     return " ".join(result.stdout.split())
 
 

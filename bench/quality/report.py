@@ -49,23 +49,20 @@ def render(results: dict) -> str:
         out += ["", f"### {title} (the paper: {PAPER[condition]})", ""]
         if condition == "ocr" and results["ocr_agreement"]:
             values = list(results["ocr_agreement"].values())
-            out += [
-                f"Tesseract reads back {np.mean(values):.2%} of the non-space characters (lowest {min(values):.2%}).",
-                "",
-            ]
+            read = f"Tesseract reads back {np.mean(values):.2%} of the non-space characters (lowest {min(values):.2%})."
+            out += [read, ""]
         out += [
             f"| method | ρ | clean-unit recovery [95% CI] | partition F1 | P_k | WindowDiff | − {reference} [95% CI] |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         base = _values(methods.get(reference), condition, "clean_unit_recovery")
         for name in ordered:
-            recovery = _values(methods[name], condition, "clean_unit_recovery")
+            method = methods[name]
+            recovery = _values(method, condition, "clean_unit_recovery")
             if recovery is None:
                 continue
-            rho = "" if methods[name]["penalty"] is None else f"{methods[name]['penalty']:.2f}"
-            cells = [
-                f"{np.nanmean(_values(methods[name], condition, k)):.3f}" for k in ("partition_f1", "pk", "windowdiff")
-            ]
+            rho = "" if method["penalty"] is None else f"{method['penalty']:.2f}"
+            cells = [f"{np.nanmean(_values(method, condition, k)):.3f}" for k in ("partition_f1", "pk", "windowdiff")]
             gap = _ci(interval(recovery - base, indices)) if base is not None and name != reference else ""
             out.append(f"| {name} | {rho} | {_ci(interval(recovery, indices))} | {' | '.join(cells)} | {gap} |")
     return "\n".join(out)

@@ -4,7 +4,7 @@ Each stream holds 3–6 records of one domain joined by a single space, so a chu
 neighbours form a nearest-neighbour chain under all-MiniLM-L6-v2 cosine similarity, which weakens the topic-shift
 cue. No record appears twice, or in both a calibration and an evaluation stream (``build_streams`` asserts it).
 Choices the paper leaves open: records must fit one chunk (48–384 default-model tokens); each domain's eligible
-records are shuffled with the seed and split once into a calibration pool (``cal_fraction``) and an evaluation pool,
+records are shuffled with the seed and split once into a calibration pool (``CAL_FRACTION``) and an evaluation pool,
 and streams are built one after another from their own pool, so the first k streams of a split do not depend on
 how many follow (``--quick`` streams are the first of a full build). Calibration streams that no longer fit their
 pool continue in the evaluation pool's leftovers, which evaluation streams never see. A stream id carries a hash
@@ -17,13 +17,14 @@ import hashlib
 import json
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 DOMAINS = ("fiqa", "pubmedqa", "scifact")
 MIN_RECORDS, MAX_RECORDS = 3, 6
+MIN_TOKENS, MAX_TOKENS, CAL_FRACTION = 48, 384, 0.2  # a record fits one chunk; the calibration pool's share
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,7 @@ class Stream:
     records: list[tuple[str, int, int]]
 
     def as_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "domain": self.domain,
-            "split": self.split,
-            "text": self.text,
-            "records": [list(r) for r in self.records],
-        }
+        return {**asdict(self), "records": [list(r) for r in self.records]}
 
     @classmethod
     def from_dict(cls, row: dict) -> Stream:
@@ -88,10 +83,8 @@ def minilm_embedder(cache_dir: str | Path | None = None) -> Callable[[list[str],
                 known = dict(zip(saved["ids"].tolist(), saved["vectors"]))
         missing = [i for i, record_id in enumerate(ids) if record_id not in known]
         if missing:
-            model = load_minilm()
-            vectors = model.encode(
-                [texts[i] for i in missing], batch_size=64, normalize_embeddings=True, convert_to_numpy=True
-            )
+            new = [texts[i] for i in missing]
+            vectors = load_minilm().encode(new, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
             known.update(zip([ids[i] for i in missing], vectors))
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,12 +108,8 @@ def build_streams(
     n_cal_per_domain: int,
     seed: int,
     *,
-    domains: Sequence[str] = DOMAINS,
     embed: Callable[[list[str], list[str]], np.ndarray] | None = None,
     count_tokens: Callable[[list[str]], list[int]] | None = None,
-    min_tokens: int = 48,
-    max_tokens: int = 384,
-    cal_fraction: float = 0.2,
     pool_size: int | None = None,
     log: Callable[[str], None] | None = None,
 ) -> list[Stream]:
@@ -131,21 +120,21 @@ def build_streams(
     embed = embed or minilm_embedder()
     count_tokens = count_tokens or default_token_counter()
     streams: list[Stream] = []
-    for domain in domains:
+    for domain in DOMAINS:
         records = load_records(records_dir, domain)
         counts = count_tokens([text for _, text in records])
-        records = [r for r, n in zip(records, counts) if min_tokens <= n <= max_tokens]
+        records = [r for r, n in zip(records, counts) if MIN_TOKENS <= n <= MAX_TOKENS]
         rng = np.random.default_rng([seed, zlib.crc32(domain.encode())])
         order = rng.permutation(len(records))[:pool_size]
         records = [records[k] for k in order]
         order = np.arange(len(records))
-        cal_size = round(cal_fraction * len(records))
+        cal_size = round(CAL_FRACTION * len(records))
         vectors = embed([r[0] for r in records], [r[1] for r in records])
         eval_pool, cal_pool = order[cal_size:], order[:cal_size]
-        eval_groups = _chain([eval_pool], vectors, n_eval_per_domain, _split_rng(seed, domain, "eval"))
+        eval_groups = chain([eval_pool], vectors, n_eval_per_domain, _split_rng(seed, domain, "eval"))
         used_by_eval = {k for group in eval_groups for k in group}
         leftover = np.array([k for k in eval_pool if k not in used_by_eval], dtype=np.int64)
-        cal_groups = _chain([cal_pool, leftover], vectors, n_cal_per_domain, _split_rng(seed, domain, "cal"))
+        cal_groups = chain([cal_pool, leftover], vectors, n_cal_per_domain, _split_rng(seed, domain, "cal"))
         if used_by_eval & {k for group in cal_groups for k in group}:
             raise AssertionError(f"{domain}: a record is in both a calibration and an evaluation stream")
         if log is not None:
@@ -158,30 +147,50 @@ def build_streams(
             )
         for split, groups in (("eval", eval_groups), ("cal", cal_groups)):
             for i, group in enumerate(groups):
-                streams.append(_join(domain, split, i, [records[k] for k in group]))
+                text, spans = concatenate([records[k] for k in group])
+                digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+                streams.append(Stream(f"{domain}-{split}-{i:02d}-{digest}", domain, split, text, spans))
     return streams
+
+
+def concatenate(items: Sequence[tuple[str, str]], sep: str = " ") -> tuple[str, list[tuple[str, int, int]]]:
+    """(id, text) items joined by ``sep``, and the (id, start, end) span that slices the result to each item's text."""
+    spans, position = [], 0
+    for item_id, text in items:
+        spans.append((item_id, position, position + len(text)))
+        position += len(text) + len(sep)
+    return sep.join(text for _, text in items), spans
 
 
 def _split_rng(seed: int, domain: str, split: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(f"{domain}/{split}".encode())])
 
 
-def _chain(pools: list[np.ndarray], vectors: np.ndarray, count: int, rng: np.random.Generator) -> list[list[int]]:
-    """``count`` groups of 3–6 record indices; each next record is the unused one nearest the last.
+def chain(
+    pools: list[np.ndarray],
+    vectors: np.ndarray,
+    count: int | None,
+    rng: np.random.Generator,
+    sizes: tuple[int, int] = (MIN_RECORDS, MAX_RECORDS),
+) -> list[list[int]]:
+    """``count`` groups of 3–6 (``sizes``) record indices; each next record is the unused one nearest the last.
 
-    A group comes whole from one pool: the first pool until it cannot fill the next group, then the next.
+    A group comes whole from one pool: the first pool until it cannot fill the next group, then the next. With
+    ``count`` None, as many groups as the pools fill.
     """
     unused = np.ones(len(vectors), dtype=bool)
     remaining = list(pools)
     pool, in_pool, cursor = _open(remaining.pop(0), len(vectors))
     groups: list[list[int]] = []
-    for _ in range(count):
-        size = int(rng.integers(MIN_RECORDS, MAX_RECORDS + 1))
+    while count is None or len(groups) < count:
+        size = int(rng.integers(sizes[0], sizes[1] + 1))
         while True:
             while cursor < len(pool) and not unused[pool[cursor]]:
                 cursor += 1
             if cursor < len(pool) and (unused & in_pool).sum() >= size:
                 break
+            if not remaining and count is None:
+                return groups
             if not remaining:
                 raise ValueError(f"record pool exhausted after {len(groups)} streams; ask for fewer streams")
             pool, in_pool, cursor = _open(remaining.pop(0), len(vectors))
@@ -202,18 +211,6 @@ def _open(pool: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
     in_pool = np.zeros(size, dtype=bool)
     in_pool[pool] = True
     return pool, in_pool, 0
-
-
-def _join(domain: str, split: str, index: int, records: list[tuple[str, str]]) -> Stream:
-    """Records joined by exactly one space; each span slices the stream to that record's text."""
-    spans, parts, position = [], [], 0
-    for record_id, text in records:
-        spans.append((record_id, position, position + len(text)))
-        parts.append(text)
-        position += len(text) + 1
-    text = " ".join(parts)
-    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
-    return Stream(f"{domain}-{split}-{index:02d}-{digest}", domain, split, text, spans)
 
 
 def write_streams(streams: Sequence[Stream], path: str | Path) -> None:

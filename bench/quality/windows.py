@@ -31,18 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
-from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, save_npz, write_section
-from bench.engine import ResearchEngine, research_config, reset_prefix_ids, variant_name
+from bench.common import BENCH_MODEL, NOTEBOOK, REPO_ROOT, log, save_npz, write_section
+from bench.engine import research_chunker, variant_name
 from bench.quality.baselines import default_tokenizer, embedding_boundary
-from bench.quality.calibration import PENALTY_GRID, EdgeScores, calibrate, chunk_spans
-from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
+from bench.quality.calibration import PENALTY_GRID, EdgeScores, calibrate, metrics_at
+from bench.quality.metrics import bootstrap_indices, ci_text, interval
 from bench.quality.streams import Stream, read_streams
 from rr_fast.models.recipes import PAPER_SKIP, PAPER_STEP
 from rr_fast.segmentation.calibration import rank_sum
@@ -61,17 +60,22 @@ BASELINE = "lr@w96"  # SmolLM2 at W 96, where this benchmark started: every pair
 # the embedding boundary's window each side, chosen on the calibration streams among 32–192 tokens and 1–3 sentences
 # (bench/notebook/log.md, 2026-11-26, "Larger calibration set and the strongest embedding baseline")
 EMBEDDING_TOKENS = 96
+_log = partial(log, source="windows")
 
 
 def levers() -> dict[str, tuple[str, ...]]:
     """lever name → the readouts (``rr@w96``; ``lr@w96s4`` skips 4 positions, not 1; ``lr@w96+bos`` has a BOS
     before every reset window) whose rank sum is its utility."""
+
+    def each(readouts: tuple[str, ...], windows: list[tuple[int, str]], model: str = "") -> dict[str, tuple[str, ...]]:
+        """A lever per readout (``rr+lr``: both, rank-summed) and per (window, what follows it: a skip, a prefix)."""
+        return {
+            f"{model}{readout}@w{w}{tail}": tuple(f"{model}{r}@w{w}{tail}" for r in readout.split("+"))
+            for readout in readouts
+            for w, tail in windows
+        }
+
     every_window = (*WINDOWS, *LONG_WINDOWS)
-    single = {
-        f"{readout}@w{w}": tuple(f"{r}@w{w}" for r in readout.split("+"))
-        for readout in ("lr", "rr+lr", "rr")
-        for w in every_window
-    }
     every = f"{WINDOWS[0]}..{WINDOWS[-1]}"  # all of WINDOWS
     multi = {
         "lr@w96+192": ("lr@w96", "lr@w192"),
@@ -81,33 +85,25 @@ def levers() -> dict[str, tuple[str, ...]]:
         "lr@w96+384": ("lr@w96", "lr@w384"),
         f"lr@w{WINDOWS[0]}..{LONG_WINDOWS[-1]}": tuple(f"lr@w{w}" for w in every_window),
     }
-    skipped = {
-        f"{readout}@w{w}s{s}": tuple(f"{r}@w{w}s{s}" for r in readout.split("+"))
-        for readout in ("lr", "rr+lr")
-        for w in (WINDOWS[0], WINDOWS[-1], LONG_WINDOWS[-1])
-        for s in SKIPS
-    }
-    prefixed = {
-        f"{readout}@w{w}+bos": tuple(f"{r}@w{w}+bos" for r in readout.split("+"))
-        for readout in ("lr", "rr+lr")
-        for w in every_window
-    }
-    prefixed_skips = {f"lr@w{w}s{s}+bos": (f"lr@w{w}s{s}+bos",) for w in (WINDOWS[-1], LONG_WINDOWS[-1]) for s in SKIPS}
-    others = {
-        f"{model}:{readout}@w{w}": tuple(f"{model}:{r}@w{w}" for r in readout.split("+"))
-        for model, model_windows in OTHER_MODELS.items()
-        for readout in ("lr", "rr+lr", "rr")
-        for w in model_windows
-    }
-    other_skips = {
-        f"{model}:lr@w{w}s{s}": (f"{model}:lr@w{w}s{s}",)
-        for model, model_windows in OTHER_MODELS.items()
-        for w in sorted({WINDOWS[-1], model_windows[-1]})
-        for s in SKIPS
-    }
+    skipped = [(w, f"s{s}") for w in (WINDOWS[0], WINDOWS[-1], LONG_WINDOWS[-1]) for s in SKIPS]
+    prefixed_skips = [(w, f"s{s}+bos") for w in (WINDOWS[-1], LONG_WINDOWS[-1]) for s in SKIPS]
+    others, other_skips = {}, {}
+    for model, windows in OTHER_MODELS.items():
+        others |= each(("lr", "rr+lr", "rr"), [(w, "") for w in windows], f"{model}:")
+        longest = [(w, f"s{s}") for w in sorted({WINDOWS[-1], windows[-1]}) for s in SKIPS]
+        other_skips |= each(("lr",), longest, f"{model}:")
     # both models at once: each model's pick, rank-summed on the edges both tokenizations share (``load``)
     both = {f"{BOTH}:lr@w192": ("lr@w192s4", *(f"{model}:lr@w192" for model in OTHER_MODELS))}
-    return {**single, **multi, **skipped, **prefixed, **prefixed_skips, **others, **other_skips, **both}
+    return {
+        **each(("lr", "rr+lr", "rr"), [(w, "") for w in every_window]),
+        **multi,
+        **each(("lr", "rr+lr"), skipped),
+        **each(("lr", "rr+lr"), [(w, "+bos") for w in every_window]),
+        **each(("lr",), prefixed_skips),
+        **others,
+        **other_skips,
+        **both,
+    }
 
 
 def model_of(lever: str) -> str | None:
@@ -133,13 +129,8 @@ def lever_options(name: str) -> dict:
     window, _, skip = rest.partition("s")
     if not window.isdigit() or prefix not in ("", *PREFIXES[1:]):
         raise ValueError(f"{name} reads several windows: rr-fast has no such option")
-    return {
-        "model": model or BENCH_MODEL,
-        "readout": readout,
-        "window": int(window),
-        "skip": int(skip) if skip else PAPER_SKIP,
-        "reset_prefix": prefix or PREFIXES[0],
-    }
+    options = {"model": model or BENCH_MODEL, "readout": readout, "window": int(window)}
+    return options | {"skip": int(skip) if skip else PAPER_SKIP, "reset_prefix": prefix or PREFIXES[0]}
 
 
 def score(
@@ -158,32 +149,23 @@ def score(
     prefix, the run is that lever's own ``Chunker``, whose chunks go where the Presets benchmark keeps each option's
     (pareto/chunks/<lever>). ``budget`` (seconds) stops starting streams, so a lent GPU's run ends in time.
     """
-    from rr_fast import Chunker
-    from rr_fast.models.names import resolve
-    from rr_fast.text.tokenizer import load_tokenizer
-
     folder = scores_folder(out, model)
     folder.mkdir(parents=True, exist_ok=True)
-    suffix = "" if reset_prefix == PREFIXES[0] else f"+{reset_prefix}"
-    prefix = f"{model}:" if model else ""
     windows = tuple(w for w in (OTHER_MODELS[model] if model else (*WINDOWS, *LONG_WINDOWS)) if w < longest)
     skips = (PAPER_SKIP, *SKIPS)
-    wanted = [
-        prefix + variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
-        for w in (*windows, longest)
-        for s in skips
-        for r in ("rr", "lr")
-    ]
+
+    def stored(readout: str, window: int, skip: int) -> str:
+        """A readout's name in the score files: the engine names variants against the run's skip, files against the
+        paper's."""
+        name = variant_name(readout, window, None if skip == PAPER_SKIP else skip)
+        return (f"{model}:" if model else "") + name + ("" if reset_prefix == PREFIXES[0] else f"+{reset_prefix}")
+
+    wanted = [stored(r, w, s) for w in (*windows, longest) for s in skips for r in ("rr", "lr")]
     todo = [s for s in streams if not _has(folder / f"{s.id}.npz", wanted)]
     if not todo:
         return
-    options = {
-        "model": model or BENCH_MODEL,
-        "readout": "rr+lr",
-        "window": longest,
-        "skip": PAPER_SKIP,
-        "reset_prefix": reset_prefix,
-    }
+    options = {"model": model or BENCH_MODEL, "readout": "rr+lr", "window": longest}
+    options |= {"skip": PAPER_SKIP, "reset_prefix": reset_prefix}
     chunks = None
     picked = lever_options(pick["name"]) if pick is not None and model_of(pick["name"]) == model else None
     if picked is not None and (picked["window"], picked["reset_prefix"]) == (longest, reset_prefix):
@@ -194,36 +176,21 @@ def score(
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = False  # the benchmark's scores are fp32, as on the CPU
-    research = {name: options.pop(name) for name in ("skip", "reset_prefix")}
-    skip, model_folder = research["skip"], resolve(options["model"])
-    tokenizer = load_tokenizer(model_folder)  # the reset prefix's ids, before the scorer is built
-
-    def engine(product) -> ResearchEngine:
-        """The product's scorer, read at every window and skip (``Chunker``'s scorer hook)."""
-        bos = product.prefix.tolist()
-        return ResearchEngine(
-            product.backend,
-            bos,
-            replace(product.settings, readouts=("rr", "lr"), skip=skip),
-            windows=windows,
-            skips=tuple(s for s in skips if s != skip),
-            reset_prefix=reset_prefix_ids(research["reset_prefix"], tokenizer, bos),
-        )
-
-    resolved = research_config(device=device, **options)
-    chunker = Chunker(resolved, folder=model_folder, tokenizer=tokenizer, scorer=engine)
+    skip = options["skip"]
+    # the product's Chunker, its scorer read at every window and skip (bench.engine's ResearchEngine)
+    variants = {"windows": windows, "skips": tuple(s for s in skips if s != skip), "readouts": ("rr", "lr")}
+    chunker = research_chunker(device=device, **options, **variants)
     started, tokens = time.perf_counter(), 0
     for done, stream in enumerate(todo, 1):
         if budget is not None and time.perf_counter() - started > budget:
             _log(f"budget of {budget:.0f} s spent: {len(todo) - done + 1} streams left")
             break
         result, scores = chunker.explain(stream.text)
-        readouts = {}
-        for w, s in [(longest, skip), *chunker.scorer.variants]:
-            for r in ("rr", "lr"):
-                # the engine names variants against the run's skip; files name them against the paper's
-                name = prefix + variant_name(r, w, None if s == PAPER_SKIP else s) + suffix
-                readouts[name] = scores.readouts[chunker.scorer.readout_name(r, w, s)]
+        readouts = {
+            stored(r, w, s): scores.readouts[chunker.scorer.readout_name(r, w, s)]
+            for w, s in [(longest, skip), *chunker.scorer.variants]
+            for r in ("rr", "lr")
+        }
         merge_scores(folder / f"{stream.id}.npz", scores.tokens, scores.chars, scores.num_tokens, readouts)
         if chunks is not None:
             spans = [(c.start, c.end) for c in result]
@@ -255,16 +222,8 @@ def merge_scores(
         for name, values in readouts.items()
         if name in kept
     }
-    merged = {**{k: np.asarray(v) for k, v in readouts.items()}, **kept}
-    save_npz(
-        path,
-        **{
-            **merged,
-            "edge_tokens": np.asarray(edge_tokens),
-            "edge_chars": np.asarray(edge_chars),
-            "num_tokens": np.int64(num_tokens),
-        },
-    )
+    edges = {"edge_tokens": edge_tokens, "edge_chars": edge_chars, "num_tokens": np.int64(num_tokens)}
+    save_npz(path, **(readouts | kept | edges))
     return drift
 
 
@@ -302,8 +261,7 @@ def lever_speed(name: str, ratios: dict[str, float]) -> float | None:
     window = max(lever_options(part)["window"] for part in parts)
     model = model_of(name)
     timed_as = re.compile(rf"{re.escape(f'{model}:' if model else '')}lr@w{window}(s\d+)?")  # fp32, same model
-    timed = [v for k, v in ratios.items() if timed_as.fullmatch(k)]
-    return timed[0] if timed else None
+    return next((ratio for timed, ratio in ratios.items() if timed_as.fullmatch(timed)), None)
 
 
 def load(streams: list[Stream], parts: tuple[str, ...], out: Path) -> dict[str, EdgeScores] | None:
@@ -342,9 +300,8 @@ def embed(streams: list[Stream], out: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for done, stream in enumerate((s for s in streams if not (folder / f"{s.id}.npy").exists()), 1):
         tokens = tokenize(tokenizer, stream.text)
-        values = embedding_boundary(
-            stream.text, tokens, candidate_edges(stream.text, tokens, PAPER_STEP), EMBEDDING_TOKENS
-        )
+        edges = candidate_edges(stream.text, tokens, PAPER_STEP)
+        values = embedding_boundary(stream.text, tokens, edges, EMBEDDING_TOKENS)
         np.save(folder / f"{stream.id}.partial.npy", values)
         (folder / f"{stream.id}.partial.npy").rename(folder / f"{stream.id}.npy")
         _log(f"embedding boundary: {done} streams")
@@ -366,13 +323,7 @@ def load_embedding(streams: list[Stream], out: Path) -> dict[str, EdgeScores] | 
 def calibrated(calibration: list[Stream], scores: dict[str, EdgeScores]) -> tuple[dict, np.ndarray]:
     """A row's ρ by the calibration rule, its calibration metrics at that ρ, and its recovery per (ρ, stream)
     (what the noise floor resamples)."""
-    by_penalty = {
-        rho: [
-            stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], rho), boundaries=False)
-            for s in calibration
-        ]
-        for rho in PENALTY_GRID
-    }
+    by_penalty = {rho: metrics_at(calibration, scores)(rho) for rho in PENALTY_GRID}
     rho, grid = calibrate(by_penalty.__getitem__)
     best = next(row for row in grid if row["penalty"] == rho)
     row = {"penalty": rho, "cal_recovery": best["clean_unit_recovery"], "cal_f1": best["partition_f1"]}
@@ -388,19 +339,15 @@ def noise_floor(grids: dict[str, np.ndarray], domains: list[str], resamples: int
     indices = bootstrap_indices(domains, resamples, seed)
     names = list(grids)
     best = np.stack([grids[n][:, indices].mean(axis=2).max(axis=0) for n in names])  # [row, resample]
-    wins = np.bincount(best.argmax(axis=0), minlength=len(names))
+    wins = np.bincount(best.argmax(axis=0), minlength=len(names)) / resamples
+    low, high = np.percentile(best, [2.5, 97.5], axis=1)
     return {
-        name: {
-            "sd": float(best[k].std()),
-            "low": float(np.percentile(best[k], 2.5)),
-            "high": float(np.percentile(best[k], 97.5)),
-            "wins": float(wins[k] / resamples),
-        }
+        name: {"sd": float(best[k].std()), "low": float(low[k]), "high": float(high[k]), "wins": float(wins[k])}
         for k, name in enumerate(names)
     }
 
 
-def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
+def report(streams: list[Stream], out: Path, resamples: int = 10_000, seed: int = 0) -> dict:
     calibration = [s for s in streams if s.split == "cal"]
     evaluation = [s for s in streams if s.split == "eval"]
     rows: dict[str, dict] = {}
@@ -434,7 +381,7 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
         scores = _row_scores(name, evaluation, every_lever, out)
         if scores is None:
             continue
-        metrics = _metrics(evaluation, scores, rows[name]["penalty"])
+        metrics = metrics_at(evaluation, scores, boundaries=True)(rows[name]["penalty"])
         per_stream[name] = np.array([m["clean_unit_recovery"] for m in metrics])
         domains = np.array([s.domain for s in evaluation])
         rows[name]["eval"] = {
@@ -443,16 +390,24 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
             "chunks": float(np.mean([m["chunks"] for m in metrics])),
             "by_domain": {d: float(per_stream[name][domains == d].mean()) for d in sorted(set(domains.tolist()))},
         }
-    _ocr_rows(rows, every_lever, evaluation, [s for s in streams if s.split == "ocr"], per_stream, out, resamples, seed)
+    # the OCR condition (the evaluation streams rendered and read back by Tesseract, bench.quality.ocr) at each row's
+    # calibrated ρ, paired with the same streams' original text (the target: within 0.05 of it); a row whose OCR
+    # scores are missing gets no OCR values
+    by_source = {s.id.split("-ocr-")[0]: s for s in streams if s.split == "ocr"}
+    if by_source and all(s.id in by_source for s in evaluation):
+        paired = [by_source[s.id] for s in evaluation]  # the evaluation streams' order: pairs (and resamples) line up
+        for name, original in per_stream.items():
+            scores = _row_scores(name, paired, every_lever, out)
+            if scores is not None:
+                metrics = metrics_at(paired, scores, boundaries=True)(rows[name]["penalty"])
+                recovery = np.array([m["clean_unit_recovery"] for m in metrics])
+                rows[name]["eval"]["ocr"] = interval(recovery, indices)
+                rows[name]["eval"]["ocr_minus_original"] = interval(recovery - original, indices)
+    gaps = {"minus_baseline": BASELINE, "minus_embedding": "embedding-boundary", "minus_pick": pick}
     for name in per_stream:
-        if BASELINE in per_stream:
-            rows[name]["eval"]["minus_baseline"] = interval(per_stream[name] - per_stream[BASELINE], indices)
-        if "embedding-boundary" in per_stream:
-            rows[name]["eval"]["minus_embedding"] = interval(
-                per_stream[name] - per_stream["embedding-boundary"], indices
-            )
-        if name != pick and pick in per_stream:
-            rows[name]["eval"]["minus_pick"] = interval(per_stream[name] - per_stream[pick], indices)
+        for gap, other in gaps.items():
+            if other in per_stream and not (gap == "minus_pick" and name == pick):
+                rows[name]["eval"][gap] = interval(per_stream[name] - per_stream[other], indices)
     result = {
         "pick": pick,
         "model_picks": model_picks,
@@ -466,33 +421,6 @@ def report(streams: list[Stream], out: Path, resamples: int, seed: int) -> dict:
     return result
 
 
-def _ocr_rows(
-    rows: dict[str, dict],
-    every_lever: dict[str, tuple[str, ...]],
-    evaluation: list[Stream],
-    ocr: list[Stream],
-    original: dict[str, np.ndarray],
-    out: Path,
-    resamples: int,
-    seed: int,
-) -> None:
-    """Each lever's recovery on the OCR condition (the evaluation streams rendered and read back by Tesseract,
-    bench.quality.ocr) at its calibrated ρ, and the paired gap to the same streams' original text (the target:
-    the OCR condition within 0.05 of the original). Rows whose OCR scores are missing get no OCR values."""
-    by_source = {s.id.split("-ocr-")[0]: s for s in ocr}
-    if not ocr or any(s.id not in by_source for s in evaluation):
-        return
-    paired = [by_source[s.id] for s in evaluation]  # the evaluation streams' order, so pairs line up
-    indices = bootstrap_indices([s.domain for s in paired], resamples, seed)
-    for name in original:
-        scores = _row_scores(name, paired, every_lever, out)
-        if scores is None:
-            continue
-        recovery = np.array([m["clean_unit_recovery"] for m in _metrics(paired, scores, rows[name]["penalty"])])
-        rows[name]["eval"]["ocr"] = interval(recovery, indices)
-        rows[name]["eval"]["ocr_minus_original"] = interval(recovery - original[name], indices)
-
-
 def _row_scores(
     name: str, streams: list[Stream], every_lever: dict[str, tuple[str, ...]], out: Path
 ) -> dict[str, EdgeScores] | None:
@@ -502,22 +430,14 @@ def _row_scores(
     return load(streams, every_lever[name], out)
 
 
-def _metrics(streams: list[Stream], scores: dict[str, EdgeScores], penalty: float) -> list[dict]:
-    return [stream_metrics(s.text, s.records, chunk_spans(len(s.text), scores[s.id], penalty)) for s in streams]
-
-
 def _share_pick(result: dict, penalty_file: Path) -> None:
     """The pick's ρ and calibration recovery for the Presets benchmark, whose table shows its end-to-end run."""
     if not penalty_file.exists():
         return
     penalties = json.loads(penalty_file.read_text())
     row = result["rows"][result["pick"]]
-    penalties[result["pick"]] = {
-        "penalty": row["penalty"],
-        "calibration_recovery": row["cal_recovery"],
-        "streams": result["calibration_streams"],
-        "source": "bench.quality.windows",
-    }
+    source = {"streams": result["calibration_streams"], "source": "bench.quality.windows"}
+    penalties[result["pick"]] = {"penalty": row["penalty"], "calibration_recovery": row["cal_recovery"], **source}
     penalty_file.write_text(json.dumps(penalties, indent=1))
 
 
@@ -525,7 +445,7 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
     """The levers' table for RESULTS: calibration (ρ, recovery, noise floor), evaluation, paired gaps."""
 
     def ci(value) -> str:
-        return f"{value[0]:.3f} [{value[1]:.3f}, {value[2]:.3f}]" if value else ""
+        return ci_text(value) if value else ""
 
     lines = [
         "| lever | ρ | calibration recovery (resampled 95%, wins) | evaluation recovery [95% CI] | partition F1 "
@@ -552,15 +472,10 @@ def markdown(result: dict, speeds: dict[str, float] | None = None) -> str:
     return "\n".join(lines)
 
 
-def _log(message: str) -> None:
-    print(f"[windows] {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.windows", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("score", "embed", "report", "merge"))
     parser.add_argument("--split", default="cal", help="score, embed: comma-separated splits: cal, eval, ocr")
-    parser.add_argument("--streams", type=Path, default=OUT / "streams.jsonl")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--longest", type=int, default=WINDOWS[-1], help="score: the run's window (192 or 384)")
     parser.add_argument("--reset-prefix", default=PREFIXES[0], choices=PREFIXES)
@@ -568,39 +483,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", choices=tuple(OTHER_MODELS), help="score: another bundled model than SmolLM2")
     parser.add_argument("--budget", type=float, default=None, help="score: seconds after which no stream starts")
     parser.add_argument("--source", type=Path, help="merge: the --out folder of a run on another machine")
-    parser.add_argument("--resamples", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--report", type=Path, default=NOTEBOOK / "windows.md", help="report: the file it rewrites")
     args = parser.parse_args(argv)
-    streams = read_streams(args.streams)
+    streams, splits = read_streams(OUT / "streams.jsonl"), args.split.split(",")
     if args.step == "embed":
-        embed([s for s in streams if s.split in args.split.split(",")], args.out)
+        embed([s for s in streams if s.split in splits], args.out)
     elif args.step == "score":
         report_file = args.out / "windows" / "report.json"
         pick = None
-        if "eval" in args.split.split(",") and report_file.exists():
+        if "eval" in splits and report_file.exists():
             result = json.loads(report_file.read_text())
             pick = {"name": result["pick"], "penalty": result["rows"][result["pick"]]["penalty"]}
-        splits = args.split.split(",")
         chosen = sorted((s for s in streams if s.split in splits), key=lambda s: splits.index(s.split))
-        score(
-            chosen,
-            args.out,
-            pick,
-            longest=args.longest,
-            reset_prefix=args.reset_prefix,
-            device=args.device,
-            budget=args.budget,
-            model=args.model,
-        )
+        run = {option: getattr(args, option) for option in ("longest", "reset_prefix", "device", "budget", "model")}
+        score(chosen, args.out, pick, **run)
     elif args.step == "merge":
         drift = merge(args.source, args.out)
         print(json.dumps({"largest difference where both hold a readout": max(drift.values(), default=None)}))
     else:
         from bench.quality.pareto import speed_ratios
 
-        table = markdown(report(streams, args.out, args.resamples, args.seed), speed_ratios(args.out / "pareto")[0])
-        write_section(args.report, "windows", table)
+        table = markdown(report(streams, args.out), speed_ratios(args.out / "pareto")[0])
+        write_section(NOTEBOOK / "windows.md", "windows", table)
         print(table)
 
 

@@ -13,20 +13,13 @@ import hashlib
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, data_dir
-from bench.retrieval import report
-from bench.retrieval.chunkers import (
-    PEER_FAMILIES,
-    Setting,
-    peer_settings,
-    replayed_seconds,
-    rr_settings,
-    true_boundaries,
-)
+from bench.common import REPO_ROOT, data_dir, log
+from bench.retrieval import chunkers, report
 from bench.retrieval.data import CONDITIONS, Condition, chroma_condition, records_condition
 from bench.retrieval.evaluate import embed, question_metrics
 from rr_fast import RRFastError
@@ -39,6 +32,7 @@ RESULTS_RR = (
     "preset:balanced+length_unit=minilm",
     "preset:balanced+length_unit=minilm+embed=headings",
 )
+_log = partial(log, source="retrieval")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,22 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rr-fast: error: no Chroma benchmark data in {data} (--data-dir, RR_FAST_DATA)", file=sys.stderr)
         return 1
     results_path = Path(args.results) if args.results else _default(args, "bench/results/retrieval.json", out)
-    settings = peer_settings(args.peers)
+    settings = chunkers.peer_settings(args.peers)
     scoring_seconds = {}
     for spec in args.rr:
-        rr, seconds = rr_settings(spec, Path(args.out) / "scores")
+        rr, seconds = chunkers.rr_settings(spec, Path(args.out) / "scores")
         settings += rr
         scoring_seconds.update({setting.family: seconds for setting in rr})
-    results = {
-        "command": "python -m bench.retrieval " + " ".join(sys.argv[1:] if argv is None else argv),
-        "quick": args.quick,
-        "seed": args.seed,
-        "resamples": args.resamples,
-        "rr": args.rr,
-        "conditions": {},
-    }
+    command = "python -m bench.retrieval " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = {"command": command, "quick": args.quick, "seed": args.seed, "resamples": args.resamples, "rr": args.rr}
+    results["conditions"] = {}
     for name in args.conditions:
-        condition = _condition(name, data, out, args)
+        if name == "records":
+            condition = records_condition(data, out / "cache", args.quick)
+        else:
+            condition = chroma_condition(data, name == "flattened", args.seed, args.quick)
         _log(f"{name}: {sum(map(len, condition.corpora.values()))} documents, {len(condition.questions)} questions")
         try:
             results["conditions"][name] = run_condition(condition, settings, scoring_seconds, out)
@@ -78,21 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_condition(condition: Condition, settings: list[Setting], scoring_seconds: dict, out: Path) -> dict:
+def run_condition(condition: Condition, settings: list[chunkers.Setting], scoring_seconds: dict, out: Path) -> dict:
     questions = condition.questions
     question_vectors = embed([q.text for q in questions], out / "vectors")
-    fingerprint = hashlib.sha1(
-        "\x00".join(d.text for docs in condition.corpora.values() for d in docs).encode()
-    ).hexdigest()[:12]
+    corpora = "\x00".join(d.text for docs in condition.corpora.values() for d in docs)
+    cache = out / "chunks" / f"{condition.name}-{hashlib.sha1(corpora.encode()).hexdigest()[:12]}"
     rows = []
     if condition.true_starts:
-        settings = [*settings, true_boundaries(condition.true_starts)]
+        settings = [*settings, chunkers.true_boundaries(condition.true_starts)]
     searched = {split: {q.corpus for q in questions if q.split == split} for split in ("cal", "eval")}
     for setting in settings:
         started = time.perf_counter()
-        spans, seconds = _chunks(
-            setting, condition, out / "chunks" / f"{condition.name}-{fingerprint}", scoring_seconds
-        )
+        spans, seconds = _chunks(setting, condition, cache, scoring_seconds)
         texts = [
             "".join(prefix) + condition.corpora[c][d].text[s:e]
             for c, chunks in spans.items()
@@ -117,18 +106,9 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
             for split, corpora in searched.items()
             if corpora
         }
-        rows.append(
-            {
-                "family": setting.family,
-                "name": setting.name,
-                "describe": setting.describe,
-                "chunks": len(texts),
-                "mean_chars": sizes.get("eval", sizes.get("cal")),
-                "mean_chars_cal": sizes.get("cal", sizes.get("eval")),
-                "seconds": seconds,
-                "metrics": per_question,
-            }
-        )
+        mean, mean_cal = sizes.get("eval", sizes.get("cal")), sizes.get("cal", sizes.get("eval"))
+        row = {"family": setting.family, "name": setting.name, "describe": setting.describe, "chunks": len(texts)}
+        rows.append(row | {"mean_chars": mean, "mean_chars_cal": mean_cal, "seconds": seconds, "metrics": per_question})
         _log(
             f"{condition.name} {setting.name}: {len(texts)} chunks, mean {rows[-1]['mean_chars']:.0f} chars, "
             f"recall@5 {np.mean(per_question['5']['recall']):.3f}, chunking {seconds:.1f} CPU s "
@@ -143,7 +123,7 @@ def run_condition(condition: Condition, settings: list[Setting], scoring_seconds
     }
 
 
-def _chunks(setting: Setting, condition: Condition, cache: Path, scoring_seconds: dict) -> tuple[dict, float]:
+def _chunks(setting: chunkers.Setting, condition: Condition, cache: Path, scoring_seconds: dict) -> tuple[dict, float]:
     """{corpus: [(document, start, end)]} and the CPU seconds chunking took (peers' from cache; rr-fast's DP now plus
     each text's scoring time when it was scored; semantic peers are charged the embeddings they reuse)."""
     path = cache / f"{setting.name.replace('/', '_').replace(' ', '_')}.json"
@@ -159,20 +139,14 @@ def _chunks(setting: Setting, condition: Condition, cache: Path, scoring_seconds
             # scoring counts once, as measured when it ran: live time covers edges scored now, plus the
             # cached seconds of edges scored before
             earlier = scoring_seconds[setting.family](document.text) if rr else 0.0
-            started, replayed = time.process_time(), replayed_seconds()
+            started, replayed = time.process_time(), chunkers.replayed_seconds()
             pieces = chunk(document.text)
-            seconds += time.process_time() - started + earlier + replayed_seconds() - replayed
+            seconds += time.process_time() - started + earlier + chunkers.replayed_seconds() - replayed
             spans[corpus] += [(d, *piece) for piece in pieces]
     if not rr:
         cache.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"spans": spans, "seconds": seconds}), encoding="utf-8")
     return spans, seconds
-
-
-def _condition(name: str, data: Path, out: Path, args) -> Condition:
-    if name == "records":
-        return records_condition(data, out / "cache", args.quick)
-    return chroma_condition(data, name == "flattened", args.seed, args.quick)
 
 
 def _default(args, committed: str, out: Path) -> Path:
@@ -186,7 +160,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", help="benchmark data folder (default $RR_FAST_DATA or ../shared/data)")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out" / "retrieval"), help="cache folder")
     parser.add_argument("--rr", default=",".join(RESULTS_RR), help="rr-fast configurations (chunkers.rr_config)")
-    parser.add_argument("--peers", default=",".join(PEER_FAMILIES), help="peer families, comma-separated")
+    parser.add_argument("--peers", default=",".join(chunkers.PEER_FAMILIES), help="peer families, comma-separated")
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="calibration/evaluation split of Chroma's questions")
     parser.add_argument("--resamples", type=int, default=10_000, help="paired bootstrap resamples")
@@ -196,17 +170,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.rr = [s.strip() for s in args.rr.split(",") if s.strip()]
     args.peers = [s.strip() for s in args.peers.split(",") if s.strip()]
     args.conditions = [s.strip() for s in args.conditions.split(",") if s.strip()]
-    for family in args.peers:
-        if family not in PEER_FAMILIES:
-            parser.error(f"unknown peer {family!r}; peers are {', '.join(PEER_FAMILIES)}")
-    for condition in args.conditions:
-        if condition not in CONDITIONS:
-            parser.error(f"unknown condition {condition!r}; conditions are {', '.join(CONDITIONS)}")
+    checks = (("peer", args.peers, chunkers.PEER_FAMILIES), ("condition", args.conditions, CONDITIONS))
+    for kind, names, known in checks:
+        for name in (n for n in names if n not in known):
+            parser.error(f"unknown {kind} {name!r}; {kind}s are {', '.join(known)}")
     return args
-
-
-def _log(message: str) -> None:
-    print(f"[retrieval] {message}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import save_npz
+from bench.common import ScorerOver, save_npz
 from bench.engine import research_config
+from bench.quality.baselines import default_tokenizer, minilm_path
 from bench.quality.metrics import partition
-from bench.quality.peers import align
+from bench.quality.peers import Cuts, align, as_spans, chonkie_recursive, semchunk_
 from rr_fast import Chunker, ChunkerConfig, Limits
 from rr_fast.config import Reading, Resolved
 from rr_fast.models.recipes import DEFAULT_MODEL
@@ -42,12 +43,7 @@ LIMITS_SWEEP = (
 # The same in the embedder's own tokens (``+length_unit=minilm``): no chunk longer than MiniLM's 256 word pieces
 # (254 and its [CLS] and [SEP]), so no chunk is cut short by the embedder; 48/192/254 is the product's default
 # limits with the maximum capped there, the point the targets judge for this family
-EMBEDDER_SWEEP = (
-    (16, 64, 128, None),
-    (24, 100, 200, None),
-    (32, 128, 254, None),
-    (48, 192, 254, None),
-)
+EMBEDDER_SWEEP = ((16, 64, 128, None), (24, 100, 200, None), (32, 128, 254, None), (48, 192, 254, None))
 EMBEDDER = "minilm"  # ``length_unit=minilm``: all-MiniLM-L6-v2's tokenizer, the benchmark's embedder
 
 
@@ -61,19 +57,13 @@ class Setting:
     load: Callable[[], Callable[[str], Spans]]
 
 
-def _tokenizer():
-    from bench.quality.baselines import default_tokenizer
-
-    return default_tokenizer(DEFAULT_MODEL)
-
-
 def _from_starts(text: str, starts) -> Spans:
     return partition(sorted({int(s) for s in starts if 0 < s < len(text)}), len(text))
 
 
 def _fixed_tokens(size: int):
     def load():
-        tokenizer = _tokenizer()
+        tokenizer = default_tokenizer(DEFAULT_MODEL)
 
         def chunk(text: str) -> Spans:
             offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
@@ -94,24 +84,9 @@ def _langchain_recursive(size: int):
     return load
 
 
-def _semchunk(size: int):
-    def load():
-        import semchunk
-
-        chunker = semchunk.chunkerify(_tokenizer(), size)
-        return lambda text: _from_starts(text, [start for start, _ in chunker(text, offsets=True)[1]])
-
-    return load
-
-
-def _chonkie_recursive(size: int):
-    def load():
-        from chonkie import RecursiveChunker
-
-        chunker = RecursiveChunker(tokenizer=_tokenizer(), chunk_size=size)
-        return lambda text: _from_starts(text, [c.start_index for c in chunker.chunk(text)])
-
-    return load
+def _in_gemma_tokens(peer: Callable[[int, str], Cuts]):
+    """A sized peer of bench.quality.peers with its size in Gemma 3's tokens: size → its loader → text → spans."""
+    return lambda size: lambda: as_spans(peer(size, DEFAULT_MODEL))
 
 
 TRUE_BOUNDARIES = "true boundaries"  # the ceiling's family: not a peer, not rr-fast
@@ -186,11 +161,9 @@ def _langchain_embeddings():
     from langchain_community.embeddings import HuggingFaceEmbeddings
     from langchain_core.embeddings import Embeddings
 
-    from bench.quality.peers import _minilm_path
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # HuggingFaceEmbeddings' move to langchain-huggingface
-        model = HuggingFaceEmbeddings(model_name=_minilm_path())
+        model = HuggingFaceEmbeddings(model_name=minilm_path())
 
     class Memoised(Embeddings):
         memo = _Memo(model.embed_documents)
@@ -226,8 +199,12 @@ PEER_FAMILIES: dict[str, tuple[str, Callable, tuple[int, ...]]] = {
         _langchain_recursive,
         (300, 500, 1000, 1500, 2000),
     ),
-    "semchunk": ("chunkerify(Gemma tokenizer, {} tokens)", _semchunk, (96, 128, 256, 384)),
-    "chonkie-recursive": ("RecursiveChunker(Gemma tokenizer, chunk_size={})", _chonkie_recursive, (96, 128, 256, 384)),
+    "semchunk": ("chunkerify(Gemma tokenizer, {} tokens)", _in_gemma_tokens(semchunk_), (96, 128, 256, 384)),
+    "chonkie-recursive": (
+        "RecursiveChunker(Gemma tokenizer, chunk_size={})",
+        _in_gemma_tokens(chonkie_recursive),
+        (96, 128, 256, 384),
+    ),
     "chonkie-semantic": ("SemanticChunker(MiniLM, chunk_size=512, threshold={})", _chonkie_semantic, (0.8, 0.6, 0.4)),
     "langchain-semantic": (
         "SemanticChunker(MiniLM, breakpoint percentile {}), no size option",
@@ -259,9 +236,7 @@ def rr_config(spec: str) -> Resolved:
         key, value = override.split("=", 1)
         options[key] = _option_value(key, value)
     if options.get("length_unit") == EMBEDDER:
-        from bench.quality.peers import _minilm_path
-
-        options["length_unit"] = str(Path(_minilm_path()) / "tokenizer.json")
+        options["length_unit"] = str(Path(minilm_path()) / "tokenizer.json")
     if base.startswith("preset:"):
         options["preset"] = base.removeprefix("preset:")
     elif base != "default":
@@ -283,21 +258,13 @@ def _option_value(key: str, text: str):
     return text
 
 
-class ScoreCache:
+class ScoreCache(ScorerOver):
     """A ``Chunker`` engine that answers from ``folder`` (one npz per token sequence, with the CPU seconds its scoring
     took) and scores only the edges it has not seen."""
 
     def __init__(self, engine, folder: Path):
-        self.scorer, self.folder, self.backend = engine, folder, engine.backend
-        self.names = engine.names
-        self.timings = engine.timings
-
-    def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
-        return self.scorer.must_score(num_tokens, edges)
-
-    def score_many(self, documents, progress=None):
-        for ids, edges in documents:
-            yield self.score(ids, edges)
+        super().__init__(engine)
+        self.folder = folder
 
     def score(self, ids: np.ndarray, edges: np.ndarray, progress=None) -> dict[str, np.ndarray]:
         path = self.path(ids)
@@ -342,19 +309,10 @@ def cached_chunker(resolved: Resolved, cache: Path) -> Chunker:
 def with_limits(chunker: Chunker, limits: Limits) -> Chunker:
     """A ``Chunker`` with other length limits (λ too) over ``chunker``'s loaded model and scorer (its score cache)."""
     lengths = {"min_tokens": limits.min_tokens, "max_tokens": limits.max_tokens, "target_tokens": limits.target_tokens}
-    resolved = replace(
-        chunker.resolved,
-        config=chunker.config.replace(**lengths),
-        reading=replace(chunker.reading, length_weight=limits.length_weight),
-        limits=limits,
-    )
-    return Chunker(
-        resolved,
-        folder=chunker.folder,
-        tokenizer=chunker.tokenizer,
-        backend=chunker.backend,
-        scorer=lambda _: chunker.scorer,
-    )
+    reading = replace(chunker.reading, length_weight=limits.length_weight)
+    resolved = replace(chunker.resolved, config=chunker.config.replace(**lengths), reading=reading, limits=limits)
+    loaded = {"folder": chunker.folder, "tokenizer": chunker.tokenizer, "backend": chunker.backend}
+    return Chunker(resolved, **loaded, scorer=lambda _: chunker.scorer)
 
 
 HEADINGS = "+embed=headings"  # a spec suffix: embed each chunk with its heading path, as LlamaIndex embeds metadata
@@ -372,12 +330,10 @@ def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], 
     with_headings = HEADINGS in spec
     resolved = rr_config(spec.replace(HEADINGS, ""))
     sweep = LIMITS_SWEEP if resolved.config.length_unit == "model" else EMBEDDER_SWEEP
-    loaded: dict[str, Chunker] = {}
 
-    def chunker() -> Chunker:
-        if "chunker" not in loaded:
-            loaded["chunker"] = cached_chunker(resolved, cache)
-        return loaded["chunker"]
+    @lru_cache(maxsize=1)
+    def chunker() -> Chunker:  # loaded when a setting first chunks
+        return cached_chunker(resolved, cache)
 
     def make(low: int, target: int, high: int, weight: float):
         def load():
@@ -400,7 +356,6 @@ def rr_settings(spec: str, cache: Path) -> tuple[list[Setting], Callable[[str], 
         settings.append(Setting(family, f"{family}@{target}/{high}", describe, make(low, target, high, weight)))
 
     def scoring_seconds(text: str) -> float:
-        engine = chunker().scorer
-        return engine.seconds(chunker().tokenize(text).ids)
+        return chunker().scorer.seconds(chunker().tokenize(text).ids)
 
     return settings, scoring_seconds

@@ -80,14 +80,8 @@ def chroma_condition(data: Path, flattened: bool, seed: int, quick: bool = False
 
 def records_condition(data: Path, cache: Path, quick: bool = False) -> Condition:
     """Each domain's streams of one split as one corpus, searched with the queries of the records in them."""
-    streams = build_streams(
-        data / "records",
-        1 if quick else EVAL_STREAMS,
-        1 if quick else CAL_STREAMS,
-        STREAM_SEED,
-        embed=minilm_embedder(cache),
-        pool_size=QUICK_POOL if quick else None,
-    )
+    counts, pool = ((1, 1), QUICK_POOL) if quick else ((EVAL_STREAMS, CAL_STREAMS), None)
+    streams = build_streams(data / "records", *counts, STREAM_SEED, embed=minilm_embedder(cache), pool_size=pool)
     corpora: dict[str, list[Document]] = {}
     spans: dict[str, tuple[str, int, int, int, str]] = {}
     true_starts: dict[str, tuple[int, ...]] = {}

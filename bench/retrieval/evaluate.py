@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import save_npz
+from bench.quality.metrics import interval
 from bench.retrieval.data import Question
 
 KS = (1, 3, 5, "min")
@@ -77,9 +78,6 @@ def question_metrics(
 
 
 def paired_interval(differences: np.ndarray, resamples: int, seed: int) -> tuple[float, float, float]:
-    """Mean of per-question differences and its 95% paired bootstrap interval."""
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(differences), size=(resamples, len(differences)))
-    means = differences[draws].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(differences.mean()), float(low), float(high)
+    """Mean of per-question differences and its 95% paired bootstrap interval (questions drawn with replacement)."""
+    draws = np.random.default_rng(seed).integers(0, len(differences), size=(resamples, len(differences)))
+    return interval(differences, draws)

@@ -18,6 +18,9 @@ MATCH = 0.10  # a size within ±10% counts as matched
 # the product's default limits, and the same with the maximum at the embedder's window (in its tokens): the points
 # the targets judge
 DEFAULT_LIMITS = ("@192/384", "@192/254")
+# the main table's metric columns, (k, metric), and their headings
+COLUMNS = [(k, "recall") for k in ("1", "3", "5", "min")] + [("5", "precision"), ("5", "iou"), ("min", "iou")]
+HEADINGS = [f"{metric.replace('iou', 'IoU')}@{k}" for k, metric in COLUMNS]
 
 
 def values(row: dict, k: str, metric: str, mask: np.ndarray) -> np.ndarray:
@@ -78,6 +81,11 @@ def comparisons(condition: dict, rr_row: dict, split: str, resamples: int, seed:
     return out
 
 
+def _head(*columns: str) -> list[str]:
+    """A Markdown table's header and its rule."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def _interval(triple) -> str:
     mean, low, high = triple
     return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
@@ -85,9 +93,7 @@ def _interval(triple) -> str:
 
 def write(results: dict, report: Path) -> str:
     resamples, seed, machine = results["resamples"], results["seed"], machine_facts(0)
-    commit = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
     lines = [
         "## Retrieval (Chroma's chunking evaluation and flattened records, MiniLM)",
         "",
@@ -108,35 +114,15 @@ def write(results: dict, report: Path) -> str:
             f"### {name}: {int(mask.sum())} evaluation questions, corpora "
             + ", ".join(f"{c} ({n:,} chars)" for c, n in condition["corpora"].items()),
             "",
-            "| method | setting | chunks | mean chars | recall@1 | recall@3 | recall@5 | recall@min | precision@5 "
-            "| IoU@5 | IoU@min | CPU s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            *_head("method", "setting", "chunks", "mean chars", *HEADINGS, "CPU s"),
         ]
         for row in sorted(condition["settings"], key=lambda r: (r["family"], r["mean_chars"])):
-            cells = [
-                f"{values(row, k, m, mask).mean():.3f}"
-                for k, m in (
-                    ("1", "recall"),
-                    ("3", "recall"),
-                    ("5", "recall"),
-                    ("min", "recall"),
-                    ("5", "precision"),
-                    ("5", "iou"),
-                    ("min", "iou"),
-                )
-            ]
-            lines.append(
-                f"| {row['name']} | {row['describe']} | {row['chunks']} | {row['mean_chars']:.0f} | "
-                + " | ".join(cells)
-                + f" | {row['seconds']:.1f} |"
-            )
+            cells = [row["name"], row["describe"], row["chunks"], f"{row['mean_chars']:.0f}"]
+            cells += [f"{values(row, k, m, mask).mean():.3f}" for k, m in COLUMNS] + [f"{row['seconds']:.1f}"]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
         rr_rows = [r for r in condition["settings"] if not is_peer(r["family"])]
         if rr_rows:
-            lines += [
-                "",
-                "| rr-fast setting | peer | peer sizes matched | Δ recall@5 | Δ IoU@5 |",
-                "|---|---|---|---|---|",
-            ]
+            lines += ["", *_head("rr-fast setting", "peer", "peer sizes matched", "Δ recall@5", "Δ IoU@5")]
         for rr_row in rr_rows:
             for entry in comparisons(condition, rr_row, "eval", resamples, seed):
                 if entry["matched"] is None:
@@ -175,8 +161,7 @@ def _fewer_chunks(condition: dict, resamples: int, seed: int) -> list[str]:
         "Fewer chunks read (rr-fast at its default limits, and the true-boundary ceiling where there is one): Δ at "
         "k = 1 and at Chroma's minimal k.",
         "",
-        "| rr-fast setting | peer | Δ recall@1 | Δ IoU@1 | Δ recall@min | Δ IoU@min |",
-        "|---|---|---|---|---|---|",
+        *_head("rr-fast setting", "peer", "Δ recall@1", "Δ IoU@1", "Δ recall@min", "Δ IoU@min"),
     ]
     for row in rows:
         top, least = (comparisons(condition, row, "eval", resamples, seed, k) for k in ("1", "min"))
@@ -198,10 +183,7 @@ def _margin(condition: dict, row: dict, split: str) -> float | None:
     for family, rows in families(condition).items():
         if not is_peer(family):
             continue
-        recall, iou = (
-            matched(rows, size(row, split), "5", "recall", mask, split),
-            matched(rows, size(row, split), "5", "iou", mask, split),
-        )
+        recall, iou = (matched(rows, size(row, split), "5", metric, mask, split) for metric in ("recall", "iou"))
         if recall is None or iou is None:
             if family in SEMANTIC_PEERS:
                 continue

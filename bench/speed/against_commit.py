@@ -1,10 +1,10 @@
 """The default's speed in this tree against another commit's, in the same run.
 
-    python -m bench.speed.against_commit d12e3a7 [--rounds 5] [--repeat 4] [--text FILE] [--options JSON]
+    python -m bench.speed.against_commit d12e3a7 [--rounds 5] [--repeat 4]
 
 The commit is a ``git worktree`` in a temporary folder; the two trees run in alternating fresh processes, each
-loading ``Chunker(**options)``, warming up once and timing ``repeat`` calls; printed and written to
-bench/out/against_commit.json: each tree's median source tokens/s and their ratio.
+loading the default ``Chunker()``, warming up once and timing ``repeat`` calls on the README's flattened sample;
+printed and written to bench/out/against_commit.json: each tree's median source tokens/s and their ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "out" / "against_commit.json"
+TEXT = ROOT / "examples" / "flattened_abstracts.txt"  # the README's sample, flattened records
 
 WORKER = """
 import json, sys, time
@@ -41,9 +42,8 @@ def commit_tree(commit: str) -> Iterator[Path]:
     """A detached git worktree of ``commit`` in a temporary folder, removed (with the worktree's record) on exit."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True, capture_output=True
-        )
+        add = ["git", "worktree", "add", "--detach", str(tree), commit]
+        subprocess.run(add, cwd=ROOT, check=True, capture_output=True)
         try:
             yield tree
         finally:
@@ -55,14 +55,9 @@ def run_in_tree(tree: Path, code: str, *args: str, env: dict[str, str] | None = 
     and the working folder); the last line of its stdout, read as JSON. A failed process raises
     ``subprocess.CalledProcessError``, its stderr attached."""
     environment = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], env=environment, cwd=tree, capture_output=True, text=True, check=True
-    )
+    command = [sys.executable, "-c", code, *args]
+    done = subprocess.run(command, env=environment, cwd=tree, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def time_tree(tree: Path, text: Path, repeat: int, options: dict) -> dict:
-    return run_in_tree(tree, WORKER, str(text), str(repeat), json.dumps(options))
 
 
 def compare(commit: str, text: Path, rounds: int, repeat: int, options: dict) -> dict:
@@ -70,7 +65,8 @@ def compare(commit: str, text: Path, rounds: int, repeat: int, options: dict) ->
         runs: dict[str, list[float]] = {"this tree": [], commit: []}
         for _ in range(rounds):
             for name, tree in (("this tree", ROOT), (commit, base)):
-                runs[name].append(time_tree(tree, text, repeat, options)["tokens_per_s"])
+                timed = run_in_tree(tree, WORKER, str(text), str(repeat), json.dumps(options))
+                runs[name].append(timed["tokens_per_s"])
     medians = {name: statistics.median(values) for name, values in runs.items()}
     return {
         "commit": commit,
@@ -87,10 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("commit", help="the commit to compare against (anything git rev-parse accepts)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating processes per tree")
     parser.add_argument("--repeat", type=int, default=4, help="timed chunk calls per process")
-    parser.add_argument("--text", type=Path, default=ROOT / "examples" / "flattened_abstracts.txt")
-    parser.add_argument("--options", type=json.loads, default={}, help='Chunker keywords, e.g. \'{"preset": "fast"}\'')
     args = parser.parse_args(argv)
-    result = compare(args.commit, args.text.resolve(), args.rounds, args.repeat, args.options)
+    result = compare(args.commit, TEXT, args.rounds, args.repeat, {})
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     for name, value in result["median_tokens_per_s"].items():

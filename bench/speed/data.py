@@ -8,16 +8,8 @@ import re
 from pathlib import Path
 
 # Novels first, then the essays; any other .txt in passages/ follows in name order.
-BOOK_ORDER = (
-    "pride_and_prejudice",
-    "moby_dick",
-    "dracula",
-    "origin_of_species",
-    "republic",
-    "the_prince",
-    "jekyll_and_hyde",
-    "common_sense",
-)
+BOOK_ORDER = ("pride_and_prejudice", "moby_dick", "dracula", "origin_of_species", "republic", "the_prince")
+BOOK_ORDER += ("jekyll_and_hyde", "common_sense")
 _START = re.compile(r"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG EBOOK[^\n]*\n")
 _END = re.compile(r"\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG EBOOK")
 

@@ -1,7 +1,7 @@
 """The presets end to end as a user meets them: ``python -m rr_fast.chunk FILE`` on a flattened evaluation text of
 about 2,500 tokens, each a fresh process, model load included; source tokens per CPU second and per wall second.
 
-    python -m bench.speed.default_cli [--tokens 2500] [--presets quality,balanced,fast] [--out FILE.json]
+    python -m bench.speed.default_cli [--out FILE.json]
 
 ``--cold-start`` times a fresh command on a 500-token page instead, the median of ``--repeats`` runs after a warm-up,
 and splits one such process into its steps; ``--baseline DIR`` times another checkout's command in turn with this one's.
@@ -23,17 +23,22 @@ import numpy as np
 
 from bench.common import REPO_ROOT
 from bench.quality.streams import read_streams
+from rr_fast.text.tokens import tokenize
 
 STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
 
 
-def flattened_text(tokens: int, streams: Path = STREAMS) -> str:
-    """Evaluation streams joined by a space until the default model counts at least ``tokens`` tokens."""
+def gemma_tokenizer():
+    """The default model's tokenizer, which counts the source tokens."""
     from rr_fast.models.names import resolve
     from rr_fast.text.tokenizer import load_tokenizer
-    from rr_fast.text.tokens import tokenize
 
-    tokenizer = load_tokenizer(resolve("gemma3-270m"))
+    return load_tokenizer(resolve("gemma3-270m"))
+
+
+def flattened_text(tokens: int, streams: Path = STREAMS) -> str:
+    """Evaluation streams joined by a space until the default model counts at least ``tokens`` tokens."""
+    tokenizer = gemma_tokenizer()
     text = ""
     for stream in (s for s in read_streams(streams) if s.split == "eval"):
         text = f"{text} {stream.text}" if text else stream.text
@@ -98,11 +103,7 @@ os._exit(0)
 def cold_start(text: str, tokens: int, out: Path, repeats: int = 3, baseline: Path | None = None) -> None:
     """Wall seconds of a fresh CLI process on a ``tokens``-token page, and one process's steps; with ``baseline`` (a
     checkout of another commit), its CLI's walls too, each of its runs right after one of this checkout's."""
-    from rr_fast.models.names import resolve
-    from rr_fast.text.tokenizer import load_tokenizer
-    from rr_fast.text.tokens import tokenize
-
-    tokenizer = load_tokenizer(resolve("gemma3-270m"))
+    tokenizer = gemma_tokenizer()
     tokenized = tokenize(tokenizer, text)
     page = text[: tokenized.ends[tokens - 1]] if len(tokenized) > tokens else text
     with tempfile.TemporaryDirectory() as folder:
@@ -117,16 +118,11 @@ def cold_start(text: str, tokens: int, out: Path, repeats: int = 3, baseline: Pa
                 walls[checkout].append(run(path, None, checkout)["wall_seconds"])
         steps = json.loads(subprocess.run([sys.executable, "-c", STEPS, str(path)], check=True, env=CHILD_ENV,
                                           capture_output=True, text=True).stdout)  # fmt: skip
-    result = {"page_tokens": len(tokenize(tokenizer, page))}
-    result |= {"cli_wall_seconds_median": float(np.median(walls[REPO_ROOT])), "walls": sorted(walls[REPO_ROOT])}
+    timed = {c: {"cli_wall_seconds_median": float(np.median(walls[c])), "walls": sorted(walls[c])} for c in walls}
+    result = {"page_tokens": len(tokenize(tokenizer, page)), **timed[REPO_ROOT]}
     if baseline:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline, capture_output=True, text=True)
-        result["baseline"] = {
-            "checkout": str(baseline),
-            "commit": commit.stdout.strip(),
-            "cli_wall_seconds_median": float(np.median(walls[baseline])),
-            "walls": sorted(walls[baseline]),
-        }
+        result["baseline"] = {"checkout": str(baseline), "commit": commit.stdout.strip(), **timed[baseline]}
     result["steps_seconds"] = steps
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
@@ -134,8 +130,6 @@ def cold_start(text: str, tokens: int, out: Path, repeats: int = 3, baseline: Pa
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed.default_cli", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=2500)
-    parser.add_argument("--presets", default="quality,fast", help="besides the default, comma-separated")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/cpu_default_cli.json")
     parser.add_argument("--cold-start", action="store_true", help="time the CLI on a 500-token page instead")
     parser.add_argument("--repeats", type=int, default=3, help="--cold-start: timed runs (the median is reported)")
@@ -146,17 +140,13 @@ def main(argv: list[str] | None = None) -> None:
         cold_start(flattened_text(600), 500, args.out or results / "cpu_cold_start.json", args.repeats, args.baseline)
         return
     args.out = args.out or results / "cpu_default_cli.json"
-    from rr_fast.models.names import resolve
-    from rr_fast.text.tokenizer import load_tokenizer
-    from rr_fast.text.tokens import tokenize
-
-    text = flattened_text(args.tokens)
-    tokens = len(tokenize(load_tokenizer(resolve("gemma3-270m")), text))
+    text = flattened_text(2500)
+    tokens = len(tokenize(gemma_tokenizer(), text))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "stream.txt"
         path.write_text(text, encoding="utf-8")
         run(path, "fast")  # warm the page cache and Numba's on-disk cache, as a user's second run would be
-        rows = [run(path, None)] + [run(path, p) for p in args.presets.split(",") if p]
+        rows = [run(path, None)] + [run(path, preset) for preset in ("quality", "fast")]
     for row in rows:
         row["source_tokens_per_cpu_second"] = tokens / row["cpu_seconds"]
         row["source_tokens_per_second"] = tokens / row["wall_seconds"]

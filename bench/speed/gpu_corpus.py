@@ -41,14 +41,7 @@ import numpy as np
 PREPARED = Path("bench/out/gpu_corpus")
 REPEAT = 4
 # prepare's sizes for --smoke: ~400 tokens, since the full vocabulary's LM head is slow on a CPU
-SMOKE = {
-    "records": 2,
-    "wiki": 0,
-    "excerpts": 1,
-    "excerpts_chars": (400,),
-    "streams": 2,
-    "stream_records": 1,
-}
+SMOKE = {"records": 2, "wiki": 0, "excerpts": 1, "excerpts_chars": (400,), "streams": 2, "stream_records": 1}
 
 
 def prepare(
@@ -199,12 +192,18 @@ def matmul_peak(shapes, device: str) -> dict[str, float]:
     return out
 
 
-def memory_start(device: str) -> None:
+def measured(device: str, run):
+    """``run()`` and its wall seconds on ``device``, synchronised, after resetting the peak memory counter."""
     import torch
 
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+    sync(device)
+    started = time.perf_counter()
+    result = run()
+    sync(device)
+    return result, time.perf_counter() - started
 
 
 def memory_peak_gib(device: str) -> float | None:
@@ -214,18 +213,11 @@ def memory_peak_gib(device: str) -> float | None:
 
 
 def corpus_row(
-    data: Path,
-    preset: str,
-    device: str,
-    scratch: Path,
-    folder: Path,
-    batch_tokens: int,
-    prepare: str = "auto",
-    **changes,
+    data: Path, preset: str, device: str, scratch: Path, folder: Path, batch: int, prepare: str = "auto", **changes
 ) -> dict:
     """rr_fast.corpus.run of ``data`` with one worker on ``device`` (the preset of the model in ``folder``, with
     ``changes``; ``prepare`` as ``--prepare``), its time split the run's own (the manifest's ``timings``).
-    ``batch_tokens``: what the backend takes per forward call here, for the row. Reading options among ``changes``
+    ``batch``: the tokens the backend takes per forward call here, for the row. Reading options among ``changes``
     (``readout="lr"``) reach the run as a user's do: a recipe file whose preset reads so."""
     from dataclasses import asdict, replace
 
@@ -247,47 +239,25 @@ def corpus_row(
         options["recipe"] = str(scratch / f"recipe-{preset}-{data.stem}.json")
         write_recipe(replace(recipe, presets=presets), options["recipe"])
     config = RunConfig((str(data),), str(out), "id", "text", 256, options, prepare)
-    memory_start(device)
-    sync(device)
-    started = time.perf_counter()
-    manifest = run(config, 1, [device], progress=False)
-    sync(device)
-    wall = time.perf_counter() - started
-    tokens = sum(
-        int(pq.read_table(out / s["file"], columns=["token_count"])["token_count"].to_numpy().sum())
-        for s in manifest["shards"]
-    )
+    manifest, wall = measured(device, lambda: run(config, 1, [device], progress=False))
+    counts = (pq.read_table(out / s["file"], columns=["token_count"])["token_count"] for s in manifest["shards"])
+    tokens = sum(int(count.to_numpy().sum()) for count in counts)
     shutil.rmtree(out, ignore_errors=True)
     resolved = research_config(**options)
-    c = resolved.reading
     load = manifest["timings"].get("model load", 0.0)
-    return {
-        "preset": preset,
-        "config": {k: getattr(c, k) for k in ("dtype", "readout", "window", "step", "normalizer", "penalty")},
-        "documents": manifest["documents"],
-        "errors": manifest["errors"],
-        "source_tokens": tokens,
-        "wall_s": wall,
-        "tokens_per_s": tokens / wall,
-        "tokens_per_s_after_load": tokens / (wall - load),
-        "split_s": manifest["timings"],
-        "batch_tokens": resolved.config.batch_tokens or batch_tokens,
-        "max_memory_gib": memory_peak_gib(device),
-    }
+    reading = {k: getattr(resolved.reading, k) for k in ("dtype", "readout", "window", "step", "normalizer", "penalty")}
+    row = {"preset": preset, "config": reading, "documents": manifest["documents"], "errors": manifest["errors"]}
+    row |= {"source_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+    row |= {"tokens_per_s_after_load": tokens / (wall - load), "split_s": manifest["timings"]}
+    return row | {"batch_tokens": resolved.config.batch_tokens or batch, "max_memory_gib": memory_peak_gib(device)}
 
 
 def model_shape(config: dict) -> dict[str, int]:
     """The numbers of a Gemma 3 ``config.json`` that decide its FLOPs."""
     heads, head_dim = config["num_attention_heads"], config["head_dim"]
-    return {
-        "hidden": config["hidden_size"],
-        "intermediate": config["intermediate_size"],
-        "q": heads * head_dim,
-        "kv": config["num_key_value_heads"] * head_dim,
-        "heads": heads,
-        "head_dim": head_dim,
-        "vocab": config["vocab_size"],
-    }
+    shape = {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"], "heads": heads}
+    shape |= {"q": heads * head_dim, "kv": config["num_key_value_heads"] * head_dim, "head_dim": head_dim}
+    return shape | {"vocab": config["vocab_size"]}
 
 
 def attention_readout_flops(scorer, n: int, shape: dict[str, int]) -> float:
@@ -318,23 +288,12 @@ def engine_row(chunker, texts: list[str], device: str, shape: dict[str, int], pe
         docs.append((ids, edges))
         flops += attention_readout_flops(engine, len(ids), shape)
     before = dict(engine.timings)
-    memory_start(device)
-    sync(device)
-    started = time.perf_counter()
-    scores = list(engine.score_many(docs))
-    sync(device)
-    wall = time.perf_counter() - started
+    scores, wall = measured(device, lambda: list(engine.score_many(docs)))
     tokens = sum(len(ids) for ids, _ in docs)
-    return {
-        "source_tokens": tokens,
-        "wall_s": wall,
-        "tokens_per_s": tokens / wall,
-        "flops": flops,
-        "tflops_per_s": flops / wall / 1e12,
-        "fraction_of_peak": flops / wall / 1e12 / peak,
-        "split_s": {name: s - before.get(name, 0.0) for name, s in engine.timings.items()},
-        "max_memory_gib": memory_peak_gib(device),
-    }, scores
+    row = {"source_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "flops": flops}
+    row |= {"tflops_per_s": flops / wall / 1e12, "fraction_of_peak": flops / wall / 1e12 / peak}
+    row |= {"split_s": {name: s - before.get(name, 0.0) for name, s in engine.timings.items()}}
+    return row | {"max_memory_gib": memory_peak_gib(device)}, scores
 
 
 def attention_path(chunker, fused: bool):
@@ -393,9 +352,11 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     import torch
     import transformers
 
+    from rr_fast import Chunker
     from rr_fast.models.recipes import DEFAULT_MODEL
     from rr_fast.scoring.backends.torch_arrays import LOGIT_BUDGET
     from rr_fast.scoring.backends.torch_crossing import FUSED_ATTENTION_SWITCH, fused_attention_available
+    from rr_fast.text.tokenizer import load_tokenizer
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     # the fused kernel is off unless switched on; its rows measure it (the corpus rows' workers inherit the switch)
@@ -403,17 +364,15 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     out = Path(args.out) if args.out else inputs / "results"
     out.mkdir(parents=True, exist_ok=True)
     settings = json.loads((folder / "config.json").read_text())
-    result: dict = {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "weights": f"RANDOM ({DEFAULT_MODEL} config" + (", shrunk: hidden 64)" if args.smoke else ")"),
-        "vocabulary": settings["vocab_size"],
-        "random_model_s": random_model_s,
-        "skipped": [],
-    }
+    weights = f"RANDOM ({DEFAULT_MODEL} config" + (", shrunk: hidden 64)" if args.smoke else ")")
+    result: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
+    result |= {"transformers": transformers.__version__, "weights": weights, "vocabulary": settings["vocab_size"]}
+    result |= {"random_model_s": random_model_s, "skipped": []}
 
-    def save(row: str) -> None:
+    def save(row: str, value: dict | None = None) -> None:
+        """Keep a finished row (``value``, where it is not in yet) and write every row so far."""
+        if value is not None:
+            result[row] = value
         (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
         print(row, json.dumps(result[row]), flush=True)
 
@@ -432,19 +391,14 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     projections = [(32768, d, f), (32768, f, d), (32768, d, q)]  # the engine's biggest, at its batch size
     head_tile = (LOGIT_BUDGET // shape["vocab"], d, shape["vocab"])  # the full pass's LM-head matmul
     shapes = [*projections, head_tile, (8192, 8192, 8192)]
-    result["matmul_tflops"] = matmul_peak([(512, 512, 512)] if args.smoke else shapes, device)
+    save("matmul_tflops", matmul_peak([(512, 512, 512)] if args.smoke else shapes, device))
     peak = result["matmul_tflops"]["peak"]
-    save("matmul_tflops")
-
-    from rr_fast.text.tokenizer import load_tokenizer
 
     rows = [json.loads(line) for line in (inputs / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     tokenizer = load_tokenizer(folder)
     counts = [len(tokenizer(r["text"], add_special_tokens=False)["input_ids"]) for r in rows]
     corpus = inputs / "corpus.jsonl"
     result["corpus"] = {"documents": len(rows), "tokens": sum(counts)}
-
-    from rr_fast import Chunker
 
     default = Chunker(preset="balanced", model=str(folder), backend="torch", device=device)
     batch = default.scorer.batch_tokens
@@ -454,8 +408,7 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     def row(data: Path, preset: str, prepare: str = "auto", **changes) -> dict:
         return corpus_row(data, preset, device, scratch, folder, batch, prepare, **changes)
 
-    result["balanced"] = row(corpus, "balanced")
-    save("balanced")
+    save("balanced", row(corpus, "balanced"))
     wall = result["balanced"]["wall_s"]
     backend = default.backend
     fused = backend.fused_attention
@@ -482,23 +435,17 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
                 save(name)
     if fused and fits("cuts", 2 * wall):
         streams = json.loads((inputs / "streams.json").read_text(encoding="utf-8"))
-        result["cuts"] = cuts_row(default, explicit or attention_path(default, fused=False), streams)
-        save("cuts")
+        save("cuts", cuts_row(default, explicit or attention_path(default, fused=False), streams))
     explicit = None  # the second copy of the model goes before the rows that measure memory
     for times in (REPEAT, 4 * REPEAT):  # the steady state, prepared in the helper (on CUDA) and in the model's process
         for where in ("", "_in_process"):
             name = f"balanced_x{times}{where}"
             if fits(name, times * wall):
-                data = repeated_corpus(rows, times, scratch)
-                prepare = "inline" if where else "auto"
-                result[name] = row(data, "balanced", prepare)
-                save(name)
+                save(name, row(repeated_corpus(rows, times, scratch), "balanced", "inline" if where else "auto"))
     if fits("fast", wall):
-        result["fast"] = row(corpus, "fast")
-        save("fast")
+        save("fast", row(corpus, "fast"))
     if fits("balanced_lr", 10 * wall):  # the two-pass lr readout the default's head was distilled from
-        result["balanced_lr"] = row(corpus, "balanced", readout="lr")
-        save("balanced_lr")
+        save("balanced_lr", row(corpus, "balanced", readout="lr"))
     result["total_s"] = time.perf_counter() - begun
     save("skipped")
     print_table(result, peak)
@@ -514,9 +461,8 @@ def print_table(result: dict, peak: float) -> None:
             continue
         line = f"{name}: {r['source_tokens']:,} tokens, {r['wall_s']:.1f} s, {r['tokens_per_s']:,.0f} tok/s"
         if "config" in r:  # a corpus row
-            line += f" ({r['config']['dtype']}, batch {r['batch_tokens']:,}); " + ", ".join(
-                f"{part} {seconds:.2f} s" for part, seconds in r["split_s"].items()
-            )
+            split = ", ".join(f"{part} {seconds:.2f} s" for part, seconds in r["split_s"].items())
+            line += f" ({r['config']['dtype']}, batch {r['batch_tokens']:,}); {split}"
         else:
             line += f", {r['tflops_per_s']:.2f} TFLOP/s = {r['fraction_of_peak']:.2%} of peak"
             if "scores_max_abs_diff_vs_engine" in r:

@@ -1,7 +1,7 @@
 """The chunker's speed on the input shapes users have, in this tree against another commit's, in the same run.
 
     python -m bench.speed.shapes COMMIT [--configs default,fast,smollm2] [--shapes stream,many,loop,...]
-        [--rounds 3] [--repeat 3] [--threads 2] [--out bench/out/shapes.json] [--lock FILE] [--quick]
+        [--rounds 3] [--repeat 3] [--threads 2] [--out bench/out/shapes.json] [--lock FILE]
 
 Shapes (the rows): ``stream``, one flattened stream of 1,500 tokens chunked by one ``Chunker.chunk`` call, as the
 README's speeds are measured; ``many``, one ``chunk_many`` call over the quality benchmark's 60 evaluation streams
@@ -23,8 +23,7 @@ tree" is the working tree, uncommitted changes included (the JSON lists the chan
 Printed: a markdown table (each tree's tok/s, their ratio, both peaks in MiB) and chunk_many ÷ loop in each tree;
 written: ``--out``, every run with the machine and both commits. A round of every configuration and shape takes at
 least 25 minutes per tree on the 2-core CPU; another job on the same cores makes the short shapes many times
-slower, so run it alone (``--lock FILE`` holds an exclusive flock on FILE around each process). ``--quick`` is a
-smoke run: tiny inputs, one round, one timed call, only the default configuration unless ``--configs`` names others.
+slower, so run it alone (``--lock FILE`` holds an exclusive flock on FILE around each process).
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.common import REPO_ROOT, data_dir, locked, machine_facts
+from bench.common import CONFIGS, REPO_ROOT, data_dir, locked, log, machine_facts
 from bench.quality.streams import read_streams
 from bench.speed.against_commit import commit_tree, run_in_tree
 from bench.speed.data import timing_text, token_prefix
@@ -47,21 +46,13 @@ from bench.speed.default_cli import STREAMS
 
 OUT = REPO_ROOT / "bench" / "out" / "shapes.json"
 
-CONFIGS = {
-    "default": {},
-    "fast": {"preset": "fast"},
-    "smollm2": {"model": "smollm2-135m"},
-}
 SHAPES = ("stream", "many", "loop", "many-records", "loop-records", "loop-pages", "4k", "16k", "100k")
 STREAM_SHAPES = ("stream", "many", "loop", "many-records", "loop-records")  # the ones that read the streams
 # chunk_many ÷ the loop over the same documents: (batched shape, loop shape, what its documents are)
 BATCHING = (("many", "loop", "streams"), ("many-records", "loop-records", "records"))
 STREAM_TOKENS = 1500
 LONG_TOKENS = {"4k": 4000, "16k": 16000, "100k": 100000}
-QUICK_STREAM_TOKENS = 200
-QUICK_LONG_TOKENS = {"4k": 400, "16k": 800, "100k": 1600}
-PAGES, PAGE_TOKENS, QUICK_PAGE_TOKENS = 10, 1300, 200
-QUICK_STREAMS = 2
+PAGES, PAGE_TOKENS = 10, 1300
 BATCH_WARM_UP = 3  # chunk_many's warm-up documents: more than one, so the warm-up takes the batched path
 TREES = ("this tree", "commit")
 
@@ -116,25 +107,22 @@ class Inputs:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.speed.shapes", description=__doc__.splitlines()[0])
     parser.add_argument("commit", help="the commit to compare against (anything git rev-parse accepts)")
-    parser.add_argument("--configs", default=None, help=f"from {','.join(CONFIGS)} (default: all; --quick: default)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, from the default")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated, from the default")
-    parser.add_argument("--rounds", type=int, default=None, help="processes per tree and row (default 3; --quick 1)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed calls of 'stream' per process (3; --quick 1)")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per tree and row")
+    parser.add_argument("--repeat", type=int, default=3, help="timed calls of 'stream' per process")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of every process")
     parser.add_argument("--streams", type=Path, default=STREAMS, help="the quality benchmark's streams (JSONL)")
     parser.add_argument("--data-dir", default=None, help="shared data folder (default $RR_FAST_DATA or ../shared/data)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--lock", default=None, help="hold an exclusive flock on this file around each process")
-    parser.add_argument("--quick", action="store_true", help="tiny inputs, one round: a smoke run")
     args = parser.parse_args(argv)
-    args.configs = (args.configs or ("default" if args.quick else ",".join(CONFIGS))).split(",")
+    args.configs = args.configs.split(",")
     args.shapes = args.shapes.split(",")
     for kind, names, known in (("configuration", args.configs, CONFIGS), ("shape", args.shapes, SHAPES)):
         unknown = [name for name in names if name not in known]
         if unknown:
             parser.error(f"unknown {kind} {', '.join(unknown)}; known: {', '.join(known)}")
-    args.rounds = args.rounds or (1 if args.quick else 3)
-    args.repeat = args.repeat or (1 if args.quick else 3)
     return args
 
 
@@ -144,39 +132,35 @@ def build_inputs(args: argparse.Namespace) -> dict[str, Inputs]:
     from rr_fast.models.recipes import DEFAULT_MODEL
 
     tokenizer = default_tokenizer(DEFAULT_MODEL)
-    stream_tokens = QUICK_STREAM_TOKENS if args.quick else STREAM_TOKENS
     inputs: dict[str, Inputs] = {}
     if set(args.shapes) & set(STREAM_SHAPES):
         evaluation = evaluation_streams(args.streams)
-        chosen = evaluation[:QUICK_STREAMS] if args.quick else evaluation
-        streams = [stream.text for stream in chosen]
-        records = [stream.text[start:end] for stream in chosen for _, start, end in stream.records]
-        flattened = token_prefix(tokenizer, " ".join(stream.text for stream in evaluation), stream_tokens)
+        streams = [stream.text for stream in evaluation]
+        records = [stream.text[start:end] for stream in evaluation for _, start, end in stream.records]
+        flattened = token_prefix(tokenizer, " ".join(streams), STREAM_TOKENS)
         if flattened is None:
-            raise SystemExit(f"the evaluation streams of {args.streams} hold fewer than {stream_tokens} tokens")
-        inputs["stream"] = Inputs(
-            f"one stream of {stream_tokens:,} tokens", [flattened], [flattened], False, args.repeat
-        )
+            raise SystemExit(f"the evaluation streams of {args.streams} hold fewer than {STREAM_TOKENS} tokens")
+        label = f"one stream of {STREAM_TOKENS:,} tokens"
+        inputs["stream"] = Inputs(label, [flattened], [flattened], False, args.repeat)
         inputs["many"] = Inputs(f"chunk_many, {len(streams)} streams", streams, streams[:BATCH_WARM_UP], True, 1)
         inputs["loop"] = Inputs(f"chunk loop, {len(streams)} streams", streams, streams[:1], False, 1)
-        inputs["many-records"] = Inputs(
-            f"chunk_many, {len(records)} records", records, records[:BATCH_WARM_UP], True, 1
-        )
+        label = f"chunk_many, {len(records)} records"
+        inputs["many-records"] = Inputs(label, records, records[:BATCH_WARM_UP], True, 1)
         inputs["loop-records"] = Inputs(f"chunk loop, {len(records)} records", records, records[:1], False, 1)
-    for name, tokens in (QUICK_LONG_TOKENS if args.quick else LONG_TOKENS).items():
+    for name, tokens in LONG_TOKENS.items():
         if name in args.shapes:
             document = timing_text(tokenizer, tokens, data_dir(args.data_dir))
             label = f"one document of {tokens:,} tokens" + (", timed once" if name == "100k" else "")
-            warm_up = token_prefix(tokenizer, document, stream_tokens) if name == "100k" else document
+            warm_up = token_prefix(tokenizer, document, STREAM_TOKENS) if name == "100k" else document
             inputs[name] = Inputs(label, [document], [warm_up], False, 1)
     if "loop-pages" in args.shapes:
-        size = QUICK_PAGE_TOKENS if args.quick else PAGE_TOKENS
-        text = timing_text(tokenizer, size * (PAGES + 1), data_dir(args.data_dir))
+        text = timing_text(tokenizer, PAGE_TOKENS * (PAGES + 1), data_dir(args.data_dir))
         offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         ends = [end for _, end in offsets]
-        bounds = [0, *(ends[size * page - 1] for page in range(1, PAGES + 2))]
+        bounds = [0, *(ends[PAGE_TOKENS * page - 1] for page in range(1, PAGES + 2))]
         pages = [text[start:end] for start, end in zip(bounds, bounds[1:])]
-        inputs["loop-pages"] = Inputs(f"chunk loop, {PAGES} pages of {size:,} tokens", pages[1:], pages[:1], False, 1)
+        label = f"chunk loop, {PAGES} pages of {PAGE_TOKENS:,} tokens"
+        inputs["loop-pages"] = Inputs(label, pages[1:], pages[:1], False, 1)
     inputs = {name: inputs[name] for name in args.shapes}
     for shape in inputs.values():
         shape.source_tokens = sum(map(len, tokenizer(shape.documents, add_special_tokens=False)["input_ids"]))
@@ -193,11 +177,8 @@ def evaluation_streams(path: Path) -> list:
 def measure(args: argparse.Namespace, inputs: dict[str, Inputs]) -> list[dict]:
     """Every (round, configuration, shape, tree) in its own process; a failed process is a run with its error."""
     runs: list[dict] = []
-    env = {
-        "OMP_NUM_THREADS": str(args.threads),
-        "MKL_NUM_THREADS": str(args.threads),
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    threads = str(args.threads)
+    env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory() as folder, commit_tree(args.commit) as base:
         files = {}
         for name, shape in inputs.items():
@@ -218,12 +199,8 @@ def measure(args: argparse.Namespace, inputs: dict[str, Inputs]) -> list[dict]:
                             result = {"error": (error.stderr.strip().splitlines() or [f"exit {error.returncode}"])[-1]}
                         runs.append({"round": round_, "config": config, "shape": name, "tree": tree, **result})
                         status = result.get("error", f"{result.get('wall_seconds', [0])[-1]:.1f} s timed")
-                        print(
-                            f"[shapes] round {round_ + 1}/{args.rounds} {config} {name} {tree}: "
-                            f"{time.perf_counter() - started:.1f} s, {status}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                        took = f"{time.perf_counter() - started:.1f} s"
+                        log(f"round {round_ + 1}/{args.rounds} {config} {name} {tree}: {took}, {status}", "shapes")
     return runs
 
 
@@ -256,25 +233,16 @@ def summarize(runs: list[dict], inputs: dict[str, dict]) -> list[dict]:
 
 def render(result: dict) -> str:
     """The markdown the command prints: the speed table, chunk_many ÷ loop, and how the numbers were taken."""
-    commit = result["meta"]["commit"]["short"]
-    this = result["meta"]["this tree"]["short"] + ("+" if result["meta"]["this tree"]["changed"] else "")
+    commit, changed = result["meta"]["commit"]["short"], result["meta"]["this tree"]["changed"]
+    this = result["meta"]["this tree"]["short"] + ("+" if changed else "")
     header = ["configuration", "shape", "source tokens", f"this tree ({this}) tok/s", f"{commit} tok/s", "ratio"]
     header += ["this tree peak MiB", f"{commit} peak MiB"]
     body = []
     for row in result["rows"]:
         this_run, commit_run = row["this tree"], row["commit"]
-        body.append(
-            [
-                row["config"],
-                row["label"],
-                fmt(row["source_tokens"]),
-                speed_cell(this_run),
-                speed_cell(commit_run),
-                "–" if row["ratio"] is None else f"{row['ratio']:.3f}",
-                fmt(this_run["peak_rss_mib"]),
-                fmt(commit_run["peak_rss_mib"]),
-            ]
-        )
+        cells = [row["config"], row["label"], fmt(row["source_tokens"]), speed_cell(this_run), speed_cell(commit_run)]
+        ratio = "–" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        body.append([*cells, ratio, fmt(this_run["peak_rss_mib"]), fmt(commit_run["peak_rss_mib"])])
     parts = [table(header, body)]
     batching = []
     by_key = {(row["config"], row["shape"]): row for row in result["rows"]}
@@ -294,11 +262,7 @@ def render(result: dict) -> str:
         f"One stream: the median of {settings['repeat']} timed call(s) after a warm-up on the same text; chunk_many "
         f"and loop: one timed pass after a warm-up on their first documents; 4k and 16k: one timed call after one "
         f"on the same document; 100k: timed once, after a warm-up on its first {settings['stream_tokens']:,} tokens."
-        + (
-            " A + after this tree's commit: uncommitted changes in rr_fast/."
-            if result["meta"]["this tree"]["changed"]
-            else ""
-        )
+        + (" A + after this tree's commit: uncommitted changes in rr_fast/." if changed else "")
     )
     return "\n\n".join(parts)
 
@@ -336,28 +300,20 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     commit_sha = git("rev-parse", "--verify", f"{args.commit}^{{commit}}")
     changed = git("diff", "--name-only", "HEAD", "--", "rr_fast").splitlines()  # as the run starts
+    head = git("rev-parse", "HEAD")
+    settings = {"rounds": args.rounds, "repeat": args.repeat, "threads": args.threads, "stream_tokens": STREAM_TOKENS}
     inputs = build_inputs(args)
     runs = measure(args, inputs)
     result = {
         "meta": {
             "command": "python -m bench.speed.shapes " + " ".join(argv),
             **machine_facts(args.threads),
-            "this tree": {
-                "commit": git("rev-parse", "HEAD"),
-                "short": git("rev-parse", "--short", "HEAD"),
-                "changed": changed,
-            },
+            "this tree": {"commit": head, "short": git("rev-parse", "--short", "HEAD"), "changed": changed},
             "commit": {"name": args.commit, "commit": commit_sha, "short": git("rev-parse", "--short", commit_sha)},
             "streams": str(args.streams),
             "data": str(data_dir(args.data_dir)),
         },
-        "settings": {
-            "rounds": args.rounds,
-            "repeat": args.repeat,
-            "threads": args.threads,
-            "quick": args.quick,
-            "stream_tokens": QUICK_STREAM_TOKENS if args.quick else STREAM_TOKENS,
-        },
+        "settings": settings,
         "configs": {name: CONFIGS[name] for name in args.configs},
         "shapes": {
             name: {k: v for k, v in asdict(shape).items() if k not in ("documents", "warm_up")}

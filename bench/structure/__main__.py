@@ -9,18 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import BENCH_MODEL, REPO_ROOT, data_dir
+from bench.common import BENCH_MODEL, CONFIGS, REPO_ROOT, data_dir
+from bench.quality.calibration import LIMITS  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every method
 from bench.structure.data import chapter_boundaries, passages, wiki50
-from bench.structure.scoring import CONFIGS, cached_chunker, scored_model
-from rr_fast import ChunkerConfig
-from rr_fast.models.names import resolve
-
-LIMITS = ChunkerConfig().resolve().limits  # 48 / 384 / 192 SmolLM2 tokens, the defaults, for every method
-
-
-def length_unit(args) -> str:
-    """The limits count SmolLM2's tokens for every method: another model's chunker counts them with its tokenizer."""
-    return "model" if scored_model(args.config, args.window, args.model) == BENCH_MODEL else resolve(BENCH_MODEL)
+from bench.structure.scoring import cached_chunker, length_unit
 
 
 def score(args) -> None:
@@ -28,7 +20,8 @@ def score(args) -> None:
     need them), then Wiki-50's evaluation documents, then the passages; an interrupted run keeps what it scored."""
     calibration, evaluation = wiki50(args.data_dir)
     docs = calibration + chapter_boundaries(args.data_dir) + evaluation + passages(args.data_dir, args.readmes)
-    options = {"model": args.model, "length_unit": length_unit(args), "config": args.config}
+    unit = length_unit(args.config, args.window, args.model)
+    options = {"model": args.model, "length_unit": unit, "config": args.config}
     chunkers = {s: cached_chunker(args.out, args.window, args.device, s, LIMITS, **options) for s in ("auto", "none")}
     # the chapter boundaries calibrate the priors with Wiki-50's calibration documents; only auto uses priors
     by_kind = {"wiki50": args.wiki_structures, "chapters": "auto" if "auto" in args.wiki_structures.split(",") else ""}
@@ -36,13 +29,11 @@ def score(args) -> None:
     for doc in docs:
         wanted = by_kind.get(doc.kind, args.passage_structures)
         for structure in filter(None, wanted.split(",")):
-            started = time.perf_counter()
-            chunker = chunkers[structure]
-            before = chunker.scorer.misses
-            chunker.chunk(doc.text)
-            new_edges += chunker.scorer.misses - before
-            took = f"{time.perf_counter() - started:.1f}s"
-            print(f"{doc.id} {structure}: {chunker.scorer.misses - before} new edges, {took}", file=sys.stderr)
+            started, before = time.perf_counter(), chunkers[structure].scorer.misses
+            chunkers[structure].chunk(doc.text)
+            new = chunkers[structure].scorer.misses - before
+            new_edges += new
+            print(f"{doc.id} {structure}: {new} new edges, {time.perf_counter() - started:.1f}s", file=sys.stderr)
     seconds = time.perf_counter() - begun
     print(f"scored {new_edges} new edges in {seconds:.0f}s", file=sys.stderr)
     runs = args.out / "score_runs.json"  # every score run into this folder: what it scored, how long it took
@@ -80,7 +71,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("step", choices=("score", "calibrate", "report"))
     parser.add_argument("--data-dir", type=Path, default=data_dir())
-    parser.add_argument("--config", choices=tuple(CONFIGS), help="a product configuration (scoring.CONFIGS)")
+    parser.add_argument("--config", choices=tuple(CONFIGS), help="a product configuration (common.CONFIGS)")
     parser.add_argument("--out", type=Path, help="default: bench/out/structure, or bench/out/structure_CONFIG")
     parser.add_argument("--readmes", type=Path, default=Path("bench/out/structure/readmes"), help="pinned wheels")
     parser.add_argument("--window", type=int, help="lr at this window (default: scoring.SCORED, lr at 96)")

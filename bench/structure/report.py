@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from bench.common import BENCH_MODEL
+from bench.common import CONFIGS
+from bench.quality import peers
 from bench.quality.baselines import default_tokenizer
+from bench.quality.calibration import LIMITS
 from bench.structure.data import chapter_boundaries, passages, wiki50, word_starts
-from bench.structure.peers import PEERS
-from bench.structure.scoring import CONFIGS, NotCached, cached_chunker, describe, scored_model
-from rr_fast.models.names import resolve
+from bench.structure.scoring import NotCached, cached_chunker, describe, length_unit
 from rr_fast.text.structure import PRIORS, Level, analyse, levels
 
 BOOTSTRAP = 10_000
@@ -29,6 +29,15 @@ LINE_GRID = (0.0, 0.05, 0.1, 0.2)  # a writer's break is never weaker than a sen
 # ρ on structured text (``Reading.structured_penalty``): from a recipe's flattened-stream values to past 1 + the
 # heading prior, where headings stop paying for their cuts
 PENALTY_GRID = (0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 2.0)
+# The peers as shipped, each capped at rr-fast's maximum (384 SmolLM2 tokens), overlap 0 where they have one,
+# everything else their default (embedding peers: the local MiniLM)
+PEERS = {
+    "chonkie-recursive": peers.chonkie_recursive,
+    "chonkie-semantic": peers.chonkie_semantic,
+    "langchain-recursive": peers.langchain_recursive,
+    "llamaindex-sentence": peers.llamaindex_sentence,
+    "semchunk": peers.semchunk_,
+}
 
 
 @contextmanager
@@ -83,7 +92,7 @@ def _cached_options(args) -> dict:
     """A report's or calibration's chunker reads the cache only, and a model other than SmolLM2 counts the limits
     in SmolLM2's tokens, like every peer."""
     config = getattr(args, "config", None)
-    unit = "model" if scored_model(config, args.window, args.model) == BENCH_MODEL else resolve(BENCH_MODEL)
+    unit = length_unit(config, args.window, args.model)
     return {"strict": True, "model": args.model, "length_unit": unit, "config": config}
 
 
@@ -158,10 +167,7 @@ def calibrate(args) -> dict:
     grid value whose P_k averaged over the configurations is lowest (``shared_penalty``). Writes
     ``out/calibration.json``; the evaluation documents choose nothing.
     """
-    from rr_fast import ChunkerConfig
-
-    limits = ChunkerConfig().resolve().limits
-    chunker = cached_chunker(args.out, args.window, args.device, "auto", limits, **_cached_options(args))
+    chunker = cached_chunker(args.out, args.window, args.device, "auto", LIMITS, **_cached_options(args))
     wiki, _ = wiki50(args.data_dir)
     wiki = [d for d in wiki if scored(chunker.chunk, d.text)]
     chapters = [d for d in chapter_boundaries(args.data_dir) if scored(chunker.chunk, d.text)]
@@ -172,21 +178,12 @@ def calibrate(args) -> dict:
         for p in (PARAGRAPH_GRID if chapters else ())
     ]
     best_paragraph = min(paragraph_grid, key=lambda g: (round(g["pk"], 9), g["paragraph"]), default=None)
-    penalty_grid = []
-    for value in PENALTY_GRID:
-        penalty_grid.append(_grid_point(chunker, wiki + chapters, structured_penalty=value))
-    result = {
-        "best": best,
-        "grid": grid,
-        "best_paragraph": best_paragraph,
-        "paragraph_grid": paragraph_grid,
-        "penalty_grid": penalty_grid,
-        "best_penalty": min(penalty_grid, key=lambda g: (round(g["pk"], 9), g["structured_penalty"])),
-        "window": chunker.reading.window,
-        "rr_fast": describe(getattr(args, "config", None), args.window, args.model),
-        "documents": [d.id for d in wiki],
-        "chapter_documents": [d.id for d in chapters],
-    }
+    penalty_grid = [_grid_point(chunker, wiki + chapters, structured_penalty=value) for value in PENALTY_GRID]
+    best_penalty = min(penalty_grid, key=lambda g: (round(g["pk"], 9), g["structured_penalty"]))
+    result = {"best": best, "grid": grid, "best_paragraph": best_paragraph, "paragraph_grid": paragraph_grid}
+    result |= {"penalty_grid": penalty_grid, "best_penalty": best_penalty, "window": chunker.reading.window}
+    result |= {"rr_fast": describe(getattr(args, "config", None), args.window, args.model)}
+    result |= {"documents": [d.id for d in wiki], "chapter_documents": [d.id for d in chapters]}
     (args.out / "calibration.json").write_text(json.dumps(result, indent=2))
     print("best:", best, "paragraph:", best_paragraph, "ρ on structured text:", result["best_penalty"])
     shared = shared_penalty(args.out.parent)
@@ -197,7 +194,7 @@ def calibrate(args) -> dict:
 
 def shared_penalty(folder) -> dict | None:
     """The ρ on structured text that every model ships with: the ``PENALTY_GRID`` value whose calibration P_k,
-    averaged over the bundled configurations (bench.structure.scoring.CONFIGS), is lowest, ties to the smaller. None
+    averaged over the bundled configurations (bench.common.CONFIGS), is lowest, ties to the smaller. None
     until each configuration's ``calibrate`` has written its grid (in ``folder``/structure_CONFIG)."""
     grids = {}
     for config in CONFIGS:
@@ -240,30 +237,21 @@ def _grid_point(chunker, docs, **values) -> dict:
 
 
 def report(args) -> None:
-    from rr_fast import ChunkerConfig
-
-    limits = ChunkerConfig().resolve().limits
-    run = methods(args, limits)
+    run = methods(args, LIMITS)
     rr_fast = describe(getattr(args, "config", None), args.window, args.model)
-    result = {
-        "model": rr_fast["model"],
-        "window": rr_fast["reading"]["window"],
-        "rr_fast": rr_fast,
-        "limits": [limits.min_tokens, limits.max_tokens],
-        "passages": {},
-        "wiki50": {},
-    }
+    result = {"model": rr_fast["model"], "window": rr_fast["reading"]["window"], "rr_fast": rr_fast}
+    result |= {"limits": [LIMITS.min_tokens, LIMITS.max_tokens], "passages": {}, "wiki50": {}}
     rr_names = [n for n in run if n.startswith("rr-fast") or n.startswith("structure only")]
     for doc in passages(args.data_dir, getattr(args, "readmes", args.out / "readmes")):
         kept = {n: c for n, c in run.items() if n not in rr_names or scored(c, doc.text)}
-        result["passages"][doc.id] = {n: classify(doc.text, c(doc.text), limits.max_tokens) for n, c in kept.items()}
+        result["passages"][doc.id] = {n: classify(doc.text, c(doc.text), LIMITS.max_tokens) for n, c in kept.items()}
     _, evaluation = wiki50(args.data_dir)
     for name in rr_names:  # a row only where every evaluation document is scored (pairs need them all)
         if name != "structure only (no model)" and not all(scored(run[name], d.text) for d in evaluation):
             del run[name]
     result["wiki50_documents"] = [d.id for d in evaluation]
     run["no cuts"] = lambda t: []
-    run["paragraphs (every blank line, no limits)"] = lambda t: paragraph_cuts(t)
+    run["paragraphs (every blank line, no limits)"] = paragraph_cuts
     if not evaluation:
         (args.out / "report.json").write_text(json.dumps(result, indent=2))
         print(markdown(result))
@@ -303,14 +291,11 @@ def _ci(values: np.ndarray) -> list[float]:
     return [float(v) for v in np.percentile(values, [2.5, 97.5])]
 
 
-def passage_group(doc_id: str) -> str:
-    return "Rust book" if doc_id.startswith("rust_") else "PyPI READMEs" if doc_id.startswith("readme_") else "prose"
-
-
 def markdown(result: dict) -> str:
     groups: dict[str, list[str]] = {}
     for doc_id in result["passages"]:
-        groups.setdefault(passage_group(doc_id), []).append(doc_id)
+        group = {"rust": "Rust book", "readme": "PyPI READMEs"}.get(doc_id.split("_")[0], "prose")
+        groups.setdefault(group, []).append(doc_id)
     lines = [
         f"Passages: cuts / mid-sentence / at a sentence end inside a paragraph or item / inside a unit that fits + "
         f"one that does not / heading split / chunks over max ({result['limits'][1]} SmolLM2 tokens), summed over "
@@ -320,8 +305,7 @@ def markdown(result: dict) -> str:
         "| Method | " + " | ".join(f"{g} ({len(ids)})" for g, ids in groups.items()) + " | total |",
         "| --- |" + " --- |" * (len(groups) + 1),
     ]
-    names = list(dict.fromkeys(n for counts in result["passages"].values() for n in counts))
-    for name in names:
+    for name in dict.fromkeys(n for counts in result["passages"].values() for n in counts):
         cells = []
         for ids in [*groups.values(), list(result["passages"])]:
             rows = [result["passages"][i][name] for i in ids if name in result["passages"][i]]

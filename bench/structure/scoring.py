@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import BENCH_MODEL
+from bench.common import BENCH_MODEL, CONFIGS, ScorerOver
 from bench.engine import research_config
 from rr_fast import Chunker, ChunkerConfig, Limits
+from rr_fast.models.names import resolve
 from rr_fast.scoring.windows import WindowScorer
 
 
@@ -25,24 +26,23 @@ class NotCached(LookupError):
     """A strict cache was asked for an edge it has no score for."""
 
 
-class CachedEngine:
+class CachedEngine(ScorerOver):
     """A ``Scorer`` over a chunker's own, answering from a JSON cache of its scores (module docstring)."""
 
     def __init__(self, engine, path: Path, strict: bool = False, per_call: bool = False):
-        self.scorer, self.backend, self.names = engine, engine.backend, engine.names
+        super().__init__(engine)
         self.strict = strict  # report and calibrate never run the model: they use what ``score`` cached
         self.per_call = per_call  # one entry per (ids, edges) call, scored whole: the attention readout's
         self.path = path
         self.cache: dict[str, dict[str, dict[str, float]]] = json.loads(path.read_text()) if path.exists() else {}
-        self.timings = engine.timings
         self.misses = 0
 
     def score(self, ids: np.ndarray, edges: np.ndarray, progress=None) -> dict[str, np.ndarray]:
         key = hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()
         if self.per_call:
             key += "/" + hashlib.sha1(np.asarray(edges, dtype=np.int64).tobytes()).hexdigest()
-        known = self.cache.setdefault(key, {})
-        missing = [int(e) for e in edges.tolist() if str(int(e)) not in known]
+        known, keys = self.cache.setdefault(key, {}), [str(int(e)) for e in edges.tolist()]
+        missing = [int(k) for k in keys if k not in known]
         if missing and self.strict:
             raise NotCached(f"{len(missing)} edges not scored; run `python -m bench.structure score` first")
         if missing:
@@ -51,18 +51,7 @@ class CachedEngine:
             for i, edge in enumerate(missing):
                 known[str(edge)] = {name: float(v[i]) for name, v in values.items()}
             self.save()
-        return {
-            name: np.array([known[str(int(e))][name] for e in edges.tolist()], dtype=np.float64)
-            for name in self.scorer.names
-        }
-
-    def must_score(self, num_tokens: int, edges: np.ndarray) -> np.ndarray:
-        return self.scorer.must_score(num_tokens, edges)
-
-    def score_many(self, documents, progress=None):
-        """The chunker's entry point: one document at a time (cached edges cost nothing, new ones are few)."""
-        for ids, edges in documents:
-            yield self.score(ids, edges)
+        return {name: np.array([known[k][name] for k in keys], dtype=np.float64) for name in self.names}
 
     def save(self) -> None:
         """Write the cache, keeping what another engine on the same file (``score`` runs one per structure
@@ -77,20 +66,11 @@ class CachedEngine:
         temporary.replace(self.path)
 
 
-class ConstantEngine:
+class ConstantEngine(ScorerOver):
     """No model: every edge gets the same score, so only the structure, priors and lengths choose."""
-
-    def __init__(self, replaced):
-        self.names = replaced.names
-        self.backend = replaced.backend  # the Scorer interface's; it runs nothing here, its notes still reach results
-        self.timings = {}
 
     def score(self, ids, edges, progress=None):
         return {name: np.zeros(len(edges)) for name in self.names}
-
-    def score_many(self, documents, progress=None):
-        for ids, edges in documents:
-            yield self.score(ids, edges)
 
     def must_score(self, num_tokens, edges):
         return np.ones(len(edges), dtype=bool)
@@ -102,21 +82,16 @@ class ConstantEngine:
 SCORED = {"model": BENCH_MODEL, "readout": "lr", "window": 96, "penalty": 0.95, "structured_penalty": 0.95}
 
 
-# The product's configurations as a user gets them (``ChunkerConfig`` options only: the recipe decides the readout,
-# layers, candidate step, ρ and dtype): Gemma 3's default and its fast preset (the attention readout on 18 and 9
-# layers), and SmolLM2's default (the attention readout on 30 layers)
-CONFIGS: dict[str, dict[str, str]] = {
-    "default": {},
-    "fast": {"preset": "fast"},
-    "smollm2": {"model": BENCH_MODEL},
-}
-
-
 def scored_model(config: str | None, window: int | None, model: str = BENCH_MODEL) -> str:
     """The model whose scores a run uses: a product configuration's, else ``model`` with a window, else SCORED's."""
     if config is not None:
         return ChunkerConfig(**CONFIGS[config]).model
     return model if window is not None else SCORED["model"]
+
+
+def length_unit(config: str | None, window: int | None, model: str = BENCH_MODEL) -> str:
+    """The limits count SmolLM2's tokens for every method: another model's chunker counts them with its tokenizer."""
+    return "model" if scored_model(config, window, model) == BENCH_MODEL else resolve(BENCH_MODEL)
 
 
 def scored_options(config: str | None, window: int | None, model: str = BENCH_MODEL) -> dict:
@@ -135,9 +110,8 @@ def describe(config: str | None, window: int | None, model: str = BENCH_MODEL) -
     text = f"{name}, lr at window {reading.window}"  # a research configuration's header
     if config is not None:
         what = f"{reading.readout} on {reading.layer} layers" if reading.readout == "attention" else reading.readout
-        step = f"candidate step {reading.step}"
         rho = f"ρ {reading.penalty} (on structured text {reading.structured_penalty})"
-        text = f"{name}, configuration {config!r}: {what}, {step}, {rho}, {reading.dtype}"
+        text = f"{name}, configuration {config!r}: {what}, candidate step {reading.step}, {rho}, {reading.dtype}"
     return {"config": config, "model": name, "reading": asdict(reading), "text": text}
 
 

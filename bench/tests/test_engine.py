@@ -12,6 +12,7 @@ from bench.engine import ResearchEngine, ShortlistScorer, research_chunker, rese
 from bench.tests.toy_streams import random_text
 from rr_fast.errors import UsageError
 from rr_fast.scoring.windows import WindowScorer
+from rr_fast.text.tokens import tokenize
 
 TEXT = "The first record ends here. A second one starts now and runs on for a while. " * 4
 
@@ -51,9 +52,8 @@ def test_two_stage_scores_the_shortlist_exactly_and_ranks_the_rest_below(tiny, b
     config = settings(tiny, window=16, readouts=("lr",), batch_tokens=64)
     full = list(WindowScorer(backend, [], config).score_many(texts))
     cheap = list(WindowScorer(backend, [], settings(tiny, window=6, readouts=("rr",))).score_many(texts))
-    for (_ids, edges), got, want, first in zip(
-        texts, ShortlistScorer(backend, [], config, 0.3, 6).score_many(texts), full, cheap
-    ):
+    two_stage = ShortlistScorer(backend, [], config, 0.3, 6).score_many(texts)
+    for (_ids, edges), got, want, first in zip(texts, two_stage, full, cheap):
         chosen = np.sort(
             np.argsort(-np.nan_to_num(first["rr"], nan=-np.inf), kind="stable")[: int(np.ceil(0.3 * len(edges)))]
         )
@@ -65,8 +65,6 @@ def test_two_stage_scores_the_shortlist_exactly_and_ranks_the_rest_below(tiny, b
 def test_research_options_reach_the_chunkers_scorer(tiny):
     """reset_prefix maps to token ids in front of every reset window; shortlist makes a two-stage scorer; int8
     quantizes the decoder's linears; a Chunker without research options is the product's."""
-    from rr_fast.text.tokens import tokenize
-
     plain = research_chunker(model=tiny, readout="rr", window=12, device="cpu")
     sep = research_chunker(model=tiny, readout="rr", window=12, reset_prefix="sep", device="cpu")
     assert type(plain.scorer) is WindowScorer and isinstance(sep.scorer, ResearchEngine)

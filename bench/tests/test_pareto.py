@@ -37,11 +37,7 @@ def test_default_is_the_fastest_option_within_the_noise_of_the_best():
 
 @pytest.mark.parametrize(
     ("preset", "option"),
-    [
-        ("quality", pareto.QUALITY),
-        ("balanced", pareto.DEFAULT),
-        ("fast", "gemma3-270m:attention-L9-step8-bf16"),
-    ],
+    [("quality", pareto.QUALITY), ("balanced", pareto.DEFAULT), ("fast", "gemma3-270m:attention-L9-step8-bf16")],
 )
 def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
     """``--preset`` runs exactly the option whose row the Presets table shows; the default is ``balanced``."""
@@ -65,14 +61,11 @@ def test_report_renders_recovery_speed_and_picks(tmp_path, monkeypatch):
     monkeypatch.setattr(pareto, "QUALITY", "lr@w96")
     monkeypatch.setattr(report, "QUALITY", "lr@w96")
     streams = [toy_stream("cal", 0)] + [toy_stream("eval", i) for i in range(4)]
-    (tmp_path / "penalties.json").write_text(
-        json.dumps(
-            {
-                "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.6, "streams": 45},
-                "fast-one": {"penalty": 1.0, "calibration_recovery": 0.3, "streams": 15},
-            }
-        )
-    )
+    penalties = {
+        "lr@w96": {"penalty": 0.95, "calibration_recovery": 0.6, "streams": 45},
+        "fast-one": {"penalty": 1.0, "calibration_recovery": 0.3, "streams": 15},
+    }
+    (tmp_path / "penalties.json").write_text(json.dumps(penalties))
     rows = [
         {"name": "lr@w96", "seconds": 10.0, "cpu_seconds": 20.0, "tokens_per_second": 10.0},
         {"name": "fast-one", "seconds": 0.5, "cpu_seconds": 1.0, "tokens_per_second": 200.0},

@@ -9,21 +9,18 @@ import numpy as np
 import pytest
 
 from bench.quality.__main__ import main
-from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
+from bench.quality.calibration import EdgeScores, calibrate, chunk_spans, metrics_at
 from bench.quality.metrics import bootstrap_indices, interval, partition, stream_metrics
 from bench.quality.ocr import align_chars, ocr_stream
 from bench.quality.peers import align
-from bench.quality.streams import Stream
+from bench.quality.streams import Stream, concatenate
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
 
 
 def _stream(texts: list[str], name: str = "s", split: str = "eval") -> Stream:
-    spans, position = [], 0
-    for i, text in enumerate(texts):
-        spans.append((f"r{i}", position, position + len(text)))
-        position += len(text) + 1
-    return Stream(name, "toy", split, " ".join(texts), spans)
+    text, spans = concatenate([(f"r{i}", text) for i, text in enumerate(texts)])
+    return Stream(name, "toy", split, text, spans)
 
 
 def _perfect(stream: Stream) -> list[tuple[int, int]]:
@@ -67,9 +64,7 @@ def test_calibration_finds_the_record_joins():
     chars = np.union1d(np.arange(8, len(stream.text), 8), joins)
     scores = EdgeScores(len(stream.text), chars, chars, np.isin(chars, joins) + np.linspace(0, 0.01, len(chars)))
     assert chunk_spans(len(stream.text), scores, penalty=0.9) == _perfect(stream)
-    rho, grid = calibrate(
-        lambda rho: [stream_metrics(stream.text, stream.records, chunk_spans(len(stream.text), scores, rho), False)]
-    )
+    rho, grid = calibrate(metrics_at([stream], {stream.id: scores}))
     assert {g["penalty"]: g["clean_unit_recovery"] for g in grid}[rho] == 1.0
 
 

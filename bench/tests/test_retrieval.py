@@ -9,9 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from bench.retrieval.chunkers import TRUE_BOUNDARIES
+from bench.common import REPO_ROOT
+from bench.retrieval.__main__ import _parse, main
+from bench.retrieval.chunkers import TRUE_BOUNDARIES, cached_chunker, rr_config, with_limits
 from bench.retrieval.data import Question
 from bench.retrieval.evaluate import question_metrics
+from rr_fast import Chunker, Limits
 
 TOPICS = ("harbour", "orchard", "glacier", "market", "library", "volcano")
 
@@ -31,9 +34,6 @@ def test_metrics_are_chromas_character_recall_precision_and_iou():
 
 def test_sweep_replays_cached_scores_and_matches_a_chunker_built_with_those_limits(tiny, tmp_path):
     """Each limit setting re-runs only the DP on the cached scores, and cuts as a fresh Chunker would."""
-    from bench.retrieval.chunkers import cached_chunker, rr_config, with_limits
-    from rr_fast import Chunker, Limits
-
     text = " ".join(f"The {t} was quiet at dawn. Nobody spoke of the {t} until noon." for t in TOPICS * 3)
     chunker = cached_chunker(rr_config(f"{tiny}+backend=torch"), tmp_path)
     calls = []
@@ -48,13 +48,10 @@ def test_sweep_replays_cached_scores_and_matches_a_chunker_built_with_those_limi
 
 
 def test_one_command_writes_results_and_report(tiny, tmp_path):
-    from bench.retrieval.__main__ import main
-
     data = _toy_data(tmp_path)
     out = tmp_path / "out"
     argv = ["--quick", "--data-dir", data, "--out", out, "--rr", f"{tiny}+backend=torch", "--resamples", "200"]
-    argv += ["--peers", "fixed-tokens,langchain-recursive", "--results", out / "r.json"]
-    argv += ["--report", out / "r.md"]
+    argv += ["--peers", "fixed-tokens,langchain-recursive", "--results", out / "r.json", "--report", out / "r.md"]
     assert main([str(a) for a in argv]) == 0
     results = json.loads((out / "r.json").read_text())
     assert list(results["conditions"]) == ["published", "flattened", "records"]
@@ -83,18 +80,15 @@ def _toy_data(root):
     (data / "chroma" / "corpora").mkdir(parents=True)
     rows = []
     for corpus, topics in (("alpha", TOPICS[:3]), ("beta", TOPICS[3:])):
-        paragraphs = [
-            f"# The {t}\nThe {t} opened early.\nPeople came to see the {t} for {n} reasons.\n"
-            for n, t in enumerate(topics * 4)
-        ]
+        paragraph = "# The {t}\nThe {t} opened early.\nPeople came to see the {t} for {n} reasons.\n"
+        paragraphs = [paragraph.format(t=t, n=n) for n, t in enumerate(topics * 4)]
         text = "\n".join(paragraphs)
         (data / "chroma" / "corpora" / f"{corpus}.md").write_text(text, encoding="utf-8")
         for n, paragraph in enumerate(paragraphs):
             start = text.index(paragraph)
             ref = {"content": paragraph, "start_index": start, "end_index": start + len(paragraph)}
-            rows.append(
-                {"question": f"Why visit the {topics[n % 3]}?", "references": json.dumps([ref]), "corpus_id": corpus}
-            )
+            question = f"Why visit the {topics[n % 3]}?"
+            rows.append({"question": question, "references": json.dumps([ref]), "corpus_id": corpus})
     with open(data / "chroma" / "questions.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=["question", "references", "corpus_id"])
         writer.writeheader()
@@ -113,15 +107,7 @@ def _toy_data(root):
     return data
 
 
-def _row(family: str, name: str, eval_chars: float, cal_chars: float, recall: float, iou: float) -> dict:
-    metrics = {"5": {"recall": [recall] * 4, "iou": [iou] * 4}}
-    return {"family": family, "name": name, "mean_chars": eval_chars, "mean_chars_cal": cal_chars, "metrics": metrics}
-
-
 def test_the_bare_command_scores_the_committed_results_configurations():
     """``python -m bench.retrieval`` with no options reproduces the committed table: its ``--rr`` is theirs."""
-    from bench.common import REPO_ROOT
-    from bench.retrieval.__main__ import _parse
-
     committed = json.loads((REPO_ROOT / "bench" / "results" / "retrieval.json").read_text())
     assert _parse([]).rr == committed["rr"]

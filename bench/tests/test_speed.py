@@ -7,26 +7,19 @@ import subprocess
 
 import pytest
 
+from bench.speed import against_commit, default_cli, gpu_corpus, shapes
+from bench.speed.data import timing_text
+from rr_fast.text.tokenizer import load_tokenizer
+from rr_fast.text.tokens import tokenize
+
 
 def test_gpu_corpus_benchmark_smoke(tmp_path):
     """``python -m bench.speed.gpu_corpus --smoke`` (a shrunk Gemma 3 on the CPU): the corpus row, the engine row
     (through the fused kernel in Triton's interpreter where TRITON_INTERPRET=1 and Triton is installed) and the
     engine over the corpus four times."""
-    from bench.speed import gpu_corpus
-
     out = tmp_path / "out"
-    arguments = [
-        "--smoke",
-        "--rows",
-        "engine,engine_x4",
-        "--seconds",
-        "1e9",
-        "--inputs",
-        str(tmp_path),
-        "--out",
-        str(out),
-    ]
-    result = gpu_corpus.main(arguments)
+    arguments = ["--smoke", "--rows", "engine,engine_x4", "--seconds", "1e9", "--inputs", str(tmp_path)]
+    result = gpu_corpus.main([*arguments, "--out", str(out)])
     assert json.loads((out / "result.json").read_text()) == json.loads(json.dumps(result))
     assert result["balanced"]["errors"] == 0 and result["balanced"]["source_tokens"] > 0
     assert 0 < result["engine"]["fraction_of_peak"] and result["engine"]["flops"] > 0
@@ -35,12 +28,10 @@ def test_gpu_corpus_benchmark_smoke(tmp_path):
 
 def test_against_commit_times_both_trees(tiny, tmp_path):
     """``python -m bench.speed.against_commit HEAD``: each tree times in its own process; no worktree is left."""
-    from bench.speed import against_commit
 
     def worktrees() -> str:
-        return subprocess.run(
-            ["git", "worktree", "list"], cwd=against_commit.ROOT, capture_output=True, text=True
-        ).stdout
+        listed = subprocess.run(["git", "worktree", "list"], cwd=against_commit.ROOT, capture_output=True, text=True)
+        return listed.stdout
 
     before = worktrees()
     text = tmp_path / "text.txt"
@@ -53,11 +44,6 @@ def test_against_commit_times_both_trees(tiny, tmp_path):
 def test_shapes_table_from_made_up_runs(tiny, data_root):
     """``bench.speed.shapes`` without a model: the names it accepts, the timing text (bench.speed.data), and its table
     from made-up runs, one failed."""
-    from bench.speed import shapes
-    from bench.speed.data import timing_text
-    from rr_fast.text.tokenizer import load_tokenizer
-    from rr_fast.text.tokens import tokenize
-
     tokenizer = load_tokenizer(tiny)
     assert abs(len(tokenize(tokenizer, timing_text(tokenizer, 256, data_root))) - 256) <= 2
     with pytest.raises(SystemExit):
@@ -72,13 +58,9 @@ def test_shapes_table_from_made_up_runs(tiny, data_root):
     described = {name: {"label": name, "source_tokens": 1000, "documents": 4} for name in ("many", "loop")}
     rows = shapes.summarize(runs, described)
     assert [row["ratio"] for row in rows] == [2.0, None]
-    result = {
-        "meta": {"this tree": {"short": "aaaaaaa", "changed": []}, "commit": {"short": "bbbbbbb"}},
-        "settings": {"rounds": 1, "repeat": 1, "threads": 2, "stream_tokens": 200},
-        "shapes": described,
-        "rows": rows,
-    }
-    text = shapes.render(result)
+    meta = {"this tree": {"short": "aaaaaaa", "changed": []}, "commit": {"short": "bbbbbbb"}}
+    settings = {"rounds": 1, "repeat": 1, "threads": 2, "stream_tokens": 200}
+    text = shapes.render({"meta": meta, "settings": settings, "shapes": described, "rows": rows})
     assert "| default | many | 1,000 | 2,000 | 1,000 | 2.000 | 900 | 900 |" in text
     assert "| default | loop | 1,000 | 1,000 | failed | – | 900 | – |" in text
     assert "| default | 4 streams | 2.00× | – |" in text
@@ -86,8 +68,6 @@ def test_shapes_table_from_made_up_runs(tiny, data_root):
 
 def test_default_cli_times_the_command(tmp_path):
     """``bench.speed.default_cli``: one fresh ``python -m rr_fast.chunk`` of the default, its CPU and wall time."""
-    from bench.speed import default_cli
-
     page = tmp_path / "page.txt"
     page.write_text("The harbour was quiet. Gulls circled overhead. " * 20, encoding="utf-8")
     row = default_cli.run(page, None)

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import asdict
 
+import pytest
+
 from bench.common import BENCH_MODEL as BENCH
-from bench.structure.data import Document
-from bench.structure.report import chunk_starts, gold_masses, sentence_masses
+from bench.common import CONFIGS, data_dir
+from bench.structure.data import Document, wiki50
+from bench.structure.report import chunk_starts, gold_masses, methods, sentence_masses
+from bench.structure.scoring import NotCached, cached_chunker, describe, scored_model, scored_options
+from rr_fast import ChunkerConfig, Limits
 
 TEXT = "## One\nFirst sentence.\nSecond one.\n\n## Two\nThird here.\nFourth.\n"
-DOC = Document(
-    "toy",
-    "wiki50",
-    TEXT,
-    section_starts=(TEXT.index("## Two"),),
-    sentence_starts=(0, TEXT.index("Second"), TEXT.index("## Two"), TEXT.index("Fourth")),
-)
+SENTENCES = (0, TEXT.index("Second"), TEXT.index("## Two"), TEXT.index("Fourth"))  # where each sentence starts
+DOC = Document("toy", "wiki50", TEXT, section_starts=(TEXT.index("## Two"),), sentence_starts=SENTENCES)
 
 
 def test_sentence_masses_round_to_the_nearer_sentence_start():
@@ -27,14 +29,6 @@ def test_sentence_masses_round_to_the_nearer_sentence_start():
 
 def test_report_methods_run_the_structure_only_row_and_read_rr_fast_strictly(tmp_path):
     """The report's rows as it builds them (bundled model): no model run, strict cache, peers by name."""
-    import argparse
-
-    import pytest
-
-    from bench.structure.report import methods
-    from bench.structure.scoring import NotCached
-    from rr_fast import Limits
-
     args = argparse.Namespace(out=tmp_path, window=24, device="cpu", model="smollm2-135m")
     run = methods(args, Limits(4, 32, 16, 0.02))
     assert {"rr-fast auto", "rr-fast none", "structure only (no model)", "semchunk"} <= set(run)
@@ -46,9 +40,6 @@ def test_report_methods_run_the_structure_only_row_and_read_rr_fast_strictly(tmp
 
 def test_wiki50_is_read_as_the_papers_protocol_counts_it():
     """177 top-level sections and 2,776 sentences, as the paper's Appendix counts them; the first 20 calibrate."""
-    from bench.common import data_dir
-    from bench.structure.data import wiki50
-
     calibration, evaluation = wiki50(data_dir())
     docs = calibration + evaluation
     assert (len(calibration), len(evaluation)) == (20, 30)
@@ -59,11 +50,6 @@ def test_wiki50_is_read_as_the_papers_protocol_counts_it():
 def test_product_configurations_are_the_product_s_own_and_take_no_window():
     """``--config`` runs what a user gets: each configuration resolves to ``ChunkerConfig``'s own reading (no
     research option added), and a window is refused rather than silently mixed in."""
-    import pytest
-
-    from bench.structure.scoring import CONFIGS, describe, scored_model, scored_options
-    from rr_fast import ChunkerConfig
-
     assert set(CONFIGS) == {"default", "fast", "smollm2"}
     users = {"default": ChunkerConfig(), "fast": ChunkerConfig(preset="fast"), "smollm2": ChunkerConfig(model=BENCH)}
     for name, config in users.items():
@@ -79,13 +65,6 @@ def test_product_configurations_are_the_product_s_own_and_take_no_window():
 def test_a_product_configuration_scores_into_its_own_cache_and_replays_strictly(tmp_path):
     """SmolLM2's default (bundled model, attention readout) through the benchmark's chunker: scored once into
     ``scores_smollm2.json``, replayed without the model, the structure-only row beside it."""
-    import json
-
-    import pytest
-
-    from bench.structure.scoring import NotCached, cached_chunker
-    from rr_fast import Limits
-
     limits = Limits(4, 32, 16, 0.02)
     filling = cached_chunker(tmp_path, None, "cpu", "auto", limits, config="smollm2")
     first = [(c.start, c.end) for c in filling.chunk(TEXT)]

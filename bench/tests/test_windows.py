@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bench.quality import windows
+from bench.quality.metrics import ci_text
 from bench.quality.streams import Stream
 from bench.tests.toy_streams import toy_stream
 
@@ -25,17 +26,8 @@ def _write_scores(out, stream: Stream, good: str | tuple[str, ...], seed: int) -
     for model in {windows.model_of(name) for name in readouts}:
         folder = windows.scores_folder(out, model)
         folder.mkdir(parents=True, exist_ok=True)
-        np.savez(
-            folder / f"{stream.id}.npz",
-            edge_tokens=edges,
-            edge_chars=edges,
-            num_tokens=np.int64(len(stream.text)),
-            **{name: values for name, values in readouts.items() if windows.model_of(name) == model},
-        )
-
-
-def ci_text(value) -> str:
-    return f"{value[0]:.3f} [{value[1]:.3f}, {value[2]:.3f}]"
+        mine = {name: values for name, values in readouts.items() if windows.model_of(name) == model}
+        np.savez(folder / f"{stream.id}.npz", edge_tokens=edges, edge_chars=edges, num_tokens=len(stream.text), **mine)
 
 
 def test_levers_rank_sum_their_readouts_and_the_rule_picks_on_calibration(tmp_path):

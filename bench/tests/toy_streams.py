@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.quality.streams import Stream
+from bench.quality.streams import Stream, concatenate
 
 
 def toy_stream(split: str, index: int) -> Stream:
     """Three repeated-sentence records joined by spaces; every stream has the same text and records."""
     records = ["Alpha beta gamma. " * 6, "Delta epsilon zeta. " * 6, "Eta theta iota. " * 6]
-    text = " ".join(r.strip() for r in records)
-    spans, start = [], 0
-    for k, record in enumerate(records):
-        end = start + len(record.strip())
-        spans.append((f"r{k}", start, end))
-        start = end + 1
+    text, spans = concatenate([(f"r{k}", record.strip()) for k, record in enumerate(records)])
     return Stream(f"{split}-{index}", ["fiqa", "scifact"][index % 2], split, text, spans)
 
 

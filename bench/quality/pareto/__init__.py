@@ -13,7 +13,7 @@ lock (``flock /tmp/rr_cpu.lock ...``):
 5. ``report``: recovery [95% CI], paired gaps and speed into bench/notebook/presets.md; ``summary``: the same rows
    for a few options, printed.
 
-This module holds the options and the steps; ``report`` renders the table and ``command`` is the command line.
+This module holds the options and the steps; ``report`` renders the table and ``__main__`` is the command line.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import BENCH_MODEL, REPO_ROOT, save_scores
+from bench.common import BENCH_MODEL, REPO_ROOT, save_npz
 from bench.engine import INT8, research_chunker
-from bench.quality.calibration import EdgeScores, calibrate, chunk_spans
-from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
+from bench.quality.calibration import EdgeScores, calibrate, chunk_spans, metrics_at
+from bench.quality.metrics import bootstrap_indices, interval
 from bench.quality.streams import Stream
 
 OUT = REPO_ROOT / "bench" / "out" / "pareto"
@@ -36,20 +36,13 @@ STREAMS = REPO_ROOT / "bench" / "out" / "streams.jsonl"
 # Every option starts from BASE, the reference configuration (SmolLM2, lr, W 96, skip 1, step 8, fp32): every option
 # below is a change from it, and every speed run times it, so that rows of several runs compare by their ratio to it.
 BASELINE = "lr@w96"
-BASE = {
-    "model": BENCH_MODEL,
-    "readout": "lr",
-    "window": 96,
-    "skip": 1,
-    "step": 8,
-    "dtype": "float32",
-    "normalizer": "full",
-}
+BASE = dict(model=BENCH_MODEL, readout="lr", window=96, skip=1, step=8, dtype="float32", normalizer="full")
 GEMMA_BF16_STEP64 = {"model": "gemma3-270m", "step": 64, "dtype": "bfloat16"}
 GEMMA_FOCUSED = {**GEMMA_BF16_STEP64, "normalizer": "focused"}
 GEMMA_ATTENTION = {**GEMMA_BF16_STEP64, "readout": "attention", "window": 128}
 SMOLLM2_ATTENTION = {"model": "smollm2-135m", "readout": "attention", "window": 192}
 DISTILLED = REPO_ROOT / "bench" / "out" / "distill"  # recipes python -m rr_fast.distill wrote (bench.quality.crossfit)
+GEMMA_REFIT = {**GEMMA_ATTENTION, "recipe": str(DISTILLED / "gemma3-270m.json")}
 RESET_WINDOW_ONLY = ("skip", "normalizer")  # BASE's options that the attention readout, with no reset window, refuses
 # An option runs as ``research_chunker(**option_config(name))`` (bench.engine): the product's Chunker, with the
 # research options (skip, reset prefixes, the shortlist) that only the benchmarks take
@@ -124,12 +117,8 @@ OPTIONS: dict[str, dict] = {
     "gemma3-270m:attention-L9-step8-bf16": {**GEMMA_ATTENTION, "layer": 9, "step": 8},
     # Gemma 3's heads refitted with python -m rr_fast.distill on the calibration streams' text (bench.quality.crossfit's
     # docstring), the way SmolLM2's were made: against the shipped heads
-    "gemma3-270m:attention-refit-bf16": {**GEMMA_ATTENTION, "recipe": str(DISTILLED / "gemma3-270m.json")},
-    "gemma3-270m:attention-refit-step8-bf16": {
-        **GEMMA_ATTENTION,
-        "recipe": str(DISTILLED / "gemma3-270m.json"),
-        "step": 8,
-    },
+    "gemma3-270m:attention-refit-bf16": GEMMA_REFIT,
+    "gemma3-270m:attention-refit-step8-bf16": {**GEMMA_REFIT, "step": 8},
     # SmolLM2's heads (Apache-2.0), distilled the same way from its own lr at W 192 skipping 4, float32 as its recipe
     "smollm2-135m:attention-step64": {**SMOLLM2_ATTENTION, "step": 64},
     "smollm2-135m:attention": SMOLLM2_ATTENTION,  # every 8th word boundary
@@ -180,9 +169,10 @@ def score(streams: list[Stream], names: list[str], out: Path, device: str = "cpu
         chunker = research_chunker(**option_config(name, device=device))
         started, tokens = time.perf_counter(), 0
         for stream in todo:
-            scores = chunker.score(stream.text)
-            save_scores(folder / f"{stream.id}.npz", scores, utility=scores.utility, **scores.readouts)
-            tokens += scores.num_tokens
+            found = chunker.score(stream.text)
+            edges = {"edge_tokens": found.tokens, "edge_chars": found.chars, "num_tokens": np.int64(found.num_tokens)}
+            save_npz(folder / f"{stream.id}.npz", **edges, utility=found.utility, **found.readouts)
+            tokens += found.num_tokens
         log(f"{name}: {len(todo)} streams, {tokens / (time.perf_counter() - started):.1f} source tok/s")
 
 
@@ -190,9 +180,8 @@ def load_scores(name: str, streams: list[Stream], out: Path) -> dict[str, EdgeSc
     scores = {}
     for stream in streams:
         with np.load(out / "scores" / name / f"{stream.id}.npz") as saved:
-            scores[stream.id] = EdgeScores(
-                int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"], saved["utility"]
-            )
+            edges = int(saved["num_tokens"]), saved["edge_tokens"], saved["edge_chars"]
+            scores[stream.id] = EdgeScores(*edges, saved["utility"])
     return scores
 
 
@@ -202,22 +191,13 @@ def calibrated_penalties(calibration: list[Stream], names: list[str], out: Path)
     for name in names:
         if not all((out / "scores" / name / f"{s.id}.npz").exists() for s in calibration):
             continue
-        scores = load_scores(name, calibration, out)
-
-        def metrics(rho: float, scores=scores) -> list[dict]:
-            spans = [chunk_spans(len(s.text), scores[s.id], rho) for s in calibration]
-            return [stream_metrics(s.text, s.records, c, boundaries=False) for s, c in zip(calibration, spans)]
-
+        metrics = metrics_at(calibration, load_scores(name, calibration, out))
         rho, grid = calibrate(metrics)
         best = next(row for row in grid if row["penalty"] == rho)
         per_stream = [row["clean_unit_recovery"] for row in metrics(rho)]
-        result[name] = {
-            "penalty": rho,
-            "calibration_recovery": best["clean_unit_recovery"],
-            "streams": len(calibration),
-            "per_stream": per_stream,
-            "noise": calibration_noise(per_stream, [s.domain for s in calibration]),
-        }
+        noise = calibration_noise(per_stream, [s.domain for s in calibration])
+        result[name] = {"penalty": rho, "calibration_recovery": best["clean_unit_recovery"]}
+        result[name] |= {"streams": len(calibration), "per_stream": per_stream, "noise": noise}
     return result
 
 
@@ -266,8 +246,7 @@ def speed(text: str, names: list[str], repeats: int, out: Path, peers: bool = Tr
     first row, which should be BASELINE: rows of several runs (``SPEED_FILES``) are compared by their ratios."""
     from bench.quality.peers import PEERS
 
-    rows = []
-    count = None
+    rows, count = [], None
     for name in names:
         chunker = research_chunker(**option_config(name))
         count = count or len(chunker.tokenize(text))  # one token count (the default model's) for every row

@@ -12,15 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import NOTEBOOK, REPO_ROOT, write_section
-from bench.quality.metrics import bootstrap_indices, interval, stream_metrics
+from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
 from bench.quality.pareto import BASELINE, FAST_FLOOR, OPTIONS, QUALITY, pick_presets, speed_ratios
 from bench.quality.streams import Stream
 
 RESAMPLES = 10_000
-
-
-def _ci(triple: tuple[float, float, float]) -> str:
-    return f"{triple[0]:.3f} [{triple[1]:.3f}, {triple[2]:.3f}]"
 
 
 def lm_rows(evaluation: list[Stream], out: Path) -> dict[str, list[dict]]:
@@ -50,17 +46,11 @@ def baseline_rows(
     embedding = evaluate_scored(scored["embedding-boundary"], calibration, {"original": evaluation}, False)
     rows = {"embedding-boundary": embedding["conditions"]["original"]["per_stream"]}
     chosen = next(row for row in embedding["calibration"] if row["penalty"] == embedding["penalty"])
-    calibrated = {
-        "penalty": embedding["penalty"],
-        "calibration_recovery": chosen["clean_unit_recovery"],
-        "streams": len(calibration),
-    }
-    for peer in PEERS:
-        if peer.name.startswith("nltk") or (peer.slow and not semantic_peers):
-            continue
-        rows[peer.name] = evaluate_peer(peer, {"original": evaluation}, out / "peers")["conditions"]["original"][
-            "per_stream"
-        ]
+    calibrated = {"penalty": embedding["penalty"], "calibration_recovery": chosen["clean_unit_recovery"]}
+    calibrated["streams"] = len(calibration)
+    for peer in (p for p in PEERS if not p.name.startswith("nltk") and (semantic_peers or not p.slow)):
+        evaluated = evaluate_peer(peer, {"original": evaluation}, out / "peers")
+        rows[peer.name] = evaluated["conditions"]["original"]["per_stream"]
     return rows, calibrated
 
 
@@ -83,6 +73,8 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
     embedding = values(others["embedding-boundary"]) if "embedding-boundary" in others else None
     picks = pick_presets(penalties, {n: s for n, s in speeds.items() if n in OPTIONS})
     quality = values(lm[picks["quality"]]) if picks.get("quality") in lm else None  # balanced's target is against it
+    # the paired gaps' references, each beside the row that is itself (no gap there)
+    gaps = ((default, BASELINE), (quality, picks.get("quality")), (embedding, "embedding-boundary"))
     lines = [
         "## Presets: what speed costs in boundary quality",
         "",
@@ -110,28 +102,18 @@ def render(streams: list[Stream], out: Path, with_peers: bool = True, semantic_p
             setting = "MiniLM, 64 tokens each side, the same DP, its own ρ"
         if option == {}:
             setting = "(the reference configuration: lr, W 96, skip 1, step 8, fp32)"
-        rho = penalties.get(name, {}).get("penalty")
-        cal = penalties.get(name, {}).get("calibration_recovery")
+        rho, cal = (penalties.get(name, {}).get(key) for key in ("penalty", "calibration_recovery"))
         tag = " ".join(f"**{p}**" for p, n in picks.items() if n == name)
         tps, wall = speeds.get(name), walls.get(name)
-        evaluated = [
-            "calibration only"
-            if name in penalties
-            else "speed only"
-            if name in OPTIONS
-            else "not rerun here (Quality section)"
-        ] + [""] * 4
+        evaluated = ["not rerun here (Quality section)", "", "", "", ""]
+        if name in penalties or name in OPTIONS:
+            evaluated[0] = "calibration only" if name in penalties else "speed only"
         if rows is not None:
             recovery = values(rows)
-            evaluated = [
-                _ci(interval(recovery, indices)),
-                _ci(interval(values(rows, "partition_f1"), indices)),
-                "" if default is None or name == BASELINE else _ci(interval(recovery - default, indices)),
-                "" if quality is None or name == picks["quality"] else _ci(interval(recovery - quality, indices)),
-                ""
-                if embedding is None or name == "embedding-boundary"
-                else _ci(interval(recovery - embedding, indices)),
-            ]
+            evaluated = [ci_text(interval(recovery, indices)), ci_text(interval(values(rows, "partition_f1"), indices))]
+            for reference, itself in gaps:
+                gap = None if reference is None or name == itself else interval(recovery - reference, indices)
+                evaluated.append("" if gap is None else ci_text(gap))
         cells = [
             f"{name} {tag}".strip(),
             setting,
@@ -184,10 +166,8 @@ def summary(
     result = {}
     for name, per_stream in rows.items():
         recovery = np.array([r["clean_unit_recovery"] for r in per_stream])
-        row = {
-            "recovery": interval(recovery, indices),
-            "partition_f1": interval(np.array([r["partition_f1"] for r in per_stream]), indices),
-        }
+        f1 = np.array([r["partition_f1"] for r in per_stream])
+        row = {"recovery": interval(recovery, indices), "partition_f1": interval(f1, indices)}
         if compared is not None and name != against:
             row[f"vs_{against}"] = interval(recovery - compared, indices)
         if reference is not None:

@@ -1,0 +1,164 @@
+"""Smoke tests of bench.quality.lengths and bench.quality.languages on tiny made-up data: no model runs."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+
+from bench.common import save_npz
+from bench.quality import languages, lengths
+from bench.quality.streams import build_streams
+
+
+def _records(folder, sizes: dict[str, list[int]]) -> None:
+    """A records folder: per domain, records of the given word counts (a word is a token for these tests)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for domain, counts in sizes.items():
+        with open(folder / f"{domain}.jsonl", "w", encoding="utf-8") as handle:
+            for i, n in enumerate(counts):
+                text = " ".join(f"{domain}{i}w{k}" for k in range(n)) + "."
+                handle.write(json.dumps({"id": f"{domain}-{i}", "domain": domain, "title": "", "text": text}) + "\n")
+
+
+def _embed(ids, texts):
+    rows = np.stack([np.random.default_rng(zlib.crc32(i.encode())).normal(size=8) for i in ids])
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _count(texts):
+    return [len(t.split()) for t in texts]
+
+
+def test_length_streams_bands_spans_and_exclusion(tmp_path):
+    rng = np.random.default_rng(0)
+    sizes = {d: rng.choice([60, 100, 130, 200, 300, 360], size=60).tolist() for d in lengths.DOMAINS}
+    _records(tmp_path, sizes)
+    exclude = {f"fiqa-{i}" for i in range(10)}
+    streams = lengths.length_streams(tmp_path, 5, 0, _embed, _count, exclude)
+    assert [s.domain for s in streams] == ["short"] * 5 + ["medium"] * 5 + ["long"] * 5 + ["mixed"] * 5
+    for stream in streams:
+        ids = [r for r, _, _ in stream.records]
+        assert not set(ids) & exclude and len(set(ids)) == len(ids)
+        assert len({i.split("-")[0] for i in ids}) == 1  # one domain a stream
+        counts = _count([stream.text[a:b] for _, a, b in stream.records])
+        if stream.domain == "mixed":
+            assert 3 <= len(ids) <= 6 and all(lengths.in_band(n) for n in counts)
+        else:
+            low, high, size = lengths.BANDS[stream.domain]
+            assert len(ids) == size and all(low <= n <= high for n in counts)
+        assert " ".join(stream.text[a:b] for _, a, b in stream.records) == stream.text
+    first = lengths.length_streams(tmp_path, 2, 0, _embed, _count, exclude)
+    for band in [*lengths.BANDS, "mixed"]:  # a band's first streams do not depend on how many follow
+        assert [s.id for s in first if s.domain == band] == [s.id for s in streams if s.domain == band][:2]
+    assert len({s.records[0][0].split("-")[0] for s in streams[:3]}) == 3  # domains take turns
+
+
+def test_evaluation_ids_are_the_quality_benchmarks(tmp_path):
+    _records(tmp_path, {d: [60 + (i * 37) % 300 for i in range(160)] for d in lengths.DOMAINS})
+    ids = lengths.evaluation_ids(tmp_path, 0, _embed, _count)
+    built = build_streams(tmp_path, 20, 0, 0, embed=_embed, count_tokens=_count)
+    assert ids == {r for s in built for r, _, _ in s.records} and len(ids) > 100
+    streams = lengths.length_streams(tmp_path, 50, 0, _embed, _count, ids)
+    assert streams and not {r for s in streams for r, _, _ in s.records} & ids
+
+
+def test_join_labels_auc_and_shared_scores():
+    records = [("a", 0, 10), ("b", 11, 20), ("c", 20, 30)]  # a space after a; nothing between b and c
+    edges = np.array([5, 10, 11, 15, 20, 25])
+    assert lengths.join_labels(edges, records).tolist() == [-1, 0, 0, -1, 1, -1]
+    assert lengths.auc(np.array([0.1, 0.9, 0.8, 0.2]), np.array([0, 1, 1, 0])) == 1.0
+    assert lengths.auc(np.array([1.0, 1.0, np.nan]), np.array([0, 1, 1])) == 0.5
+    assert np.isnan(lengths.auc(np.array([1.0, 2.0]), np.array([0, 0])))
+
+    class Scorer:
+        names, backend, timings, calls = ("x",), None, {}, 0
+
+        def score_many(self, documents, progress=None):
+            for _ids, edges in documents:
+                Scorer.calls += 1
+                yield {"x": np.asarray(edges, dtype=float)}
+
+    shared = lengths.SharedScores(Scorer())
+    for edges in ([1, 2], [1, 2], [1, 3]):
+        (values,) = shared.score_many([(np.arange(4), np.array(edges))])
+        assert values["x"].tolist() == edges
+    assert Scorer.calls == 2
+
+
+def _fake_scores(folder, stream, open_cuts, given_cuts, error=""):
+    """A cached score file as score_streams writes it: a candidate every 5 characters and at every join."""
+    starts = [a for _, a, _ in stream.records[1:]]
+    chars = np.array(sorted(set(range(5, len(stream.text), 5)) | set(starts)))
+    join = lengths.join_labels(chars, stream.records)
+    folder.mkdir(parents=True, exist_ok=True)
+    edges = {"edge_tokens": np.arange(1, len(chars) + 1), "edge_chars": chars, "join": join}
+    counts = {"num_tokens": len(stream.text) // 4, "record_tokens": [(b - a) // 4 for _, a, b in stream.records]}
+    cuts = {"open_cuts": np.array(open_cuts, dtype=np.int64), "given_cuts": np.array(given_cuts, dtype=np.int64)}
+    cuts |= {"given_error": error, "max_tokens": 10, "seconds": 0.5}
+    readout = {"utility": np.linspace(0, 1, len(chars)), "readout_attention": (join >= 0).astype(float)}
+    save_npz(folder / f"{stream.id}.npz", **edges, **counts, **cuts, **readout)
+
+
+def test_lengths_report_on_fake_scores(tmp_path):
+    items = [(f"r{i}", "word " * (5 + i) + "end.") for i in range(6)]
+    short = lengths.joined("short", 0, items)
+    mixed = lengths.Stream("mixed-0", "mixed", "cal", short.text, short.records)
+    starts = [a for _, a, _ in short.records[1:]]
+    _fake_scores(tmp_path, short, starts, [], error="cannot split")
+    _fake_scores(tmp_path, mixed, starts[:2], starts)
+    tokens = {short.id: [60] * 6, mixed.id: [60, 60, 200, 200, 300, 300]}
+    rows = {r["band"]: r for r in lengths.report([short, mixed], tmp_path, tokens)}
+    assert rows["short"]["recovery"] == 1.0 and rows["short"]["chunks_per_record"] == 1.0
+    assert rows["short"]["recovery_given"] == 0.0 and rows["short"]["given_failed"] == 1
+    assert rows["short"]["over_max_tokens"] == 0.5  # 29-54 characters, 7-13 "tokens"
+    assert rows["short"]["auc_raw_pooled"] == 1.0 and rows["short"]["joins_at_candidates"] == 1.0
+    assert rows["medium"]["streams"] == 0
+    assert rows["mixed"]["recovery"] == 2 / 6 and rows["mixed"]["recovery_given"] == 1.0
+    assert rows["mixed: short"]["recovery"] == 1.0 and rows["mixed: medium"]["recovery"] == 0.0
+    table = lengths.markdown(list(rows.values()), "band")
+    assert table.splitlines()[0].startswith("| band | streams |") and "| short | 1 | 6 |" in table
+
+
+def test_languages_streams_and_report(tmp_path):
+    data = tmp_path / "multilingual"
+    data.mkdir()
+    rows = [
+        {"lang": lang, "doc_id": f"d{i}", "segments": [f"S{i}a。" if lang == "zh_CN" else f"S{i} a.", "b"]}
+        for lang in ("en", "zh_CN")
+        for i in range(9)
+    ]
+    (data / "wmt24pp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    sentences = ["Yksi.", "Kaksi."]
+    ud = [{"lang": "fi", "treebank": "UD_Finnish-TDT", "doc_id": f"u{i}", "sentences": sentences} for i in range(4)]
+    (data / "ud.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ud), encoding="utf-8")
+    docs = languages.documents(data)
+    assert list(docs) == ["wmt24pp/en", "wmt24pp/zh_CN", "ud/Finnish-TDT"]
+    assert docs["wmt24pp/zh_CN"][1][0] == ("d0", "S0a。b") and docs["wmt24pp/en"][1][0] == ("d0", "S0 a. b")
+    assert languages.chosen(list(docs), "zh_CN,Finnish-TDT") == ["wmt24pp/zh_CN", "ud/Finnish-TDT"]
+    streams = languages.language_streams(docs, None)
+    assert [s.domain for s in streams] == ["wmt24pp/en"] * 2 + ["wmt24pp/zh_CN"] * 2 + ["ud/Finnish-TDT"]
+    zh = streams[2]
+    assert zh.text == "S0a。bS1a。bS2a。bS3a。b" and zh.records[1][1:] == (5, 10)
+    assert len(languages.language_streams(docs, 1)) == 3
+    folder = tmp_path / "scores"
+    (tmp_path / "peers").mkdir()
+    for stream in streams:
+        starts = [a for _, a, _ in stream.records[1:]]
+        _fake_scores(folder, stream, starts, starts)
+        save_npz(tmp_path / "peers" / f"{stream.id}.npz", size=np.int64(7), semchunk=np.array(starts[:1]))
+    table = {r["language"]: r for r in languages.report(streams, folder, tmp_path)}
+    assert table["wmt24pp/zh_CN"]["recovery"] == 1.0 and table["wmt24pp/zh_CN"]["semchunk"] == 0.25
+    assert np.isnan(table["wmt24pp/en"]["recursive"]) and table["wmt24pp/en"]["peer_size"] == 7
+    assert table["mean wmt24pp (2)"]["streams"] == 4 and table["mean ud (1)"]["recovery"] == 1.0
+
+
+def test_peers_cut_where_they_chunk():
+    text = "One sentence here. " * 60
+    for name, peer in languages.PEERS.items():
+        try:
+            cuts = peer(40)(text.strip())
+        except ImportError:
+            continue
+        assert cuts == sorted(set(cuts)) and cuts and all(0 < c < len(text) for c in cuts), name
