@@ -1,6 +1,6 @@
 """``python -m rr_fast`` and the ``rr-fast`` script: ``FILE`` to chunk one (``rr_fast.cli``), ``corpus ...`` or
 ``distill ...`` for the other commands. Light on purpose: the command's module is imported once the process answers
-Ctrl-C and SIGTERM in one line (``rr_fast.interrupts``)."""
+Ctrl-C, SIGTERM and SIGHUP in one line (``rr_fast.interrupts``)."""
 
 import sys
 from pathlib import Path

@@ -3,12 +3,13 @@
 A thin layer over ``Chunker``: arguments, checks, errors. The model, length and structure flags are generated from
 ``ChunkerConfig``. Every option is checked, the output opened and the input read before the model loads; every
 failure, of any exception class, is one line on stderr (the traceback with ``--debug`` or ``RR_FAST_DEBUG=1``) and
-exit 2 for usage errors, 1 otherwise, 130 on Ctrl-C (143 on SIGTERM). stdout carries the result and nothing else:
-what a library prints while the model loads and runs goes to stderr. Input and output live in ``rr_fast.cli_io``.
+exit 2 for usage errors, 1 otherwise, 130 on Ctrl-C (143 on SIGTERM, 129 on SIGHUP). stdout carries the result and
+nothing else: what a library prints while the model loads and runs goes to stderr. Input and output live in
+``rr_fast.cli_io``.
 
 The other commands (``rr_fast.corpus``, ``rr_fast.distill``) take their parser, config flags and one-line report of a
 failure from here; ``rr-fast corpus ...`` and ``rr-fast distill ...`` run them (``rr_fast.__main__``). Each runs in a
-process that answers Ctrl-C and SIGTERM from its first line to its last (``rr_fast.interrupts``).
+process that answers Ctrl-C, SIGTERM and SIGHUP from its first line to its last (``rr_fast.interrupts``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from rr_fast.cli_io import DEFAULT_MAX_INPUT, files_read, format_size, parse_siz
 from rr_fast.collector import resume_after_start_up
 from rr_fast.config import CHECKS, ChunkerConfig, Reading, Resolved
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.interrupts import interrupt_within, interrupted_status, sigterm_as_interrupt
+from rr_fast.interrupts import interrupt_within, interrupted_status, terminations_as_interrupts
 from rr_fast.models.names import ready_folder, resolve
 from rr_fast.scoring.backends import check_backend
 from rr_fast.text.edges import printable
@@ -232,7 +233,7 @@ def run_command(
 ) -> int:
     """Every command's boundary: parse ``argv``, run ``work`` with SIGTERM taken as an interrupt, and turn whatever
     either raises into one line and an exit status (``report``); ``work``'s own status, else 0, when it returns."""
-    with sigterm_as_interrupt(), warnings.catch_warnings():  # --quiet's filter ends with the call
+    with terminations_as_interrupts(), warnings.catch_warnings():  # --quiet's filter ends with the call
         args = None
         try:
             args = parser.parse_args(argv)

@@ -1,13 +1,14 @@
-"""Ctrl-C and SIGTERM in a command's process: one line and exit 130 (143 for SIGTERM), at any moment of its life.
+"""Ctrl-C, SIGTERM and SIGHUP in a command's process: one line and exit 128 + the signal's number (130, 143, 129),
+at any moment of its life.
 
 Every command (``python -m rr_fast.chunk``, ``rr_fast.corpus``, ``rr_fast.distill``, ``rr-fast``) runs as
-``run_command_process(module)``. From its first line SIGTERM is raised as ``Terminated``, a ``KeyboardInterrupt``,
-so that both signals run the same cleanups (temporary output, staging folders, worker processes). The command's
-module is imported and its ``main`` run (``rr_fast.cli.run_command``: the one-line report of anything the command
-raises); an interrupt while the imports run is one line too. The process then ends with both signals blocked
-(``end_process``): a signal during the last flush and the atexit handlers can neither print a traceback nor kill the
-process silently, and one that came after the command had finished is still answered, in one line that says the
-output is complete.
+``run_command_process(module)``. From its first line SIGTERM and SIGHUP (a closed terminal) are raised as
+``Terminated``, a ``KeyboardInterrupt``, so that every stopping signal (``STOPPING``) runs the same cleanups
+(temporary output, staging folders, worker processes). The command's module is imported and its ``main`` run
+(``rr_fast.cli.run_command``: the one-line report of anything the command raises); an interrupt while the imports
+run is one line too. The process then ends with the stopping signals noted rather than raised (``end_process``): a
+signal during the last flush and the atexit handlers can neither print a traceback nor kill the process silently,
+and one that came after the command had finished is still answered, in one line that says the output is complete.
 
 Libraries get between a signal and its answer in three ways, each handled here: one swallows the interrupt
 (``interrupts_kept`` keeps it for a later ``check()``), one turns it into an error of its own (``interrupt_within``
@@ -15,9 +16,10 @@ finds it in the error's causes), one blocks the main thread where no handler run
 wait).
 
 This module imports only the standard library (and ``rr_fast.collector``, which does too), and ``rr_fast`` imports
-nothing on its own, so the only moment a signal meets Python's own handling is the interpreter's start-up. A shell
-starts a background job with SIGINT ignored (POSIX), and rr-fast, like any program, leaves it so: Ctrl-C cannot reach
-such a job, SIGTERM can.
+nothing on its own, so the only moment a signal meets Python's own handling is the interpreter's start-up. A signal
+the process inherited ignored stays ignored: a shell starts a background job with SIGINT ignored (POSIX) and
+``nohup`` a command with SIGHUP ignored, and rr-fast, like any program, leaves them so: Ctrl-C cannot reach such a
+job, SIGTERM can.
 """
 
 from __future__ import annotations
@@ -35,20 +37,33 @@ from typing import NoReturn
 from rr_fast.collector import pause_for_start_up
 
 PROG = "rr-fast"
-STOPPING = (signal.SIGINT, signal.SIGTERM)
-INTERRUPTED_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal's number, as a shell reports it
+# the signals that stop a command (SIGHUP where the system has one), and its exit status after each: 128 + the
+# signal's number, as a shell reports it
+STOPPING = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+INTERRUPTED_STATUS = {signum: 128 + signum for signum in STOPPING}
+TERMINATING = tuple(signum for signum in STOPPING if signum != signal.SIGINT)  # left to Python, they kill at once
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so every cleanup (temporary output, conversion staging) runs."""
+    """SIGTERM or SIGHUP (``signum``), raised like Ctrl-C so every cleanup (temporary output, conversion staging)
+    runs."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.signum = signum
+
+
+def interrupt_for(signum: int) -> KeyboardInterrupt:
+    """What a stopping signal is raised as: ``KeyboardInterrupt`` for Ctrl-C, ``Terminated`` for the others."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 def interrupted_status(interrupt: KeyboardInterrupt) -> int:
-    return INTERRUPTED_STATUS[signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT]
+    return INTERRUPTED_STATUS[getattr(interrupt, "signum", signal.SIGINT)]
 
 
 def interrupt_within(error: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C or SIGTERM that ``error`` stands for: itself, or one among its causes and contexts, else None.
+    """The Ctrl-C, SIGTERM or SIGHUP that ``error`` stands for: itself, or one among its causes and contexts, else None.
 
     A C extension that returns a value while a signal handler's exception is pending (Numba's dispatcher, for one)
     turns the interrupt into a ``SystemError`` ("returned a result with an exception set") caused by it, and a library
@@ -63,25 +78,37 @@ def interrupt_within(error: BaseException) -> KeyboardInterrupt | None:
 
 
 def _raise_terminated(signum, frame) -> NoReturn:
-    raise Terminated()
+    raise Terminated(signum)
+
+
+def _raising_terminated() -> dict:
+    """From now on SIGTERM and SIGHUP are raised as ``Terminated``, each unless it is ignored (``nohup``); returns
+    the handlers replaced."""
+    return {
+        signum: signal.signal(signum, _raise_terminated)
+        for signum in TERMINATING
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raised as ``Terminated`` while the block runs, in the main thread (where Python runs handlers)."""
+def terminations_as_interrupts() -> Iterator[None]:
+    """SIGTERM and SIGHUP raised as ``Terminated`` while the block runs, in the main thread (where Python runs
+    handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = _raising_terminated()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager
 def signals_deferred(block_sigint_in_children: bool = False) -> Iterator[None]:
-    """Ctrl-C and SIGTERM noted while the block runs and raised as it ends, so that the block is never left
+    """Ctrl-C, SIGTERM and SIGHUP noted while the block runs and raised as it ends, so that the block is never left
     half-way: a worker started in it is not left holding half of its arguments, printing a traceback of its own.
     With ``block_sigint_in_children`` SIGINT is also blocked in this thread meanwhile, so that the processes it starts
     inherit it blocked (a signal mask survives fork and exec) until they choose to ignore it.
@@ -109,7 +136,7 @@ def signals_deferred(block_sigint_in_children: bool = False) -> Iterator[None]:
 
 @contextmanager
 def interrupts_kept() -> Iterator[Callable[[], None]]:
-    """Ctrl-C and SIGTERM raised as they arrive while the block runs, as ever, and kept: the ``check()`` it yields
+    """The stopping signals raised as they arrive while the block runs, as ever, and kept: the ``check()`` it yields
     raises one again if the code it interrupted swallowed it.
 
     For libraries whose main thread runs callbacks and finalizers of their own (Ray's driver): an interrupt raised in
@@ -124,11 +151,11 @@ def interrupts_kept() -> Iterator[Callable[[], None]]:
 
     def keep(signum, frame) -> NoReturn:
         arrived.append(signum)
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise interrupt_for(signum)
 
     def check() -> None:
         if arrived:
-            raise Terminated() if arrived[-1] == signal.SIGTERM else KeyboardInterrupt()
+            raise interrupt_for(arrived[-1])
 
     def unraisable(report) -> None:
         if not (arrived and isinstance(report.exc_value, KeyboardInterrupt)):
@@ -149,7 +176,7 @@ STUCK_AFTER_S = 10.0  # how long a signal waits for the main thread before ``end
 
 @contextmanager
 def ends_when_stuck(line: str, after: float = STUCK_AFTER_S) -> Iterator[None]:
-    """A Ctrl-C or SIGTERM that arrives while the block runs ends the process at most ``after`` seconds later, with
+    """A stopping signal that arrives while the block runs ends the process at most ``after`` seconds later, with
     ``line`` and the signal's exit status, if the block has not ended by then.
 
     Python runs a signal's handler in the main thread, between its bytecodes: a library blocked in its own code runs
@@ -211,7 +238,7 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
     main = status = None
     pause_for_start_up()  # the command resumes it once its start-up is over (rr_fast.collector)
     try:
-        signal.signal(signal.SIGTERM, _raise_terminated)  # a Ctrl-C that came as it did is answered below too
+        _raising_terminated()  # a Ctrl-C that came as it did is answered below too
         main = importlib.import_module(module).main
         status = main(argv)
         end_process(status)
@@ -230,7 +257,7 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
 
 def end_process(status: int) -> NoReturn:
     """End the process with ``status`` once stdout and stderr are flushed and the atexit handlers have run, with
-    SIGINT and SIGTERM noted meanwhile rather than raised, and answered last; the interpreter's teardown is skipped.
+    the stopping signals noted meanwhile rather than raised, and answered last; the interpreter's teardown is skipped.
 
     That teardown frees the loaded tokenizer's vocabulary and torch's modules object by object: about a second on a
     small CPU, after the result was written, in a command whose whole run takes three. Nothing of ours needs it: the

@@ -166,6 +166,22 @@ def test_two_worker_processes_write_the_same_output(tiny, tmp_path):
     assert output_files(helpers) == output_files(one)
 
 
+@pytest.mark.parametrize("resumed_from", [1, 4, 7])
+def test_a_run_resumed_from_any_shard_writes_the_bytes_of_one_run(tiny, tmp_path, resumed_from):
+    """A resumed run batches its documents with other neighbours than one run did (the model's batches start at the
+    first shard it redoes), which changes the readouts' last bits; the cuts and scores, read from each document's
+    ranks of them, stay the same, and so does every byte written."""
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(40))])
+    out, whole = tmp_path / "out", tmp_path / "whole"
+    assert main([str(data), "-o", str(whole), "--shard-docs", "4", "-q", *options(tiny)]) == 0
+    shutil.copytree(whole, out)
+    for k in range(resumed_from, 10):  # as a run stopped after its first shards leaves them
+        for kind in ("part", "errors"):
+            next(out.glob(f"{kind}-{k:05d}.*")).unlink()
+    assert main([str(data), "-o", str(out), "--shard-docs", "4", "-q", "--resume", *options(tiny)]) == 0
+    assert output_files(out) == output_files(whole)
+
+
 def test_documents_that_share_an_id_go_to_the_errors_file(tiny, tmp_path):
     texts = make_texts(6)
     records = [{"id": "d0", "text": texts[0]}, {"id": "twice", "text": texts[1]}, {"id": "d2", "text": texts[2]}]

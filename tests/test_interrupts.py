@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM stop a command at any moment of its life: while Python imports it, before the workers start,
 while they start, while they write shards, and as the run ends. Each is one line on stderr and exit 130 (143 for
-SIGTERM), no worker's traceback, and a corpus run so stopped finishes with --resume as an uninterrupted run would.
+SIGTERM; SIGHUP, 129, in tests/test_hangup.py and here under Ray), no worker's traceback, and a corpus run so
+stopped finishes with --resume as an uninterrupted run would.
 
 The signal goes to the whole process group, as a terminal's Ctrl-C does. The commands run with SIGINT at its
 default, as a terminal's foreground job has it: a shell starts a background job with SIGINT ignored, its children
@@ -23,13 +24,13 @@ pytest.importorskip("pyarrow")
 from test_corpus import make_texts, options, read_output, write_jsonl  # noqa: E402
 
 from rr_fast.corpus.command import main as corpus_main  # noqa: E402
-from rr_fast.interrupts import Terminated, interrupts_kept  # noqa: E402
+from rr_fast.interrupts import Terminated, interrupted_status, interrupts_kept  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESUME = "rr-fast: interrupted; continue with --resume"
 NOTHING_WRITTEN = "rr-fast: interrupted (nothing written)"
 AFTER_THE_END = "rr-fast: interrupted after the command had finished; its output is complete"
-STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def foreground() -> None:
@@ -231,12 +232,13 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_ctrl_c_under_ray_is_one_line_and_resumable(signum, tiny, corpora, tmp_path):
     """A local Ray instance started by the run: Ray's own progress lines come first, the last is rr-fast's; no
     traceback from the driver or a Ray worker, and --resume on one machine finishes the run.
 
-    Ray's own processes ignore Ctrl-C, not SIGTERM: sent to the whole group, it also ends the local cluster, and
+    Ray's own processes ignore Ctrl-C, not SIGTERM or SIGHUP: sent to the whole group, either also ends the local
+    cluster, and
     Ray's driver may then exit 1 in its own C++ code before any Python runs (or block, which rr-fast bounds); what
     the run committed still stays, and --resume still finishes it. SIGTERM to the driver alone meets the handler
     ``ray.init`` sets, which rr-fast replaces for the run: tests/test_ray.py holds that on its one Ray instance."""
@@ -249,7 +251,7 @@ def test_ctrl_c_under_ray_is_one_line_and_resumable(signum, tiny, corpora, tmp_p
     run.signal(signum)
     status, lines = run.wait()
     assert not any("Traceback" in line for line in lines), lines
-    ended_by_ray = signum == signal.SIGTERM and status == 1 and RESUME not in lines
+    ended_by_ray = signum != signal.SIGINT and status == 1 and RESUME not in lines
     assert ended_by_ray or (status == STATUS[signum] and lines[-1] == RESUME), lines[-5:]
     data = corpora["long"]
     assert corpus_main([str(data), "-o", str(out), "--shard-docs", "16", "-q", "--resume", *options(tiny)]) == 0
@@ -282,12 +284,12 @@ def answers_ctrl_c():
 
 @pytest.mark.usefixtures("answers_ctrl_c")
 @pytest.mark.parametrize("swallowed_by", ["a catch-all", "a finalizer"])
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupt_a_library_swallows_is_kept(swallowed_by, signum, capfd):
-    """``interrupts_kept``: a Ctrl-C or SIGTERM that the interrupted code swallows (a catch-all, a finalizer, as Ray's
-    driver may) is raised again by ``check()``, the finalizer's unraisable report left out; the handlers are restored
-    after the block."""
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    """``interrupts_kept``: a stopping signal that the interrupted code swallows (a catch-all, a finalizer, as Ray's
+    driver may) is raised again by ``check()``, with its status, the finalizer's unraisable report left out; the
+    handlers are restored after the block."""
+    before = {s: signal.getsignal(s) for s in STATUS}
     with interrupts_kept() as check:
         check()  # nothing yet
         if swallowed_by == "a catch-all":
@@ -297,10 +299,11 @@ def test_an_interrupt_a_library_swallows_is_kept(swallowed_by, signum, capfd):
                 pass
         else:
             InterruptedWhenFinalized(signum)  # finalized at once, its __del__ interrupted
-        expected = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        expected = KeyboardInterrupt if signum == signal.SIGINT else Terminated
         with pytest.raises(expected) as raised:
             check()
-        assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
+        assert isinstance(raised.value, Terminated) == (signum != signal.SIGINT)
+        assert interrupted_status(raised.value) == STATUS[signum]
     assert {s: signal.getsignal(s) for s in before} == before
     assert capfd.readouterr().err == ""
 
@@ -361,10 +364,11 @@ import os, signal, sys, time
 from rr_fast.interrupts import Terminated, ends_when_stuck
 
 def terminated(signum, frame):
-    raise Terminated()
+    raise Terminated(signum)
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, terminated)
+signal.signal(signal.SIGHUP, terminated)
 signum, hangs = int(sys.argv[1]), sys.argv[2] == "hangs"
 try:
     with ends_when_stuck("interrupted; continue with --resume", after=0.5):
@@ -380,7 +384,7 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("hangs", [True, False])
 def test_a_signal_ends_a_stuck_block_within_its_time(signum, hangs):
     """``ends_when_stuck``: a block that does not end after a signal (its cleanup hangs) is ended with the line and the

@@ -1,5 +1,5 @@
-"""``python -m rr_fast.distill``: the distill command (``rr_fast.distill.command``), in a process that answers Ctrl-C
-and SIGTERM in one line from its start (``rr_fast.interrupts``)."""
+"""``python -m rr_fast.distill``: the distill command (``rr_fast.distill.command``), in a process that answers Ctrl-C,
+SIGTERM and SIGHUP in one line from its start (``rr_fast.interrupts``)."""
 
 from rr_fast.interrupts import run_command_process
 
