@@ -13,7 +13,10 @@ in the model's tokens, which the open count cannot recover. Mean rows average ea
 The data (``../shared/data/multilingual``, ``bench.common.data_dir``): WMT24++ (``wmt24pp.jsonl``), the same 85
 documents in English and 15 other languages, a document's segments joined by one space (by nothing in zh_CN and
 ja_JP); Universal Dependencies (``ud.jsonl``), eight treebanks of original text, a document's sentences joined by one
-space. A stream is four consecutive documents of one language in file order, joined as their segments are.
+space. Documents are kept at a size one chunk can hold, so that each can be recovered (``documents`` with a token
+counter, as the commands run): the WMT24++ documents of 48–384 model tokens in every language (57 of 85, the same in
+each), and each UD document's leading sentences up to 300 tokens (its original text, cut at a sentence end). A stream
+is four consecutive documents of one language in file order, joined as their segments are.
 Languages are named ``wmt24pp/<locale>`` and ``ud/<treebank>`` (``ud/Finnish-TDT``); ``--languages`` takes
 either form's last part.
 
@@ -42,20 +45,49 @@ OUT = REPO_ROOT / "bench" / "out" / "languages"
 PER_STREAM = 4
 NO_SPACE = ("zh_CN", "ja_JP")  # written without spaces between words: segments and documents joined by nothing
 PEERS = {"semchunk": semchunk_, "recursive": langchain_recursive}  # each: size → text → cuts
+LIMITS = (48, 384)  # the product's default min_tokens and max_tokens: a document of this size can be one chunk
+UD_TOKENS = 300  # a UD document's leading sentences up to this many tokens
 
 
-def documents(folder: Path) -> dict[str, tuple[str, list[tuple[str, str]]]]:
-    """Language name -> (separator, [(document id, text)]) in file order, for both datasets."""
+def documents(folder: Path, count_tokens=None) -> dict[str, tuple[str, list[tuple[str, str]]]]:
+    """Language name -> (separator, [(document id, text)]) in file order, for both datasets. With ``count_tokens``
+    (texts -> token counts) only what one chunk can hold: the WMT24++ documents of ``LIMITS`` tokens in every
+    language, and each UD document's leading sentences up to ``UD_TOKENS`` tokens (dropped under ``LIMITS[0]``)."""
     out: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     with open(folder / "wmt24pp.jsonl", encoding="utf-8") as handle:
         for row in map(json.loads, handle):
             sep = "" if row["lang"] in NO_SPACE else " "
             out.setdefault(f"wmt24pp/{row['lang']}", (sep, []))[1].append((row["doc_id"], sep.join(row["segments"])))
+    if count_tokens is not None:
+        low, high = LIMITS
+        fits: dict[str, bool] = {}
+        for _, items in out.values():
+            for (doc_id, _), count in zip(items, count_tokens([text for _, text in items])):
+                fits[doc_id] = fits.get(doc_id, True) and low <= count <= high
+        out = {name: (sep, [item for item in items if fits[item[0]]]) for name, (sep, items) in out.items()}
     with open(folder / "ud.jsonl", encoding="utf-8") as handle:
         for row in map(json.loads, handle):
+            sentences = row["sentences"]
+            if count_tokens is not None:
+                total = np.cumsum(count_tokens(sentences))
+                sentences = sentences[: max(1, int(np.searchsorted(total, UD_TOKENS, side="right")))]
+                if total[len(sentences) - 1] < LIMITS[0]:
+                    continue
             name = f"ud/{row['treebank'].removeprefix('UD_')}"
-            out.setdefault(name, (" ", []))[1].append((row["doc_id"], " ".join(row["sentences"])))
+            out.setdefault(name, (" ", []))[1].append((row["doc_id"], " ".join(sentences)))
     return out
+
+
+def product_token_counter():
+    """Token counts in the product's default model's tokenizer (Gemma 3's), the unit of its chunk limits: the same
+    documents are kept whichever model a run scores with."""
+    from rr_fast.config import ChunkerConfig
+    from rr_fast.models.names import resolve
+    from rr_fast.text.tokenizer import load_tokenizer
+    from rr_fast.text.tokens import tokenize
+
+    tokenizer = load_tokenizer(resolve(ChunkerConfig().model))
+    return lambda texts: [len(tokenize(tokenizer, text).ids) for text in texts]
 
 
 def chosen(names: Sequence[str], wanted: str | None) -> list[str]:
@@ -145,7 +177,7 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
     parser.add_argument("--languages", default=None, help="comma-separated, e.g. en,ja_JP,Finnish-TDT (default all)")
     parser.add_argument("--no-peers", action="store_true", help="score: the product only")
     args = parser.parse_args(argv)
-    docs = documents(data_dir(args.data_dir) / "multilingual")
+    docs = documents(data_dir(args.data_dir) / "multilingual", product_token_counter())
     docs = {name: docs[name] for name in chosen(list(docs), args.languages)}
     streams = language_streams(docs, args.streams)
     folder = lengths.scores_folder(args.out, args.model, args.preset)

@@ -137,6 +137,12 @@ def test_languages_streams_and_report(tmp_path):
     assert list(docs) == ["wmt24pp/en", "wmt24pp/zh_CN", "ud/Finnish-TDT"]
     assert docs["wmt24pp/zh_CN"][1][0] == ("d0", "S0a。b") and docs["wmt24pp/en"][1][0] == ("d0", "S0 a. b")
     assert languages.chosen(list(docs), "zh_CN,Finnish-TDT") == ["wmt24pp/zh_CN", "ud/Finnish-TDT"]
+    # what one chunk holds: a WMT document of the limits' size in every language, a UD document's leading sentences
+    sized = languages.documents(data, lambda texts: [100 * len(t) if t.startswith("S1") else 50 for t in texts])
+    assert [doc_id for doc_id, _ in sized["wmt24pp/zh_CN"][1]] == ["d0", *(f"d{i}" for i in range(2, 9))]
+    assert sized["ud/Finnish-TDT"][1][0] == ("u0", "Yksi. Kaksi.")
+    short_ud = languages.documents(data, lambda texts: [20 if t[0] in "YK" else 50 for t in texts])
+    assert "ud/Finnish-TDT" not in short_ud  # 40 tokens: under the limits
     streams = languages.language_streams(docs, None)
     assert [s.domain for s in streams] == ["wmt24pp/en"] * 2 + ["wmt24pp/zh_CN"] * 2 + ["ud/Finnish-TDT"]
     zh = streams[2]
