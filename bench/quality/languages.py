@@ -47,6 +47,7 @@ NO_SPACE = ("zh_CN", "ja_JP")  # written without spaces between words: segments 
 PEERS = {"semchunk": semchunk_, "recursive": langchain_recursive}  # each: size → text → cuts
 LIMITS = (48, 384)  # the product's default min_tokens and max_tokens: a document of this size can be one chunk
 UD_TOKENS = 300  # a UD document's leading sentences up to this many tokens
+COUNTS = ("streams", "records")
 
 
 def documents(folder: Path, count_tokens=None) -> dict[str, tuple[str, list[tuple[str, str]]]]:
@@ -58,13 +59,10 @@ def documents(folder: Path, count_tokens=None) -> dict[str, tuple[str, list[tupl
         for row in map(json.loads, handle):
             sep = "" if row["lang"] in NO_SPACE else " "
             out.setdefault(f"wmt24pp/{row['lang']}", (sep, []))[1].append((row["doc_id"], sep.join(row["segments"])))
-    if count_tokens is not None:
-        low, high = LIMITS
-        fits: dict[str, bool] = {}
-        for _, items in out.values():
-            for (doc_id, _), count in zip(items, count_tokens([text for _, text in items])):
-                fits[doc_id] = fits.get(doc_id, True) and low <= count <= high
-        out = {name: (sep, [item for item in items if fits[item[0]]]) for name, (sep, items) in out.items()}
+    if count_tokens is not None:  # the documents of LIMITS tokens in every language
+        counts = [(i, n) for _, items in out.values() for (i, _), n in zip(items, count_tokens([t for _, t in items]))]
+        misfits = {doc_id for doc_id, n in counts if not LIMITS[0] <= n <= LIMITS[1]}
+        out = {name: (sep, [item for item in items if item[0] not in misfits]) for name, (sep, items) in out.items()}
     with open(folder / "ud.jsonl", encoding="utf-8") as handle:
         for row in map(json.loads, handle):
             sentences = row["sentences"]
@@ -92,9 +90,7 @@ def product_token_counter():
 
 def chosen(names: Sequence[str], wanted: str | None) -> list[str]:
     """The languages ``--languages`` names (each as ``wmt24pp/xx`` or ``xx``), in data order; all without it."""
-    if not wanted:
-        return list(names)
-    asked = set(wanted.split(","))
+    asked = set(wanted.split(",")) if wanted else set(names)
     unknown = asked - set(names) - {n.split("/", 1)[1] for n in names}
     if unknown:
         raise SystemExit(f"unknown languages {sorted(unknown)}; known: {', '.join(names)}")
@@ -116,20 +112,13 @@ def run_peers(streams: Sequence[Stream], docs: dict, out: Path) -> None:
     from bench.quality.streams import default_token_counter
 
     todo = [s for s in streams if not (out / "peers" / f"{s.id}.npz").exists()]
-    count, sizes, loaded = default_token_counter(), {}, {}
+    count, sized = default_token_counter(), {}  # language -> (size, {peer: text -> cuts})
     for stream in todo:
-        if stream.domain not in sizes:
-            sizes[stream.domain] = round(float(np.mean(count([t for _, t in docs[stream.domain][1]]))))
-        size, cuts = sizes[stream.domain], {}
-        for name, peer in PEERS.items():
-            if (name, size) not in loaded:
-                try:
-                    loaded[name, size] = peer(size)
-                except ImportError as missing:
-                    loaded[name, size] = None
-                    log(f"{name}: not installed ({missing})")
-            if loaded[name, size] is not None:
-                cuts[name] = np.array(loaded[name, size](stream.text), dtype=np.int64)
+        if stream.domain not in sized:
+            size = round(float(np.mean(count([t for _, t in docs[stream.domain][1]]))))
+            sized[stream.domain] = size, {name: peer(size) for name, peer in PEERS.items()}
+        size, peers = sized[stream.domain]
+        cuts = {name: np.array(cut(stream.text), dtype=np.int64) for name, cut in peers.items()}
         (out / "peers").mkdir(parents=True, exist_ok=True)
         save_npz(out / "peers" / f"{stream.id}.npz", size=np.int64(size), **cuts)
     log(f"peers: {len(todo)} streams run, {len(streams) - len(todo)} cached")
@@ -159,14 +148,11 @@ def report(streams: Sequence[Stream], folder: Path, out: Path) -> list[dict]:
             rows.append(row)
     for dataset in ("wmt24pp", "ud"):
         members = [r for r in rows if r["language"].startswith(dataset + "/")]
-        if members:
-            mean = {"language": f"mean {dataset} ({len(members)})"}
-            for key, value in members[0].items():
-                if isinstance(value, float):
-                    finite = [m[key] for m in members if np.isfinite(m[key])]
-                    mean[key] = float(np.mean(finite)) if finite else float("nan")
-                elif key in ("streams", "records"):
-                    mean[key] = sum(m[key] for m in members)
+        if members:  # counts summed, figures averaged over the languages that have them
+            mean = {"language": f"mean {dataset} ({len(members)})"} | {k: sum(m[k] for m in members) for k in COUNTS}
+            for key in (k for k, value in members[0].items() if isinstance(value, float)):
+                finite = [m[key] for m in members if np.isfinite(m[key])]
+                mean[key] = float(np.mean(finite)) if finite else float("nan")
             rows.append(mean)
     return rows
 
