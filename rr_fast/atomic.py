@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+
+from rr_fast.interrupts import signals_deferred
 
 
 @contextmanager
@@ -20,15 +23,19 @@ def replaced_on_success(path: str | Path, mode: int | None = None) -> Iterator[P
     removed when it raises (``KeyboardInterrupt`` included). ``mode``: the file's permission bits, else mkstemp's
     0o600 widened by the umask as a new file would be."""
     path = Path(path)
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(handle)
-    temporary = Path(name)
+    temporary = None
     try:
+        # a stop that arrives as the temporary is made waits until its removal is armed, so none is left behind
+        with signals_deferred() if threading.current_thread() is threading.main_thread() else nullcontext():
+            handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+            temporary = Path(name)
+            os.close(handle)
         yield temporary
         os.chmod(temporary, _new_file_mode() if mode is None else mode)
         os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
 
 
 def write_atomically(path: str | Path, data: bytes | str, mode: int | None = None) -> None:

@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from rr_fast.errors import RRFastError
+from rr_fast.interrupts import STOPPING
 
 
 class Helper:
@@ -73,9 +74,11 @@ class Helper:
 def _main() -> None:
     """The helper process: ``python -c ... FUNCTION INBOX_FD OUTBOX_FD PARENT_PID``."""
     function, inbox, outbox, parent = sys.argv[1:5]
-    # Ctrl-C reaches every process of the terminal's group: the parent answers it (one line) and ends this one, which
-    # would otherwise print a traceback of its own
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C and a closed terminal's SIGHUP reach every process of the terminal's group: the parent answers them (one
+    # line) and ends this one, which would otherwise print a traceback of its own or, killed first, leave the parent
+    # an error to report instead of the interrupt. SIGTERM stays: it is how the parent ends this process.
+    for signum in (s for s in STOPPING if s != signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     die_with(int(parent))
     module, name = function.split(":")
     run = getattr(importlib.import_module(module), name)

@@ -74,10 +74,18 @@ def interrupt_within(error: BaseException) -> KeyboardInterrupt | None:
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return None
+    # C code that swallows the handler's exception and raises its own error (torch, reading a model's weights: "could
+    # not determine the shape of object type ...") leaves no cause to find: a SIGTERM or SIGHUP raised during the
+    # command is still the answer
+    return Terminated(_raised[-1]) if _raised else None
+
+
+# the terminations raised in this process since its command began (``terminations_as_interrupts``)
+_raised: list[int] = []
 
 
 def _raise_terminated(signum, frame) -> NoReturn:
+    _raised.append(signum)
     raise Terminated(signum)
 
 
@@ -98,10 +106,12 @@ def terminations_as_interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _raised.clear()
     previous = _raising_terminated()
     try:
         yield
     finally:
+        _raised.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

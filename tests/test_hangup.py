@@ -79,3 +79,26 @@ def test_sighup_to_a_corpus_run_of_two_workers_resumes_into_an_uninterrupted_run
     whole = tmp_path / "whole"
     assert corpus_main([str(data), "-o", str(whole), *common]) == 0
     assert read_output(out) == read_output(whole)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_an_error_that_c_code_raised_for_a_termination_is_still_the_termination(signum):
+    """torch, reading a model's weights as SIGHUP arrives, swallowed the handler's ``Terminated`` and raised its own
+    error ("could not determine the shape of object type 'torch.storage.UntypedStorage'"), with no cause to follow:
+    the command reported a failure (exit 1) instead of the interrupt."""
+    from rr_fast.interrupts import interrupt_within, terminations_as_interrupts
+
+    def c_code_that_swallows_it():
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt:
+            pass
+        raise RuntimeError("could not determine the shape of object type 'torch.storage.UntypedStorage'")
+
+    with terminations_as_interrupts():
+        with pytest.raises(RuntimeError) as raised:
+            c_code_that_swallows_it()
+        interrupt = interrupt_within(raised.value)
+        assert interrupt is not None and interrupt.signum == signum
+    assert interrupt_within(raised.value) is None  # the command is over: an error is an error again
