@@ -145,6 +145,34 @@ def signals_deferred(block_sigint_in_children: bool = False) -> Iterator[None]:
 
 
 @contextmanager
+def stopping_marked(mark: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, a stopping signal first calls ``mark`` and then meets its handler as ever (an ignored or
+    default one is left alone). ``mark`` runs in the signal handler: it must be quick and must not block.
+
+    For a process whose others must learn of the signal at once: the corpus run marks a byte of shared memory that
+    its workers read before they commit a shard, so none commits one after the run has seen the signal, however long
+    ending them takes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def marking(handler: Callable) -> Callable:
+        def handle(signum, frame):
+            mark()
+            return handler(signum, frame)
+
+        return handle
+
+    handlers = {signum: signal.getsignal(signum) for signum in STOPPING}
+    previous = {s: signal.signal(s, marking(h)) for s, h in handlers.items() if callable(h)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
 def interrupts_kept() -> Iterator[Callable[[], None]]:
     """The stopping signals raised as they arrive while the block runs, as ever, and kept: the ``check()`` it yields
     raises one again if the code it interrupted swallowed it.

@@ -168,9 +168,8 @@ def test_two_worker_processes_write_the_same_output(tiny, tmp_path):
 
 @pytest.mark.parametrize("resumed_from", [1, 4, 7])
 def test_a_run_resumed_from_any_shard_writes_the_bytes_of_one_run(tiny, tmp_path, resumed_from):
-    """A resumed run batches its documents with other neighbours than one run did (the model's batches start at the
-    first shard it redoes), which changes the readouts' last bits; the cuts and scores, read from each document's
-    ranks of them, stay the same, and so does every byte written."""
+    """A resumed run redoes each shard as one run did it (every shard is batched on its own), so every byte written is
+    the same, whichever shard it resumes from."""
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(40))])
     out, whole = tmp_path / "out", tmp_path / "whole"
     assert main([str(data), "-o", str(whole), "--shard-docs", "4", "-q", *options(tiny)]) == 0
@@ -180,6 +179,39 @@ def test_a_run_resumed_from_any_shard_writes_the_bytes_of_one_run(tiny, tmp_path
             next(out.glob(f"{kind}-{k:05d}.*")).unlink()
     assert main([str(data), "-o", str(out), "--shard-docs", "4", "-q", "--resume", *options(tiny)]) == 0
     assert output_files(out) == output_files(whole)
+
+
+def test_each_shard_is_batched_only_with_itself(tiny, tmp_path, monkeypatch):
+    """The model's arithmetic for a document depends on its batch's neighbours in the last bits, and a near-tie of
+    two edges' readouts can then swap their ranks and move a cut. So a shard's documents are scored with each other
+    and nothing else: --resume, another worker count or another order redoes a shard with one run's arithmetic."""
+    from rr_fast.chunker import Chunker
+
+    calls: list[list[str]] = []
+    original = Chunker.chunk_prepared
+
+    def watched(self, documents, *args, **kwargs):
+        seen: list[str] = []
+        calls.append(seen)
+
+        def each():
+            for document in documents:
+                seen.append(document.text)
+                yield document
+
+        yield from original(self, each(), *args, **kwargs)
+
+    monkeypatch.setattr(Chunker, "chunk_prepared", watched)
+    texts = make_texts(9)
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
+    out = tmp_path / "out"
+    assert main([str(data), "-o", str(out), "--shard-docs", "2", "-q", *options(tiny)]) == 0
+    assert calls == [texts[k : k + 2] for k in range(0, 9, 2)]
+    for k in (1, 3):
+        (out / f"part-{k:05d}.parquet").unlink()
+    calls.clear()
+    assert main([str(data), "-o", str(out), "--shard-docs", "2", "-q", "--resume", *options(tiny)]) == 0
+    assert calls == [texts[2:4], texts[6:8]]
 
 
 def test_documents_that_share_an_id_go_to_the_errors_file(tiny, tmp_path):

@@ -27,7 +27,7 @@ from rr_fast.corpus.manifest import RunConfig, Scan, finish, previous_run, scan_
 from rr_fast.corpus.shards import chunk_rows, commit_shard, done_shards, error_reason, shard_sizes
 from rr_fast.errors import RRFastError
 from rr_fast.helper_process import Helper, die_with, exit_if_orphaned
-from rr_fast.interrupts import signals_deferred
+from rr_fast.interrupts import signals_deferred, stopping_marked
 
 
 def run(
@@ -125,44 +125,50 @@ def run_worker(
         resume_after_start_up()
         here = prepared_documents(chunker.preparer, itertools.chain(head, () if helper else rest()))
         ready = here if helper is None else itertools.chain(here, helper)
-        pending: deque = deque()
         failure: list[BaseException] = []
-
-        def prepared():
-            try:
-                for shard, document, item in ready:
-                    pending.append((shard, document))
-                    yield item
-            except Exception as error:  # the input failed: the documents before it are chunked first
-                failure.append(error)
-
-        rows: list[dict] = []
-        errors: list[dict] = []
-        current = None
-        for result in chunker.chunk_prepared(prepared(), errors="return"):
-            shard, document = pending.popleft()
-            if current is not None and shard != current:
-                before_commit()
-                commit_shard(output, current, rows, errors)
-                rows, errors = [], []
-            current = shard
-            if isinstance(result, RRFastError):
-                errors.append({"doc_id": document.doc_id, "reason": error_reason(document, result)})
-                report_progress(1, 0)
-            else:
-                rows.extend(chunk_rows(document.doc_id, result))
-                report_progress(1, sum(c.token_count for c in result))
-        if failure:  # the shard it stopped in is not complete
-            raise failure[0]
-        if current is not None:
+        for shard, items in itertools.groupby(_until_failure(ready, failure), key=lambda item: item[0]):
+            # one shard's documents are batched only with each other: the model's arithmetic for a document depends
+            # on its batch's neighbours (their last bits), so a shard redone by --resume, or by another worker
+            # count, is computed exactly as in one uninterrupted run and its bytes are the same
+            pending: deque = deque()
+            rows: list[dict] = []
+            errors: list[dict] = []
+            for result in chunker.chunk_prepared(_noted(items, pending), errors="return"):
+                document = pending.popleft()
+                if isinstance(result, RRFastError):
+                    errors.append({"doc_id": document.doc_id, "reason": error_reason(document, result)})
+                    report_progress(1, 0)
+                else:
+                    rows.extend(chunk_rows(document.doc_id, result))
+                    report_progress(1, sum(c.token_count for c in result))
+            if failure:  # the input failed in this shard: it is not complete
+                raise failure[0]
             before_commit()
-            commit_shard(output, current, rows, errors)
+            commit_shard(output, shard, rows, errors)
+        if failure:
+            raise failure[0]
         if helper is not None:
             chunker.timings["waiting for the preparer"] += helper.waited
         return dict(chunker.timings)
 
 
 PREPARE = ("auto", "helper", "inline")
+
+
+def _noted(items: Iterable[tuple[int, Record, object]], pending: deque) -> Iterator:
+    """The prepared item of each (shard, document, item), the document noted in ``pending`` for its result."""
+    for _, document, item in items:
+        pending.append(document)
+        yield item
+
+
+def _until_failure(items: Iterable, failure: list[BaseException]) -> Iterator:
+    """``items`` until the input fails: its error kept in ``failure``, so that the documents before it are chunked
+    first and then it is raised."""
+    try:
+        yield from items
+    except Exception as error:
+        failure.append(error)
 
 
 def prepares_in_helper(prepare: str, device: str) -> bool:
@@ -296,22 +302,24 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
     threads = max(1, (os.cpu_count() or 1) // workers)
     parent = os.getpid()
     pipes = [context.Pipe(duplex=False) for _ in range(workers)]
+    stopping = context.RawValue("b", 0)  # 1 once this process has a stopping signal: the workers commit no more
     processes = [
         context.Process(
             target=_process_main,
-            args=(config, w, workers, devices[w], threads, pipes[w][1], found, parent),
+            args=(config, w, workers, devices[w], threads, pipes[w][1], found, parent, stopping),
             daemon=True,
         )
         for w in range(workers)
     ]
     try:
-        with signals_deferred(block_sigint_in_children=True):  # the run answers Ctrl-C, in one line, and ends them
-            for process in processes:
-                process.start()
-        resume_after_start_up()  # this process loads no model: its start-up ends once its workers are started
-        for _, sending in pipes:
-            sending.close()  # the worker's end: a worker that dies closes the last copy, and its pipe reads as ended
-        return _gathered(processes, [receiving for receiving, _ in pipes], bar)
+        with stopping_marked(lambda: setattr(stopping, "value", 1)):
+            with signals_deferred(block_sigint_in_children=True):  # the run answers Ctrl-C in one line, ends them
+                for process in processes:
+                    process.start()
+            resume_after_start_up()  # this process loads no model: its start-up ends once its workers are started
+            for _, sending in pipes:
+                sending.close()  # the worker's end: a worker that dies closes the last copy, and its pipe reads ended
+            return _gathered(processes, [receiving for receiving, _ in pipes], bar)
     finally:  # done, failed or interrupted: no worker outlives the run (a finished one has exited already)
         for process in processes:
             if process.pid is not None:
@@ -345,7 +353,7 @@ def _gathered(processes: list, pipes: list, bar) -> dict[str, float]:
     return timings
 
 
-def _process_main(config, worker, workers, device, threads, pipe, found, parent) -> None:
+def _process_main(config, worker, workers, device, threads, pipe, found, parent, stopping) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and ends this process (started blocked)
     die_with(parent)
 
@@ -367,11 +375,19 @@ def _process_main(config, worker, workers, device, threads, pipe, found, parent)
             device,
             lambda documents, tokens: report("progress", documents, tokens),
             found,
-            before_commit=lambda: exit_if_orphaned(parent),
+            before_commit=lambda: _exit_if_stopping(parent, stopping),
         )
         report("done", timings)
     except Exception as error:  # reported as the run's one-line error by the parent
         report("failed", f"worker {worker}: {error}")
+
+
+def _exit_if_stopping(parent: int, stopping) -> None:
+    """Before a worker commits a shard: end it, committing nothing, where the run has died or has a stopping signal
+    (the run ends its workers then, but a worker could commit several shards while it does)."""
+    exit_if_orphaned(parent)
+    if stopping.value:
+        os._exit(1)
 
 
 class _Progress:
