@@ -4,6 +4,7 @@ that ``--resume`` finishes into the bytes of one uninterrupted run.
 
     python tests/signal_stress.py --reps 50                      # default, 1, 2 and 4 workers, and Ray
     python tests/signal_stress.py --reps 50 --configs ray --load 2
+    python tests/signal_stress.py --reps 20 --kill-9                # kill -9 instead, then --resume
 
 Each trial starts the corpus command (the tiny test model, 40 one-document shards, its own process group, as a
 terminal's foreground job) while ``--load`` processes spin beside it, waits a random time drawn from zero to a little
@@ -171,6 +172,8 @@ class Stress:
             lines = [line for line in lines if line.startswith("rr-fast")]  # Ray's own lines come first
             if status == 1 and signum != signal.SIGINT and to == "group" and not lines:
                 return "stopped by Ray"
+        if signum == signal.SIGKILL:  # nothing to say: what it committed must resume exactly
+            return "killed" if status == -signal.SIGKILL else f"FAILED: status {status} after kill -9"
         expected = 128 + signum
         if status == expected and lines in ([RESUME], [NOTHING_WRITTEN]):
             return "stopped"
@@ -200,8 +203,10 @@ def environment() -> dict[str, str]:
 
 
 def foreground() -> None:
-    """SIGINT at its default, as a terminal's foreground job has it (a background job inherits it ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    """The stopping signals at their defaults, as a terminal's foreground job has them: a background job inherits
+    SIGINT ignored, and one started under ``nohup`` SIGHUP, and rr-fast leaves an inherited ignore as it is."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _complete(out: Path) -> bool:
@@ -223,13 +228,15 @@ def _end_group(pgid: int) -> None:
         pass
 
 
-def run_trials(stress: Stress, configs: list[str], reps: int, seed: int, report=print) -> list[Trial]:
+def run_trials(
+    stress: Stress, configs: list[str], reps: int, seed: int, report=print, signals: tuple = SIGNALS
+) -> list[Trial]:
     """``reps`` trials per configuration, each a random signal, target and moment (reproducible from ``seed``)."""
     chooser = random.Random(seed)
     trials = []
     for rep in range(reps):
         for config in configs:
-            trial = stress.trial(config, chooser.choice(SIGNALS), chooser.choice(TARGETS), chooser.random())
+            trial = stress.trial(config, chooser.choice(signals), chooser.choice(TARGETS), chooser.random())
             trials.append(trial)
             report(f"{rep + 1:3d} {config:>7} {trial.signal:7} to the {trial.to:7} at {trial.delay:5.2f} s: "
                    f"{trial.outcome} (status {trial.status}, {trial.seconds_to_end} s after the signal)")  # fmt: skip
@@ -256,13 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     busy = "busy processes beside the runs (default: one a core)"
     parser.add_argument("--load", type=int, default=os.cpu_count() or 1, help=busy)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kill-9", action="store_true", help="send SIGKILL instead: a crash, then --resume")
     parser.add_argument("--json", help="write every trial and the counts here")
     args = parser.parse_args(argv)
     configs = args.configs.split(",")
     started = time.strftime("%Y-%m-%d %H:%M")
     with tempfile.TemporaryDirectory() as folder, Load(args.load):
         stress = Stress(Path(folder))
-        trials = run_trials(stress, configs, args.reps, args.seed)
+        signals = (signal.SIGKILL,) if args.kill_9 else SIGNALS
+        trials = run_trials(stress, configs, args.reps, args.seed, signals=signals)
     counts = summary(trials)
     print(json.dumps(counts, indent=1))
     if args.json:
