@@ -24,12 +24,14 @@ job, SIGTERM can.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import importlib
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -277,6 +279,8 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
     pause_for_start_up()  # the command resumes it once its start-up is over (rr_fast.collector)
     try:
         _raising_terminated()  # a Ctrl-C that came as it did is answered below too
+        sys.meta_path.insert(0, _ImportedWhole())
+        sys.unraisablehook = _redelivering(sys.unraisablehook)
         main = importlib.import_module(module).main
         status = main(argv)
         end_process(status)
@@ -291,6 +295,70 @@ def run_command_process(module: str, argv: list[str] | None = None) -> NoReturn:
         else:
             interrupted = status
         end_process(interrupted)
+
+
+# Compiled libraries whose import an interrupt must not cut: a KeyboardInterrupt raised while their initialisers run
+# Python code can end the process in C++ (pybind11's std::terminate: status -6 and a stack of Python frames) or leave
+# a half-made module that cannot be imported again ("cannot load module more than once per process")
+IMPORTED_WHOLE = frozenset({"numpy", "torch", "pyarrow", "tokenizers", "safetensors", "numba", "llvmlite", "mlx"})
+
+
+class _ImportedWhole:
+    """A finder first on ``sys.meta_path``: the first import of each of IMPORTED_WHOLE (with all it imports) runs with
+    the stopping signals held (``signals_deferred``), so one that arrives meanwhile is raised as it ends (about a
+    second, for torch), in ordinary code."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in IMPORTED_WHOLE:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None) if finder is not self else None
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _LoadedWhole(spec.loader)
+                return spec
+        return None
+
+
+class _LoadedWhole:
+    """A module's loader, its module made and run with the stopping signals held."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        with signals_deferred():
+            return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        with signals_deferred():
+            self.loader.exec_module(module)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+
+def _redelivering(reporting: Callable) -> Callable:
+    """A ``sys.unraisablehook`` for a command's process. An interrupt raised inside a finalizer (``__del__``, a weakref
+    callback, the garbage collector's) cannot propagate: Python reports it as unraisable, with a traceback, and the
+    command goes on as if nobody had pressed Ctrl-C. This hook leaves that report out and has the signal raised again
+    in the main thread (``_thread.interrupt_main``, from a thread of its own a moment later, once the finalizer has
+    returned), in ordinary code. Any other report goes to ``reporting``."""
+
+    def hook(report) -> None:
+        if not isinstance(report.exc_value, KeyboardInterrupt):
+            reporting(report)
+            return
+        signum = report.exc_value.signum if isinstance(report.exc_value, Terminated) else signal.SIGINT
+        _thread.start_new_thread(_interrupt_main_soon, (signum,))
+
+    return hook
+
+
+def _interrupt_main_soon(signum: int) -> None:
+    time.sleep(0.001)
+    _thread.interrupt_main(signum)
 
 
 def end_process(status: int) -> NoReturn:

@@ -273,6 +273,71 @@ class InterruptedWhenFinalized:
         interrupt_self(self.signum)
 
 
+FINALIZED_COMMAND = """
+import gc, os, signal, sys, time, types
+import rr_fast.interrupts as interrupts
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.{signal})
+        time.sleep(0.05)  # the handler runs here, inside the finalizer: its interrupt cannot propagate
+
+def main(argv):
+    Finalized()
+    for _ in range(200):  # the command goes on: two seconds of ordinary code
+        time.sleep(0.01)
+    sys.stderr.write("rr-fast: finished\\n")
+    return 0
+
+sys.modules["finalized"] = types.SimpleNamespace(main=main)
+interrupts.run_command_process("finalized")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_an_interrupt_a_finalizer_swallowed_still_stops_the_command(signum):
+    """A signal whose interrupt is raised inside a finalizer cannot propagate (Python reports it as unraisable, a
+    traceback, and goes on); the command's process raises it again in ordinary code: one line and its status, not a
+    run that finishes as if nobody had pressed Ctrl-C."""
+    script = FINALIZED_COMMAND.format(signal=signum.name)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, preexec_fn=foreground)
+    assert (done.returncode, done.stderr.splitlines()) == (STATUS[signum], ["rr-fast: interrupted"])
+
+
+IMPORTING_COMMAND = """
+import os, signal, sys, types
+import rr_fast.interrupts as interrupts
+
+interrupts.IMPORTED_WHOLE = interrupts.IMPORTED_WHOLE | {{"compiled_library"}}
+sys.path.insert(0, {folder!r})
+
+def main(argv):
+    import compiled_library
+    sys.stderr.write("rr-fast: finished\\n")
+    return 0
+
+sys.modules["importing"] = types.SimpleNamespace(main=main)
+interrupts.run_command_process("importing")
+"""
+LIBRARY = """
+import os, signal, sys
+os.kill(os.getpid(), signal.{signal})  # as its initialiser runs: an interrupt here could abort a C++ one
+sys.stderr.write("compiled_library: made whole\\n")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_a_compiled_library_is_imported_waits_for_the_import(signum, tmp_path):
+    """Importing a compiled library (torch, numpy: ``IMPORTED_WHOLE``) runs its initialisers, which an interrupt must
+    not cut: pybind11 then ends the process in C++ (status -6), numpy refuses to load again. The signal is held until
+    the import ends, then answered in one line."""
+    (tmp_path / "compiled_library.py").write_text(LIBRARY.format(signal=signum.name))
+    script = IMPORTING_COMMAND.format(folder=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, preexec_fn=foreground)
+    lines = done.stderr.splitlines()
+    assert (done.returncode, lines) == (STATUS[signum], ["compiled_library: made whole", "rr-fast: interrupted"])
+
+
 @pytest.fixture()
 def answers_ctrl_c():
     """SIGINT raised as KeyboardInterrupt in this process for the test, as in a foreground Python: a suite started as
