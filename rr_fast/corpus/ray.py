@@ -39,7 +39,7 @@ from rr_fast.corpus.lock import OutputLock
 from rr_fast.corpus.manifest import RunConfig, Scan, finish, previous_run, record_digest, scan, start_run
 from rr_fast.corpus.shards import STAGING, chunk_records, chunk_rows, commit_shard, error_reason, schema
 from rr_fast.errors import RRFastError, UsageError
-from rr_fast.interrupts import interrupts_kept
+from rr_fast.interrupts import interrupts_kept, signals_deferred
 
 RAY_HINT = 'rr_fast.corpus.ray needs Ray Data: pip install "rr-fast[ray]"'
 RECORD_COLUMNS = ("doc_id", "text", "error")  # the documents stage; error: the reader's reason, else null
@@ -320,8 +320,9 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     with OutputLock(output):
         previous_run(output, config, resume=False)
         started = not ray.is_initialized()
-        if started:
-            ray.init(address=address, log_to_driver=False)  # sets a SIGTERM handler of its own: ours go in after
+        if started:  # Ray sets a SIGTERM handler of its own (its exit, status 15): ours are put back as it returns
+            with signals_deferred():
+                ray.init(address=address, log_to_driver=False)
         resume_after_start_up()  # the driver loads no model (its actors do): its start-up ends with Ray's
         with interrupts_kept() as check, _shut_down_after(ray if started else None):
             # Ray's driver can swallow a Ctrl-C: checked after each of its stages
@@ -351,7 +352,8 @@ def _shut_down_after(ray) -> Iterator[None]:
         yield
     finally:
         if ray is not None:
-            ray.shutdown()
+            with signals_deferred():  # Ray's shutdown puts the signals' defaults back: ours are put back after it
+                ray.shutdown()
 
 
 def _split_into_shards(staging: Path, output: Path, shard_docs: int) -> int:
