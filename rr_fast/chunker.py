@@ -33,7 +33,7 @@ from rr_fast.scoring import readout
 from rr_fast.scoring.backends.base import Backend
 from rr_fast.scoring.scorer import Scorer
 from rr_fast.segmentation import cut_document
-from rr_fast.segmentation.calibration import blend, utility
+from rr_fast.segmentation.calibration import blend, boundary_probability, utility
 from rr_fast.segmentation.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.text.documents import Document, Preparer, text_tokens
 from rr_fast.text.tokenizer import load_tokenizer
@@ -218,8 +218,13 @@ class Chunker:
         return chunks, scores
 
     def _utilities(self, document: Document, values: dict[str, np.ndarray]) -> np.ndarray:
-        """What the DP weighs at each scored edge: the readout's utilities, blended with the companion model's where
-        the reading has one (it reads the document's text with its own tokenizer and edges)."""
+        """What the DP weighs at each scored edge: the readout's boundary probabilities where the reading has odds and
+        the DP chooses how many cuts on text without structure (``segmentation.calibration``); else its percentiles,
+        blended with the companion model's where the reading has one (it reads the document's text with its own
+        tokenizer and edges)."""
+        odds = self.resolved.odds
+        if odds is not None and document.layout is None and self.config.num_chunks is None:
+            return boundary_probability(values, self.reading.readout, odds)
         utilities = utility(values, self.reading.readout)
         if self.companion is None:
             return utilities

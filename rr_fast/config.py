@@ -151,6 +151,10 @@ class ChunkerConfig:
         fixed = chosen.fixes(scoring)
         step = asked.step if asked.step is not None else recipe.step
         rho, note = recipe.penalty(chosen.name, fixed["window"], step)
+        # a reading with a companion blends percentiles: its odds, fitted on its own values, do not apply
+        odds = None if asked.companion else recipe.odds_for(chosen.name, fixed["window"], step, fixed.get("layer"))
+        if odds is not None:  # ρ is charged against the boundary probability (segmentation.calibration)
+            rho, note = odds["penalty"], None
         filled = replace(
             asked,
             readout=chosen.name,
@@ -171,7 +175,9 @@ class ChunkerConfig:
                 raise UsageError(words(self))
         limits = Limits(self.min_tokens, self.max_tokens, self.target_tokens, filled.length_weight)
         notes = (note,) if note and asked.penalty is None else ()
-        return Resolved(self, filled, notes, limits, scoring, self._companion(filled.companion, filled.step))
+        companion = self._companion(filled.companion, filled.step)
+        weights = odds and (odds["raw"], odds["percentile"], odds["bias"])
+        return Resolved(self, filled, notes, limits, scoring, companion, weights)
 
     def _companion(self, model: str | None, step: int) -> Resolved | None:
         """The companion model (``Reading.companion``) with its own default reading on this reading's candidate step
@@ -182,7 +188,8 @@ class ChunkerConfig:
         if model == self.model:
             raise UsageError(f"companion {model} is the model itself: a companion must be another model")
         options = {"backend": self.backend, "device": self.device, "batch_tokens": self.batch_tokens}
-        return ChunkerConfig(model=model, **options).resolve({"step": step})
+        resolved = ChunkerConfig(model=model, **options).resolve({"step": step})
+        return replace(resolved, odds=None)  # its percentiles are what the blend takes
 
     def recipe_used(self) -> Recipe:
         """The model's recipe (``models.recipes.recipe_for``), its names checked (``check_recipe``); one that cannot
@@ -314,6 +321,9 @@ class Resolved:
     limits: Limits  # the DP's length rules
     scoring: Any  # the chosen readout's scorer settings (``scoring.readouts.Readout.settings``)
     companion: Resolved | None = None  # the companion model's own resolution (``Reading.companion``), if any
+    # the reading's boundary odds (raw, percentile, bias) where its recipe has them (``Recipe.odds_for``): open-count
+    # cuts on text without structure charge ρ against that probability rather than against the percentile
+    odds: tuple[float, float, float] | None = None
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""

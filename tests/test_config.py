@@ -80,7 +80,8 @@ def test_resolved_fills_the_recipes_choices(name):
     reading = ChunkerConfig(model=name).resolve().reading
     spec = BUNDLED[name]
     assert (reading.readout, reading.window, reading.step) == (spec.readout, spec.window, spec.step)
-    assert reading.penalty == spec.penalties[spec.readout, spec.window, reading.step]
+    odds = spec.odds_for(spec.readout, spec.window, reading.step, reading.layer)  # ρ against a probability, or
+    assert reading.penalty == (odds["penalty"] if odds else spec.penalties[spec.readout, spec.window, reading.step])
     if spec.readout != "attention":
         assert (reading.layer, reading.normalizer) == (spec.layer, spec.normalizer)
     rr = ChunkerConfig(model=name).resolve({"readout": "rr", "step": 8})  # rr's ρ is calibrated on the 8-token grid
@@ -204,7 +205,9 @@ def test_presets_are_named_readings_that_explicit_reading_options_override():
     for name in PRESET_NAMES:
         resolved = ChunkerConfig(preset=name).resolve()  # every value passes the option checks
         assert resolved.config.model == DEFAULT_MODEL  # every preset runs the default's model
-        assert resolved.reading.penalty == recipe.presets[name]["penalty"]  # each carries its calibrated ρ
+        # each carries its calibrated ρ, or, reading as the default does, the ρ of the default's odds
+        assert resolved.reading.penalty == recipe.presets[name].get("penalty", resolved.reading.penalty)
+        assert "penalty" in recipe.presets[name] or resolved.odds == ChunkerConfig().resolve().odds is not None
         assert resolved.notes == ()
     assert ChunkerConfig(preset="fast").resolve({"layer": 18}).reading.layer == 18  # the preset's is 9
     with pytest.raises(RRFastError, match="preset must be one of quality, balanced, fast"):

@@ -168,3 +168,25 @@ def test_peers_cut_where_they_chunk():
         except ImportError:
             continue
         assert cuts == sorted(set(cuts)) and cuts and all(0 < c < len(text) for c in cuts), name
+
+
+def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_rho():
+    from bench.quality import odds
+    from bench.quality.streams import Stream
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4000, 2))
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(2.0 * x[:, 0] - 1.0 * x[:, 1] + 0.5)))).astype(float)
+    assert np.allclose(odds.fit_logistic(x, y), [2.0, -1.0, 0.5], atol=0.25)
+
+    words = [f"w{k}" for k in range(180)]  # three units of 60 words, a token each (the product's limits: 48-384)
+    text = " ".join(words)
+    starts = [text.index(f" w{k} ") + 1 if k else 0 for k in range(179)]
+    units = [("a", 0, starts[60]), ("b", starts[60], starts[120]), ("c", starts[120], len(text))]
+    edges = np.arange(10, 180, 10)
+    raw = np.where(np.isin(edges, [60, 120]), 5.0, -5.0)
+    saved = {"readout_attention": raw, "edge_tokens": edges, "edge_chars": np.array([starts[e] for e in edges]),
+             "num_tokens": np.int64(180), "join": np.where(np.isin(edges, [60, 120]), 0, -1)}  # fmt: skip
+    stream = Stream("s", "short", "cal", text, units)
+    rows = odds.outcomes([(stream, saved)], (1.0, 0.0, 0.0), 0.5)
+    assert rows == [("short", 3, 3, 3)]  # cut at the two joins, whose probability is near 1, and nowhere else

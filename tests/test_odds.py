@@ -1,0 +1,86 @@
+"""Boundary odds (``Recipe.odds_for``): where a recipe has them for the reading, an open count on text without
+structure charges ρ against the probability that a unit starts at each edge, so the number of cuts follows the
+evidence; percentiles stay for a given number of chunks, text with structure and a reading with a companion."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from test_corpus import make_texts
+from test_recipe_hostile import valid_recipe
+
+from rr_fast import Chunker, ChunkerConfig
+from rr_fast.segmentation.calibration import boundary_probability, utility
+from rr_fast.segmentation.dp import Limits, segment
+
+ODDS = {"raw": 2.0, "percentile": 1.0, "bias": -3.0, "penalty": 0.5}
+
+
+def test_the_cut_count_follows_the_evidence_not_a_share_of_the_edges():
+    """Two texts whose edges rank alike, one whose readouts all say "a boundary" and one whose readouts all say "none":
+    percentiles cut them alike; probabilities cut the first at every edge the limits allow and the second nowhere."""
+    edges = np.arange(20, 400, 20)
+    ranks = np.linspace(0.0, 1.0, len(edges))
+    limits = Limits(min_tokens=10, max_tokens=400, target_tokens=20, length_weight=0.0)
+    odds = (ODDS["raw"], ODDS["percentile"], ODDS["bias"])
+    cuts = {}
+    for name, offset in (("clear", 4.0), ("none", -4.0)):
+        values = {"attention": ranks + offset}
+        for kind, utilities in (("percentiles", utility(values, "attention")),
+                                ("probability", boundary_probability(values, "attention", odds))):  # fmt: skip
+            cuts[name, kind] = len(segment(400, edges, utilities, limits, penalty=ODDS["penalty"]).cuts)
+    assert cuts["clear", "percentiles"] == cuts["none", "percentiles"] < len(edges)
+    assert (cuts["clear", "probability"], cuts["none", "probability"]) == (len(edges), 0)
+
+
+def recipe_with_odds(tiny: str, tmp_path) -> str:
+    recipe = valid_recipe()
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(recipe))
+    layer = ChunkerConfig(model=tiny, recipe=str(path)).resolve().reading.layer  # the reading's own (None: 75% deep)
+    recipe["odds"] = {"rr": {"24": {"8": {"layer": layer, **ODDS, "fitted": "by hand, for the tests"}}}}
+    path.write_text(json.dumps(recipe))
+    return str(path)
+
+
+def test_open_counts_on_plain_text_weigh_the_probability_and_the_rest_percentiles(tiny, tmp_path):
+    options = {"model": tiny, "backend": "torch", "recipe": recipe_with_odds(tiny, tmp_path)}
+    limits = {"min_tokens": 4, "max_tokens": 24, "target_tokens": 12}
+    chunker = Chunker(**options, **limits)
+    assert chunker.resolved.odds == (ODDS["raw"], ODDS["percentile"], ODDS["bias"])
+    assert chunker.reading.penalty == ODDS["penalty"]  # ρ against the probability, from the odds
+
+    plain = " ".join(make_texts(4))
+    _, scores = chunker.explain(plain)
+    odds = chunker.resolved.odds
+    assert np.allclose(scores.utility, boundary_probability(scores.readouts, "rr", odds), equal_nan=True)
+
+    counted = Chunker(**options, **limits, num_chunks=8)
+    _, scores = counted.explain(plain)
+    assert np.allclose(scores.utility, utility(scores.readouts, "rr"), equal_nan=True)
+
+    structured = "# Harvest\n\n" + make_texts(2)[0] + "\n\n# Storm\n\n" + make_texts(2)[1] + "\n"
+    _, scores = chunker.explain(structured)
+    assert np.allclose(scores.utility, utility(scores.readouts, "rr"), equal_nan=True)
+
+
+def test_odds_fitted_for_another_head_or_step_are_not_used(tiny, tmp_path):
+    path = recipe_with_odds(tiny, tmp_path)
+    assert ChunkerConfig(model=tiny, recipe=path, backend="torch").resolve({"step": 16}).odds is None
+    recipe = json.loads(open(path).read())
+    recipe["odds"]["rr"]["24"]["8"]["layer"] = 2  # fitted on the values of another layer's reading
+    open(path, "w").write(json.dumps(recipe))
+    resolved = ChunkerConfig(model=tiny, recipe=path, backend="torch").resolve()
+    assert resolved.odds is None and resolved.reading.penalty == 1.0  # the penalties table's ρ, for percentiles
+
+
+def test_the_default_model_reads_with_odds_and_its_presets_and_smollm2_with_percentiles():
+    """Gemma 3's default reading has odds (bench.quality.odds); SmolLM2's fit kept no calibration measure level at
+    any ρ, so it has none; the presets read other heads or steps, or blend a companion."""
+    assert ChunkerConfig().resolve().odds is not None
+    assert ChunkerConfig(preset="balanced").resolve().odds is not None
+    for model in ("gemma3-270m", "smollm2-135m"):
+        for preset in ("fast", "quality"):
+            assert ChunkerConfig(model=model, preset=preset).resolve().odds is None, (model, preset)
+    assert ChunkerConfig(model="smollm2-135m").resolve().odds is None
