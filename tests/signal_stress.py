@@ -22,8 +22,8 @@ whole group or to the command alone. A trial fails when:
 A signal that comes before rr-fast's first line has run (Python's own start-up, a fraction of a second, told by
 whether the process has its SIGTERM handler yet) is Python's to answer, as docs/reliability.md says: a trial that
 then ends otherwise is counted apart, not failed. Ray may end a run stopped by SIGTERM or SIGHUP to the whole group
-with status 1 in its own C++ code before any rr-fast code runs (docs/reliability.md); such a trial is counted apart,
-and must still resume exactly.
+in its own C++ code before any rr-fast code runs, with status 1 or an abort (docs/reliability.md); such a trial is
+counted apart, and must still resume exactly.
 ``tests/test_signal_stress.py`` runs a few trials in the suite; this script runs as many as asked and prints the
 counts, the load beside them.
 """
@@ -178,7 +178,8 @@ class Stress:
             return f"FAILED: {trial.committed_after} shards committed after the signal"
         if trial.config == "ray":
             lines = [line for line in lines if line.startswith("rr-fast")]  # Ray's own lines come first
-            if status == 1 and signum != signal.SIGINT and to == "group" and not lines:
+            ended_in_cpp = status in (1, -signal.SIGABRT)  # Ray's C++ exit, or its abort, as its cluster dies
+            if ended_in_cpp and signum != signal.SIGINT and to == "group" and not lines:
                 return "stopped by Ray"
         if signum == signal.SIGKILL:  # nothing to say: what it committed must resume exactly
             return "killed" if status == -signal.SIGKILL else f"FAILED: status {status} after kill -9"
