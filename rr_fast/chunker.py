@@ -125,10 +125,11 @@ class Chunker:
         """``chunk`` of each text, in order, with the model calls of many texts batched together.
 
         Texts are read lazily, so an unbounded iterable streams in bounded memory; the chunks equal per-text
-        ``chunk`` calls'. ``errors="return"`` yields an ``RRFastError`` in place of a text that cannot be
-        chunked (empty, not a str, not tokenizable, impossible limits) instead of raising it. An error of the
-        iterable itself (a generator that fails halfway) ends the results: every text read before it is
-        yielded first, then that error is raised.
+        ``chunk`` calls' (a cut's ``score``, where it is a boundary probability, to float rounding: the model's
+        arithmetic for a text moves in its last bits with the texts batched beside it). ``errors="return"`` yields
+        an ``RRFastError`` in place of a text that cannot be chunked (empty, not a str, not tokenizable, impossible
+        limits) instead of raising it. An error of the iterable itself (a generator that fails halfway) ends the
+        results: every text read before it is yielded first, then that error is raised.
         """
         source_failure: list[BaseException] = []
         yield from self.chunk_prepared(self.preparer.prepare(texts, errors, source_failure), progress, errors)
