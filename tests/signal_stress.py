@@ -20,7 +20,7 @@ whole group or to the command alone. A trial fails when:
 - ``--resume`` does not end with status 0, or the output then differs in any byte from an uninterrupted run's.
 
 A signal that comes before rr-fast's first line has run (Python's own start-up, a fraction of a second, told by
-whether the process has its SIGTERM handler yet) is Python's to answer, as docs/reliability.md says: a trial that
+whether the process has had its SIGTERM handler yet) is Python's to answer, as docs/reliability.md says: a trial that
 then ends otherwise is counted apart, not failed. Ray may end a run stopped by SIGTERM or SIGHUP to the whole group
 in its own C++ code before any rr-fast code runs, with status 1 or an abort (docs/reliability.md); such a trial is
 counted apart, and must still resume exactly.
@@ -73,7 +73,7 @@ class Trial:
     lines: tuple[str, ...] = ()
     outcome: str = ""  # stopped, stopped by Ray, after the end, finished first, or the failure
     committed_after: int = 0
-    before_first_line: bool = False  # rr-fast's handlers were not installed yet: Python was still starting
+    before_first_line: bool = False  # rr-fast's handler had never been in place: Python was still starting
     seconds_to_end: float = 0.0
 
     @property
@@ -138,13 +138,16 @@ class Stress:
         reader = threading.Thread(target=lambda: lines.extend(raw.decode("utf-8", "replace").rstrip("\n")
                                                               for raw in process.stderr), daemon=True)  # fmt: skip
         reader.start()
-        time.sleep(delay)
+        handled, until = False, time.monotonic() + delay
+        while time.monotonic() < until:  # whether rr-fast's handler was ever in place before the signal
+            handled = handled or handles_sigterm(process.pid)
+            time.sleep(min(0.01, max(0.0, until - time.monotonic())))
         complete = _complete(out)
         before = _shards(out)
         if process.poll() is not None:
             trial.outcome = "finished first"  # no signal sent: the run was over (counted apart)
         else:
-            trial.before_first_line = not handles_sigterm(process.pid)
+            trial.before_first_line = not (handled or handles_sigterm(process.pid))
             sent = time.monotonic()
             if to == "group":
                 os.killpg(process.pid, signum)
