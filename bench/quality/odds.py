@@ -46,6 +46,7 @@ from rr_fast.segmentation.dp import segment
 OUT = REPO_ROOT / "bench" / "out" / "odds"
 GRID = tuple(round(0.02 * i, 2) for i in range(2, 26))  # ρ against a probability: 0.04 .. 0.50
 BANDS = ("short", "medium", "long", "mixed")
+LIMITS = ChunkerConfig().resolve().limits  # the product's default lengths, which every stream is cut with
 RESAMPLES = 10_000  # the quality benchmark's domain-stratified stream bootstrap (bench.quality.metrics)
 LOSS_ALLOWED = 0.02  # how far a calibration measure may fall below today's percentiles: a unit or two of a band's 80
 
@@ -102,8 +103,7 @@ def chunks_of(stream: Stream, saved: dict, odds: tuple | None, rho: float) -> li
     or percentiles (None)."""
     name, values = readout_values(saved)
     utilities = utility(values, name) if odds is None else boundary_probability(values, name, odds)
-    limits = ChunkerConfig().resolve().limits
-    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, limits, penalty=rho).cuts
+    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, LIMITS, penalty=rho).cuts
     chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
     bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
     return list(zip(bounds, bounds[1:]))

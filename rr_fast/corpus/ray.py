@@ -352,7 +352,7 @@ def _shut_down_after(ray) -> Iterator[None]:
         yield
     finally:
         if ray is not None:
-            with signals_deferred():  # Ray's shutdown puts the signals' defaults back: ours are put back after it
+            with signals_deferred():  # held while Ray shuts down, and our handlers put back after it
                 ray.shutdown()
 
 
