@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,49 @@ from rr_fast.corpus.ray import chunk_dataset, run_on_ray  # noqa: E402
 from rr_fast.corpus.shards import COLUMNS  # noqa: E402
 from rr_fast.errors import RRFastError  # noqa: E402
 from rr_fast.interrupts import Terminated  # noqa: E402
+
+
+WATCHED_RUN = """
+import ctypes, signal, sys, threading
+from rr_fast.corpus.command import main
+
+libc = ctypes.CDLL(None)
+
+
+def handler_address(signum):
+    action = ctypes.create_string_buffer(256)  # struct sigaction, its handler first
+    libc.sigaction(signum, None, action)
+    return int.from_bytes(action.raw[:8], sys.byteorder)
+
+
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+python_handler, seen, running = handler_address(signal.SIGTERM), set(), True
+
+
+def watch():
+    while running:
+        seen.add(handler_address(signal.SIGTERM))
+
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+status = main(sys.argv[1:])
+running = False
+watcher.join()
+print(status, sorted(hex(a) for a in seen - {python_handler}))
+"""
+
+
+def test_ray_leaves_sigterm_to_rr_fast_from_start_to_shutdown(tmp_path):
+    """Through a whole run that starts its own Ray, SIGTERM's handler is never other than Python's: Ray's C++ crash
+    handler would otherwise take SIGTERM while the driver connects (a SIGTERM then aborts it) and reset it to its
+    default while it disconnects (a SIGTERM then kills it without a line), and those windows are where the signal
+    stress found runs that did not end in one line."""
+    tiny = str(tiny_llama_folder(tmp_path / "tiny"))
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(2))])
+    command = [sys.executable, "-c", WATCHED_RUN, str(data), "-o", str(tmp_path / "out"), "-q", "--ray", "local"]
+    ran = subprocess.run([*command, *options(tiny)], capture_output=True, text=True, timeout=300)
+    assert ran.stdout.split("\n")[-2:] == ["0 []", ""], ran.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")

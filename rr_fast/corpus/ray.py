@@ -321,6 +321,7 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
         previous_run(output, config, resume=False)
         started = not ray.is_initialized()
         if started:  # Ray sets a SIGTERM handler of its own (its exit, status 15): ours are put back as it returns
+            _without_crash_handler()
             with signals_deferred():
                 ray.init(address=address, log_to_driver=False)
         resume_after_start_up()  # the driver loads no model (its actors do): its start-up ends with Ray's
@@ -342,6 +343,17 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
             if documents != found.documents:
                 raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
             return finish(output, found)
+
+
+def _without_crash_handler() -> None:
+    """The driver this run connects is left without Ray's C++ crash handler (absl's), which would otherwise take
+    SIGTERM from rr-fast as the driver connects (a SIGTERM then prints a stack and aborts it) and reset SIGTERM to its
+    default as it disconnects (a SIGTERM then kills it outright, no line): measured by reading the handler's address
+    every 2 ms through a run. Ray reads this setting as the driver connects; its crash reports for SIGSEGV and the like
+    are what the run gives up."""
+    from ray._private import ray_constants
+
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
 
 
 @contextmanager
