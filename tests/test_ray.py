@@ -198,3 +198,26 @@ def test_a_swallowed_interrupt_stops_ray_at_its_next_stage(signum, local_ray, ti
     with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt) as raised:
         on_ray.run_on_ray(config)
     assert isinstance(raised.value, Terminated) == (signum == signal.SIGTERM)
+
+
+def test_a_sigterm_that_meets_rays_own_handler_as_ray_starts_is_answered_as_any_sigterm(tiny, tmp_path, monkeypatch):
+    """``ray.init`` sets a SIGTERM handler that exits with status 15 and no line: a SIGTERM while it connects is
+    still rr-fast's ``Terminated`` (one line, status 143), and the Ray started so far is shut down."""
+    from rr_fast.corpus import ray as on_ray
+    from rr_fast.interrupts import terminations_as_interrupts
+
+    shut_down = []
+
+    def init(**kwargs):  # what ray.init does as it starts, and a SIGTERM then
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        interrupt_self(signal.SIGTERM)
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: shut_down.append(True))
+    monkeypatch.setattr(on_ray, "_chunk_on_ray", lambda *a: pytest.fail("the run went on"))
+    data = write_jsonl(tmp_path / "a.jsonl", [{"id": "d", "text": make_texts(1)[0]}])
+    config = RunConfig((str(data),), str(tmp_path / "out"), "id", "text", 4, {"model": tiny, "backend": "torch"})
+    with terminations_as_interrupts(), pytest.raises(Terminated):
+        on_ray.run_on_ray(config)
+    assert shut_down == [True]

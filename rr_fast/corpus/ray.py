@@ -16,6 +16,7 @@ single-machine run's. Ray is imported only when this module is used.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -320,29 +321,48 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     with OutputLock(output):
         previous_run(output, config, resume=False)
         started = not ray.is_initialized()
-        if started:  # Ray sets a SIGTERM handler of its own (its exit, status 15): ours are put back as it returns
-            _without_crash_handler()
-            with signals_deferred():
-                ray.init(address=address, log_to_driver=False)
-        resume_after_start_up()  # the driver loads no model (its actors do): its start-up ends with Ray's
-        with interrupts_kept() as check, _shut_down_after(ray if started else None):
-            # Ray's driver can swallow a Ctrl-C: checked after each of its stages
-            ray.data.DataContext.get_current().execution_options.preserve_order = True
-            if num_gpus is None:
-                num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
-            datasets = read_datasets(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
-            found = scan_datasets(datasets, config.shard_docs)
-            check()
-            start_run(output, config, found, previous=None)
-            staging = output / STAGING
-            for number, documents in enumerate(datasets):
-                chunked = chunk_records_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
-                chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
-                check()
-            documents = _split_into_shards(staging, output, config.shard_docs)
-            if documents != found.documents:
-                raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
-            return finish(output, found)
+        with _shut_down_after(ray if started else None):
+            if started:
+                _connect(ray, address)
+            resume_after_start_up()  # the driver loads no model (its actors do): its start-up ends with Ray's
+            with interrupts_kept() as check:
+                return _chunk_on_ray(ray, config, output, num_gpus, check)
+
+
+def _chunk_on_ray(ray, config: RunConfig, output: Path, num_gpus: float | None, check) -> dict:
+    """The run on a connected Ray, its output locked: ``check`` after each Ray stage stops it at a signal that Ray's
+    driver swallowed (``interrupts.interrupts_kept``)."""
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    if num_gpus is None:
+        num_gpus = 1 if ray.cluster_resources().get("GPU", 0) and config.resolved.config.device != "cpu" else 0
+    datasets = read_datasets(list(config.inputs), config.id_field, config.text_field, config.follow_symlinks)
+    found = scan_datasets(datasets, config.shard_docs)
+    check()
+    start_run(output, config, found, previous=None)
+    staging = output / STAGING
+    for number, documents in enumerate(datasets):
+        chunked = chunk_records_dataset(documents, config.resolved, repeated=found.repeated, num_gpus=num_gpus)
+        chunked.write_parquet(str((staging / f"{number:05d}").resolve()))
+        check()
+    documents = _split_into_shards(staging, output, config.shard_docs)
+    if documents != found.documents:
+        raise RRFastError(f"Ray returned {documents} documents of {found.documents}: run again")
+    return finish(output, found)
+
+
+def _connect(ray, address: str) -> None:
+    """``ray.init`` with rr-fast's handlers in place before and after it. While Ray connects the driver it sets a
+    SIGTERM handler of its own, which exits with status 15 and no line; a SIGTERM that meets it is answered as any
+    other SIGTERM to the command (the Ray started so far is shut down by ``_shut_down_after``)."""
+    _without_crash_handler()
+    try:
+        with signals_deferred():
+            ray.init(address=address, log_to_driver=False)
+    except SystemExit as ended:
+        if ended.code != signal.SIGTERM:
+            raise
+        signal.raise_signal(signal.SIGTERM)  # rr-fast's handler: one line, status 143
+        raise
 
 
 def _without_crash_handler() -> None:
