@@ -351,12 +351,17 @@ def _chunk_on_ray(ray, config: RunConfig, output: Path, num_gpus: float | None, 
 
 
 def _connect(ray, address: str) -> None:
-    """``ray.init`` with rr-fast's handlers in place before and after it. While Ray connects the driver it sets a
-    SIGTERM handler of its own, which exits with status 15 and no line; a SIGTERM that meets it is answered as any
-    other SIGTERM to the command (the Ray started so far is shut down by ``_shut_down_after``)."""
+    """``ray.init`` with rr-fast's handlers in place before and after it.
+
+    While Ray connects the driver it sets a SIGTERM handler of its own, which exits with status 15 and no line; a
+    SIGTERM that meets it is answered as any other SIGTERM to the command (the Ray started so far is shut down by
+    ``_shut_down_after``). The processes of a local Ray start with SIGHUP blocked (as Ray starts them with SIGINT
+    blocked): a terminal closed on the run reaches the driver, which shuts Ray down in order, and not Ray's own
+    processes, whose end would make the driver's C++ code exit with status 1 while it registers. SIGTERM stays theirs:
+    Ray's shutdown ends them with it."""
     _without_crash_handler()
     try:
-        with signals_deferred():
+        with signals_deferred(frozenset({signal.SIGHUP})):
             ray.init(address=address, log_to_driver=False)
     except SystemExit as ended:
         if ended.code != signal.SIGTERM:
