@@ -23,7 +23,6 @@ from rr_fast.corpus.shards import COLUMNS  # noqa: E402
 from rr_fast.errors import RRFastError  # noqa: E402
 from rr_fast.interrupts import Terminated  # noqa: E402
 
-
 WATCHED_RUN = """
 import ctypes, signal, sys, threading
 from rr_fast.corpus.command import main
