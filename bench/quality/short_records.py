@@ -1,0 +1,249 @@
+"""What limits the default on short records (48–110 tokens, ``bench.quality.lengths``), on calibration data: two routes
+the cause suggests, each measured.
+
+The default's head was distilled from ``lr`` at W 128, so it reads 128 tokens past an edge, past the next record
+when records are short; and its boundary odds (``bench.quality.odds``) read only that head's value and percentile.
+
+- ``windows``: is the span the limit? The rank AUC of the teacher itself, ``lr`` at W 24, 48 and 128 (a recipe file
+  per window: the readout is a recipe's to set), against the true record joins within each short and medium stream,
+  beside the default head's (from the lengths benchmark's cache).
+- ``score`` and ``fit``: is the head's one direction the limit? A boundary head: a logistic regression of "a unit
+  starts here" straight on the crossing masses the default pass computes anyway (every layer and head, spans 8, 32
+  and 128: ``rr_fast.scoring.crossing``) and the head's percentile. ``score`` keeps the masses at every scored edge of
+  the streams ``bench.quality.odds`` reads (their cached readouts must exist) in bench/out/short_records/<model>;
+  ``fit`` cross-fits it on the calibration streams (five folds by stream; the same documents' streams in every
+  language share a fold), for each ridge and ρ on a grid gives ``bench.quality.odds``'s calibration measures beside
+  the recipe's odds, then fits the best on all calibration streams and reports it on the 60 evaluation streams,
+  paired against the recipe's odds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import numpy as np
+
+from bench.common import REPO_ROOT, ScorerOver, log, save_npz
+from bench.quality.lengths import OUT as LENGTHS
+from bench.quality.lengths import auc, join_labels, scores_folder
+from bench.quality.metrics import bootstrap_indices, ci_text, interval
+from bench.quality.odds import BANDS, LIMITS, cached, calibration_and_evaluation, fit_logistic, pooled, score
+from bench.quality.streams import read_streams
+from rr_fast import ChunkerConfig
+from rr_fast.clean_units import recovered_units
+from rr_fast.segmentation.calibration import boundary_probability, utility
+from rr_fast.segmentation.dp import segment
+
+OUT = REPO_ROOT / "bench" / "out" / "short_records"
+RIDGES = (1.0, 10.0, 100.0, 1000.0)
+GRID = tuple(round(0.05 * i, 2) for i in range(1, 13))  # ρ against a probability: 0.05 .. 0.60
+FOLDS = 5
+CALIBRATION = ("bands", "languages", "calibration")
+
+
+class MassesKept(ScorerOver):
+    """The product's crossing scorer, keeping the masses of the last document's edges (``CrossingScorer.values``, the
+    distillation hook) beside the values it returns."""
+
+    masses: np.ndarray | None = None
+
+    def score(self, ids, edges, progress=None) -> dict:
+        inner, kept = self.scorer, []
+        reading = type(inner).values
+        inner.values = lambda masses: (kept.append(masses.astype(np.float32)), reading(inner, masses))[1]
+        try:
+            (values,) = inner.score_many([(ids, edges)])
+        finally:
+            del inner.values
+        self.masses = np.concatenate(kept)
+        return values
+
+
+def windows(model: str, spans: tuple[int, ...] = (24, 48, 128)) -> dict:
+    """Mean within-stream AUC of ``lr`` at each window, and of the default head, per band (short, medium)."""
+    from rr_fast import Chunker
+    from rr_fast.models.recipes import BUNDLED_RECIPES
+
+    streams = [s for s in read_streams(LENGTHS / "streams.jsonl") if s.domain in ("short", "medium")]
+    found: dict[str, dict[str, float]] = {}
+    for window in spans:
+        recipe = json.loads((BUNDLED_RECIPES / f"{model}.json").read_text())
+        recipe["defaults"] |= {"readout": "lr", "window": window, "step": 64, "layer": None}
+        recipe |= {"odds": {}, "presets": {}}
+        recipe.pop("bundled", None)
+        path = OUT / f"{model}-lr-{window}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(recipe))
+        chunker, aucs = Chunker(model=model, recipe=str(path)), {}
+        for stream in streams:
+            _, scores = chunker.explain(stream.text)
+            joins = join_labels(scores.chars, stream.records) >= 0
+            aucs.setdefault(stream.domain, []).append(auc(scores.readouts["lr"], joins))
+        found[f"lr at W {window}"] = {band: float(np.nanmean(a)) for band, a in aucs.items()}
+        log(f"lr at W {window}: " + ", ".join(f"{k} {v:.3f}" for k, v in found[f"lr at W {window}"].items()))
+    aucs = {}
+    for stream, saved in cached(streams, scores_folder(LENGTHS, model, None)):
+        aucs.setdefault(stream.domain, []).append(auc(saved["readout_attention"], saved["join"] >= 0))
+    found["default head"] = {band: float(np.nanmean(a)) for band, a in aucs.items()}
+    log("default head: " + ", ".join(f"{k} {v:.3f}" for k, v in found["default head"].items()))
+    (OUT / f"windows-{model}.json").write_text(json.dumps(found, indent=1) + "\n")
+    return found
+
+
+def score_masses(model: str, data: str | None) -> None:
+    from rr_fast import Chunker
+
+    sets = calibration_and_evaluation(model, data)
+    folder = OUT / model
+    chunker = Chunker(model=model, scorer=MassesKept)
+    for name, streams in sets.items():
+        todo = [(s, saved) for s, saved in streams if not (folder / f"{s.id}.npz").exists()]
+        log(f"{name}: {len(streams) - len(todo)} of {len(streams)} streams' masses cached")
+        for stream, saved in todo:
+            _, scores = chunker.explain(stream.text)
+            masses = chunker.scorer.masses
+            if not np.array_equal(scores.tokens, saved["edge_tokens"]) or len(masses) != len(scores.tokens):
+                raise AssertionError(f"{stream.id}: the edges differ from the cached readouts'")
+            folder.mkdir(parents=True, exist_ok=True)
+            save_npz(folder / f"{stream.id}.npz", masses=masses.reshape(len(masses), -1).astype(np.float16))
+
+
+def fold_of(stream_id: str, index: int) -> int:
+    """A stream's fold: a language stream's number (the same documents in every language), else its index."""
+    numbered = re.match(r"(?:wmt24pp|ud)-.*-(\d+)-[0-9a-f]+$", stream_id)
+    return (int(numbered.group(1)) if numbered else index) % FOLDS
+
+
+def table(model: str, sets: dict) -> dict[str, list[tuple]]:
+    """Per set: (stream, cached readouts, masses features, join labels, fold)."""
+    folder = OUT / model
+    found = {}
+    for name, streams in sets.items():
+        rows = []
+        for index, (stream, saved) in enumerate(streams):
+            with np.load(folder / f"{stream.id}.npz") as masses:
+                x = masses["masses"].astype(np.float64)
+            values = {"attention": saved["readout_attention"]}
+            x = np.c_[x, utility(values, "attention")]
+            rows.append((stream, saved, x, (saved["join"] >= 0).astype(float), fold_of(stream.id, index)))
+        found[name] = rows
+    return found
+
+
+def standardised_fit(x: np.ndarray, y: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    usable = np.isfinite(x).all(axis=1)
+    mean, scale = x[usable].mean(axis=0), x[usable].std(axis=0) + 1e-6
+    weights = fit_logistic((x[usable] - mean) / scale, y[usable], ridge=ridge)
+    return mean, scale, weights
+
+
+def probabilities(x: np.ndarray, fitted) -> np.ndarray:
+    mean, scale, weights = fitted
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = 1 / (1 + np.exp(-(((x - mean) / scale) @ weights[:-1] + weights[-1])))
+    return np.where(np.isfinite(x).all(axis=1), p, np.nan)
+
+
+def crossfitted(rows_by_set: dict, ridge: float) -> dict[str, list[np.ndarray]]:
+    """Each calibration stream's probabilities from a head fitted on the other folds."""
+    everything = [row for name in CALIBRATION for row in rows_by_set[name]]
+    found: dict[str, list] = {name: [None] * len(rows_by_set[name]) for name in CALIBRATION}
+    for fold in range(FOLDS):
+        train = [row for row in everything if row[4] != fold]
+        fitted = standardised_fit(np.concatenate([r[2] for r in train]), np.concatenate([r[3] for r in train]), ridge)
+        for name in CALIBRATION:
+            for i, row in enumerate(rows_by_set[name]):
+                if row[4] == fold:
+                    found[name][i] = probabilities(row[2], fitted)
+    return found
+
+
+def outcome(stream, saved, utilities: np.ndarray, rho: float) -> tuple[str, int, int, int]:
+    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, LIMITS, penalty=rho).cuts
+    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
+    bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
+    units = [(a, b) for _, a, b in stream.records]
+    held = recovered_units(stream.text, units, list(zip(bounds, bounds[1:])))
+    group = stream.split if stream.domain in ("fiqa", "pubmedqa", "scifact") else stream.domain
+    return group, int(held.sum()), len(units), len(bounds) - 1
+
+
+def measures(rows_by_set: dict, utilities: dict[str, list[np.ndarray]], rho: float) -> dict[str, float]:
+    """``bench.quality.odds.measures`` for the given utilities."""
+
+    def outcomes(name):
+        return [outcome(r[0], r[1], u, rho) for r, u in zip(rows_by_set[name], utilities[name])]
+
+    bands, languages = pooled(outcomes("bands")), pooled(outcomes("languages"))
+    found = {band: bands[band][0] for band in BANDS}
+    found |= {f"{band} chunks": bands[band][1] for band in BANDS}
+    for corpus in ("wmt24pp", "ud"):
+        means = [v[0] for k, v in languages.items() if k.startswith(corpus + "/")]
+        found[corpus], found[corpus + " lowest"] = float(np.mean(means)), float(np.min(means))
+    found["streams"] = float(np.mean([h / u for _, h, u, _ in outcomes("calibration")]))
+    return found
+
+
+def shown(found: dict) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in found.items())
+
+
+def fit(model: str, data: str | None) -> dict:
+    resolved = ChunkerConfig(model=model).resolve()
+    sets = calibration_and_evaluation(model, data)
+    rows_by_set = table(model, sets)
+    recipe_odds = {name: [boundary_probability({"attention": r[1]["readout_attention"]}, "attention", resolved.odds)
+                          for r in rows_by_set[name]] for name in CALIBRATION}  # fmt: skip
+    today = measures(rows_by_set, recipe_odds, resolved.reading.penalty)
+    print(f"recipe odds, ρ {resolved.reading.penalty}: {shown(today)}; score {score(today):.3f}")
+    best = None
+    for ridge in RIDGES:
+        utilities = crossfitted(rows_by_set, ridge)
+        for rho in GRID:
+            found = measures(rows_by_set, utilities, rho)
+            print(f"ridge {ridge:g}, ρ {rho:.2f}: {shown(found)}; score {score(found):.3f}", flush=True)
+            if best is None or score(found) > best[0]:
+                best = (score(found), ridge, rho, found)
+    _, ridge, rho, chosen = best
+    print(f"chosen: ridge {ridge:g}, ρ {rho:.2f} (cross-fitted): {shown(chosen)}")
+    everything = [row for name in CALIBRATION for row in rows_by_set[name]]
+    fitted = standardised_fit(np.concatenate([r[2] for r in everything]), np.concatenate([r[3] for r in everything]),
+                              ridge)  # fmt: skip
+    evaluation = rows_by_set["evaluation"]
+    indices = bootstrap_indices([r[0].domain for r in evaluation], 10_000, seed=0)
+    before = np.array([outcome(r[0], r[1], boundary_probability({"attention": r[1]["readout_attention"]}, "attention",
+                                                                 resolved.odds), resolved.reading.penalty)[1:]
+                       for r in evaluation], dtype=float)  # fmt: skip
+    after = np.array([outcome(r[0], r[1], probabilities(r[2], fitted), rho)[1:] for r in evaluation], dtype=float)
+    found = {"recipe odds": interval(before[:, 0] / before[:, 1], indices),
+             "boundary head": interval(after[:, 0] / after[:, 1], indices),
+             "change": interval(after[:, 0] / after[:, 1] - before[:, 0] / before[:, 1], indices)}  # fmt: skip
+    print(
+        "evaluation (60 streams): "
+        + "; ".join(f"{k} {ci_text(v)}" for k, v in found.items())
+        + f"; chunks per unit {np.mean(before[:, 2] / before[:, 1]):.2f} → {np.mean(after[:, 2] / after[:, 1]):.2f}"
+    )
+    result = {"ridge": ridge, "penalty": rho, "calibration": chosen, "recipe odds": today,
+              "evaluation": {k: list(v) for k, v in found.items()}}  # fmt: skip
+    (OUT / f"fit-{model}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(prog="python -m bench.quality.short_records", description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=("windows", "score", "fit"))
+    parser.add_argument("--model", default="gemma3-270m")
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    if args.step == "windows":
+        return windows(args.model)
+    if args.step == "score":
+        score_masses(args.model, args.data_dir)
+        return None
+    return fit(args.model, args.data_dir)
+
+
+if __name__ == "__main__":
+    main()
