@@ -62,7 +62,9 @@ def cached(streams: list[Stream], folder: Path) -> list[tuple[Stream, dict]]:
     return found
 
 
-def calibration_and_evaluation(model: str, data: str | None) -> dict[str, list[tuple[Stream, dict]]]:
+def calibration_and_evaluation(
+    model: str, data: str | None, preset: str | None = None
+) -> dict[str, list[tuple[Stream, dict]]]:
     from bench.quality.languages import OUT as LANGUAGES
     from bench.quality.languages import documents, language_streams, product_token_counter
 
@@ -70,10 +72,10 @@ def calibration_and_evaluation(model: str, data: str | None) -> dict[str, list[t
     docs = documents(data_dir(data) / "multilingual", product_token_counter())
     quality = read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl")
     return {
-        "bands": cached(lengths, scores_folder(LENGTHS, model, None)),
-        "languages": cached(language_streams(docs, 14), scores_folder(LANGUAGES, model, None)),
-        "calibration": cached([s for s in quality if s.split == "cal"], scores_folder(OUT, model, None)),
-        "evaluation": cached([s for s in quality if s.split == "eval"], scores_folder(OUT, model, None)),
+        "bands": cached(lengths, scores_folder(LENGTHS, model, preset)),
+        "languages": cached(language_streams(docs, 14), scores_folder(LANGUAGES, model, preset)),
+        "calibration": cached([s for s in quality if s.split == "cal"], scores_folder(OUT, model, preset)),
+        "evaluation": cached([s for s in quality if s.split == "eval"], scores_folder(OUT, model, preset)),
     }
 
 
@@ -146,17 +148,17 @@ def score(found: dict[str, float]) -> float:
     return float(np.mean([np.mean([found[b] for b in BANDS]), (found["wmt24pp"] + found["ud"]) / 2, found["streams"]]))
 
 
-def fit(model: str, data: str | None) -> dict | None:
+def fit(model: str, data: str | None, preset: str | None = None) -> dict | None:
     """The odds and their ρ: the best ``score`` among the ρ at which no calibration measure falls more than
     LOSS_ALLOWED below the percentiles' at the recipe's ρ (short records are to gain without long ones losing);
     None where no ρ keeps that."""
-    sets = calibration_and_evaluation(model, data)
+    sets = calibration_and_evaluation(model, data, preset)
     edges = [saved for name in ("bands", "languages", "calibration") for _, saved in sets[name]]
     x = np.concatenate([features(saved) for saved in edges])
     y = np.concatenate([saved["join"] >= 0 for saved in edges]).astype(float)
     usable = np.isfinite(x).all(axis=1)
     raw, percentile, bias = (round(float(w), 4) for w in fit_logistic(x[usable], y[usable]))
-    resolved = ChunkerConfig(model=model).resolve()
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
     reading = resolved.reading
     before_rho, _ = resolved.config.recipe_used().penalty(reading.readout, reading.window, reading.step)
     today = measures(sets, None, before_rho)
@@ -179,13 +181,14 @@ def fit(model: str, data: str | None) -> dict | None:
     return entry | {"fitted": fitted}
 
 
-def report(model: str, data: str | None) -> dict:
+def report(model: str, data: str | None, preset: str | None = None) -> dict:
     """Before (percentiles at the recipe's ρ) and after (the recipe's odds), per group and on the evaluation streams."""
-    resolved = ChunkerConfig(model=model).resolve()
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
     reading, recipe = resolved.reading, resolved.config.recipe_used()
     before_rho, _ = recipe.penalty(reading.readout, reading.window, reading.step)
-    sets = calibration_and_evaluation(model, data)
-    rows: dict = {"model": model, "odds": resolved.odds, "penalty": reading.penalty, "percentile penalty": before_rho}
+    sets = calibration_and_evaluation(model, data, preset)
+    rows: dict = {"model": model, "preset": preset, "odds": resolved.odds, "penalty": reading.penalty}
+    rows["percentile penalty"] = before_rho
     for name in ("bands", "languages"):
         before = pooled(outcomes(sets[name], None, before_rho))
         after = pooled(outcomes(sets[name], resolved.odds, reading.penalty))
@@ -216,17 +219,19 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("score", "fit", "report"))
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
+    parser.add_argument("--preset", default=None, choices=("balanced", "fast"), help="a preset's reading (no blend)")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     if args.step == "score":
-        score_streams(read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl"), scores_folder(OUT, args.model, None),
-                      args.model, None)  # fmt: skip
+        score_streams(read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl"),
+                      scores_folder(OUT, args.model, args.preset), args.model, args.preset)  # fmt: skip
         return None
     if args.step == "fit":
-        return fit(args.model, args.data_dir)
-    rows = report(args.model, args.data_dir)
+        return fit(args.model, args.data_dir, args.preset)
+    rows = report(args.model, args.data_dir, args.preset)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"report-{args.model}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    name = args.model + (f"-{args.preset}" if args.preset else "")
+    (OUT / f"report-{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
     return rows
 
 
