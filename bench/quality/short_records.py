@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -61,21 +62,79 @@ class MassesKept(ScorerOver):
         return values
 
 
+def lr_recipe(model: str, window: int) -> Path:
+    """A recipe file whose default reading is ``lr`` at ``window`` on the default's candidates."""
+    from rr_fast.models.recipes import BUNDLED_RECIPES
+
+    recipe = json.loads((BUNDLED_RECIPES / f"{model}.json").read_text())
+    recipe["defaults"] |= {"readout": "lr", "window": window, "step": 64, "layer": None}
+    recipe |= {"odds": {}, "presets": {}}
+    recipe.pop("bundled", None)
+    path = OUT / f"{model}-lr-{window}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(recipe))
+    return path
+
+
+def two_spans(model: str, data: str | None, window: int = 48) -> dict:
+    """A second head distilled as the default's was (``rr_fast.distill.fit.fit_head``: the 45 calibration streams,
+    unlabelled) but from ``lr`` at ``window``, read from the same masses; odds on both heads' values and the
+    default head's percentile, fitted and their ρ chosen as ``bench.quality.odds`` does, against the recipe's odds."""
+    from rr_fast import Chunker
+    from rr_fast.distill.fit import Example, fit_head
+
+    resolved = ChunkerConfig(model=model).resolve()
+    sets = calibration_and_evaluation(model, data)
+    rows_by_set = table(model, sets)
+    chunker, examples = Chunker(model=model, recipe=str(lr_recipe(model, window))), []
+    for stream, saved, x, _, _ in rows_by_set["calibration"]:
+        _, scores = chunker.explain(stream.text)
+        if not np.array_equal(scores.tokens, saved["edge_tokens"]):
+            raise AssertionError(f"{stream.id}: lr's edges differ from the default's")
+        masses = x[:, :-1].reshape(len(x), resolved.reading.layer, -1, 3)
+        examples.append(Example(scores.readouts["lr"], masses))
+    head, report = fit_head(examples, resolved.reading.layer, (8, 32, 128))
+    log(f"head from lr at W {window}: alpha {head['ridge_alpha']}, cross-fitted Spearman "
+        f"{head['agreement']['cross_fitted_spearman']}")  # fmt: skip
+    weights = [np.asarray(head[k]) for k in ("mean", "scale", "weights")]
+
+    def features(row) -> np.ndarray:
+        short = ((row[2][:, :-1] - weights[0]) / weights[1]) @ weights[2]
+        return np.c_[row[1]["readout_attention"], short, row[2][:, -1]]
+
+    x = np.concatenate([features(r) for name in CALIBRATION for r in rows_by_set[name]])
+    y = np.concatenate([r[3] for name in CALIBRATION for r in rows_by_set[name]])
+    usable = np.isfinite(x).all(axis=1)
+    odds = fit_logistic(x[usable], y[usable])
+    log("log-odds: " + ", ".join(f"{w:.3f}" for w in odds) + " (head, short head, percentile, bias)")
+
+    def utilities(rho_sets=CALIBRATION) -> dict[str, list[np.ndarray]]:
+        return {name: [1 / (1 + np.exp(-(features(r) @ odds[:-1] + odds[-1]))) for r in rows_by_set[name]]
+                for name in rho_sets}  # fmt: skip
+
+    recipe = {name: [boundary_probability({"attention": r[1]["readout_attention"]}, "attention", resolved.odds)
+                     for r in rows_by_set[name]] for name in CALIBRATION}  # fmt: skip
+    today = measures(rows_by_set, recipe, resolved.reading.penalty)
+    print(f"recipe odds, ρ {resolved.reading.penalty}: {shown(today)}; score {score(today):.3f}")
+    found = utilities()
+    results = {}
+    for rho in (0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3):
+        results[rho] = measures(rows_by_set, found, rho)
+        print(f"two heads, ρ {rho:.2f}: {shown(results[rho])}; score {score(results[rho]):.3f}", flush=True)
+    out = {"window": window, "head": {k: head[k] for k in ("ridge_alpha", "agreement")}, "odds": odds.tolist(),
+           "recipe odds": today, "two heads": {str(k): v for k, v in results.items()}}  # fmt: skip
+    (OUT / f"spans-{model}.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
+    return out
+
+
 def windows(model: str, spans: tuple[int, ...] = (24, 48, 128)) -> dict:
     """Mean within-stream AUC of ``lr`` at each window, and of the default head, per band (short, medium)."""
     from rr_fast import Chunker
-    from rr_fast.models.recipes import BUNDLED_RECIPES
 
     streams = [s for s in read_streams(LENGTHS / "streams.jsonl") if s.domain in ("short", "medium")]
     found: dict[str, dict[str, float]] = {}
     for window in spans:
-        recipe = json.loads((BUNDLED_RECIPES / f"{model}.json").read_text())
-        recipe["defaults"] |= {"readout": "lr", "window": window, "step": 64, "layer": None}
-        recipe |= {"odds": {}, "presets": {}}
-        recipe.pop("bundled", None)
-        path = OUT / f"{model}-lr-{window}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(recipe))
+        path = lr_recipe(model, window)
         chunker, aucs = Chunker(model=model, recipe=str(path)), {}
         for stream in streams:
             _, scores = chunker.explain(stream.text)
@@ -233,7 +292,7 @@ def fit(model: str, data: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.short_records", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("windows", "score", "fit"))
+    parser.add_argument("step", choices=("windows", "score", "fit", "spans"))
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
@@ -242,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.step == "score":
         score_masses(args.model, args.data_dir)
         return None
+    if args.step == "spans":
+        return two_spans(args.model, args.data_dir)
     return fit(args.model, args.data_dir)
 
 
