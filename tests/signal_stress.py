@@ -21,9 +21,7 @@ whole group or to the command alone. A trial fails when:
 
 A signal that comes before rr-fast's first line has run (Python's own start-up, a fraction of a second, told by
 whether the process has had its SIGTERM handler yet) is Python's to answer, as docs/reliability.md says: a trial that
-then ends otherwise is counted apart, not failed. A SIGTERM to the whole group also ends Ray's own processes, and a
-driver registering with them then exits in Ray's C++ code with status 1 before any rr-fast code runs
-(docs/reliability.md): such a trial is counted apart, and must still resume exactly.
+then ends otherwise is counted apart, not failed.
 ``tests/test_signal_stress.py`` runs a few trials in the suite; this script runs as many as asked and prints the
 counts, the load beside them.
 """
@@ -71,7 +69,7 @@ class Trial:
     delay: float
     status: int | None = None
     lines: tuple[str, ...] = ()
-    outcome: str = ""  # stopped, stopped by Ray, after the end, finished first, or the failure
+    outcome: str = ""  # stopped, after the end, finished first, or the failure
     committed_after: int = 0
     before_first_line: bool = False  # rr-fast's handler had never been in place: Python was still starting
     seconds_to_end: float = 0.0
@@ -181,9 +179,6 @@ class Stress:
             return f"FAILED: {trial.committed_after} shards committed after the signal"
         if trial.config == "ray":
             lines = [line for line in lines if line.startswith("rr-fast")]  # Ray's own lines come first
-            # SIGTERM to the group ends Ray's own processes too; the driver registering with them exits 1 in C++
-            if status == 1 and signum == signal.SIGTERM and to == "group" and not lines:
-                return "stopped by Ray"
         if signum == signal.SIGKILL:  # nothing to say: what it committed must resume exactly
             return "killed" if status == -signal.SIGKILL else f"FAILED: status {status} after kill -9"
         expected = 128 + signum

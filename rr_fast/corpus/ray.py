@@ -15,8 +15,10 @@ single-machine run's. Ray is imported only when this module is used.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -321,9 +323,9 @@ def run_on_ray(config: RunConfig, address: str = "auto", resume: bool = False, n
     with OutputLock(output):
         previous_run(output, config, resume=False)
         started = not ray.is_initialized()
-        with _shut_down_after(ray if started else None):
+        with _shut_down_after(ray if started else None) as sessions:
             if started:
-                _connect(ray, address)
+                _connect(ray, address, sessions)
             resume_after_start_up()  # the driver loads no model (its actors do): its start-up ends with Ray's
             with interrupts_kept() as check:
                 return _chunk_on_ray(ray, config, output, num_gpus, check)
@@ -350,24 +352,49 @@ def _chunk_on_ray(ray, config: RunConfig, output: Path, num_gpus: float | None, 
     return finish(output, found)
 
 
-def _connect(ray, address: str) -> None:
-    """``ray.init`` with rr-fast's handlers in place before and after it.
+def _connect(ray, address: str, sessions: list[int]) -> None:
+    """``ray.init`` with rr-fast's handlers in place before and after it, the processes of a local Ray in sessions of
+    their own (``_in_sessions_of_their_own``), whose leaders' ids are added to ``sessions``.
 
     While Ray connects the driver it sets a SIGTERM handler of its own, which exits with status 15 and no line; a
     SIGTERM that meets it is answered as any other SIGTERM to the command (the Ray started so far is shut down by
-    ``_shut_down_after``). The processes of a local Ray start with SIGHUP blocked (as Ray starts them with SIGINT
-    blocked): a terminal closed on the run reaches the driver, which shuts Ray down in order, and not Ray's own
-    processes, whose end would make the driver's C++ code exit with status 1 while it registers. SIGTERM stays theirs:
-    Ray's shutdown ends them with it."""
+    ``_shut_down_after``)."""
     _without_crash_handler()
     try:
-        with signals_deferred(frozenset({signal.SIGHUP})):
+        with signals_deferred(), _in_sessions_of_their_own(sessions):
             ray.init(address=address, log_to_driver=False)
     except SystemExit as ended:
         if ended.code != signal.SIGTERM:
             raise
         signal.raise_signal(signal.SIGTERM)  # rr-fast's handler: one line, status 143
         raise
+
+
+@contextmanager
+def _in_sessions_of_their_own(sessions: list[int]) -> Iterator[None]:
+    """The processes Ray starts for a local instance while the block runs (its GCS, raylet and agents; the raylet's
+    workers follow it) start in sessions of their own, out of the command's process group: a signal to the whole group
+    (a closed terminal, ``kill -TERM -PGID``, a batch scheduler) reaches the driver, which shuts Ray down in order, and
+    not Ray's processes, whose sudden end would make the driver exit in Ray's C++ code (status 1, no line) while it
+    registers with them. Ray does the same on Windows; on Linux its GCS and raylet still end with the driver (the
+    kernel ends them), and ``_shut_down_after`` ends what is left in their sessions."""
+    from ray._private import services
+
+    started = getattr(services, "ConsolePopen", None)
+    if sys.platform == "win32" or started is None:
+        yield
+        return
+
+    class InSessionOfItsOwn(started):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "start_new_session": True})
+            sessions.append(self.pid)
+
+    services.ConsolePopen = InSessionOfItsOwn
+    try:
+        yield
+    finally:
+        services.ConsolePopen = started
 
 
 def _without_crash_handler() -> None:
@@ -382,15 +409,24 @@ def _without_crash_handler() -> None:
 
 
 @contextmanager
-def _shut_down_after(ray) -> Iterator[None]:
+def _shut_down_after(ray) -> Iterator[list[int]]:
     """The Ray this run started shut down as the run ends, however it ends: here, where a shutdown that hangs on
-    cluster processes a signal ended is still the run's to bound (``interrupts.ends_when_stuck``), not at exit."""
+    cluster processes a signal ended is still the run's to bound (``interrupts.ends_when_stuck``), not at exit.
+    Yields the list of the sessions its local processes run in (``_connect`` fills it): whatever Ray's shutdown left
+    in them is ended after it. Ray's raylet starts two agents of its own, which outlive a raylet shut down while it
+    was still starting them (a run stopped in its first seconds)."""
+    sessions: list[int] = []
     try:
-        yield
+        yield sessions
     finally:
         if ray is not None:
             with signals_deferred():  # held while Ray shuts down, and our handlers put back after it
                 ray.shutdown()
+                for leader in sessions:  # its process group: the leader (gone by now) and what it started
+                    try:
+                        os.killpg(leader, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
 
 
 def _split_into_shards(staging: Path, output: Path, shard_docs: int) -> int:
