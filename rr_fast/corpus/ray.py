@@ -359,9 +359,8 @@ def _connect(ray, address: str, sessions: list[int]) -> None:
     While Ray connects the driver it sets a SIGTERM handler of its own, which exits with status 15 and no line; a
     SIGTERM that meets it is answered as any other SIGTERM to the command (the Ray started so far is shut down by
     ``_shut_down_after``)."""
-    _without_crash_handler()
     try:
-        with signals_deferred(), _in_sessions_of_their_own(sessions):
+        with signals_deferred(), _without_crash_handler(), _in_sessions_of_their_own(sessions):
             ray.init(address=address, log_to_driver=False)
     except SystemExit as ended:
         if ended.code != signal.SIGTERM:
@@ -397,15 +396,21 @@ def _in_sessions_of_their_own(sessions: list[int]) -> Iterator[None]:
         services.ConsolePopen = started
 
 
-def _without_crash_handler() -> None:
-    """The driver this run connects is left without Ray's C++ crash handler (absl's), which would otherwise take
-    SIGTERM from rr-fast as the driver connects (a SIGTERM then prints a stack and aborts it) and reset SIGTERM to its
-    default as it disconnects (a SIGTERM then kills it outright, no line): measured by reading the handler's address
-    every 2 ms through a run. Ray reads this setting as the driver connects; its crash reports for SIGSEGV and the like
-    are what the run gives up."""
+@contextmanager
+def _without_crash_handler() -> Iterator[None]:
+    """The driver connected while the block runs is left without Ray's C++ crash handler (absl's), which would
+    otherwise take SIGTERM from rr-fast as the driver connects (a SIGTERM then prints a stack and aborts it) and reset
+    SIGTERM to its default as it disconnects (a SIGTERM then kills it outright, no line): measured by reading the
+    handler's address every 2 ms through a run. Ray reads this setting as the driver connects; its crash reports for
+    SIGSEGV and the like are what the run gives up. The setting is put back after, for a caller's own Ray."""
     from ray._private import ray_constants
 
+    before = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        yield
+    finally:
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = before
 
 
 @contextmanager
