@@ -119,24 +119,22 @@ def terminations_as_interrupts() -> Iterator[None]:
 
 
 @contextmanager
-def signals_deferred(blocked_in_children: frozenset[int] = frozenset()) -> Iterator[None]:
+def signals_deferred(block_sigint_in_children: bool = False) -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP noted while the block runs and raised as it ends, so that the block is never left
     half-way: a worker started in it is not left holding half of its arguments, printing a traceback of its own.
-    The signals in ``blocked_in_children`` are also blocked in this thread meanwhile, so that the processes it starts
-    inherit them blocked (a signal mask survives fork and exec): a signal to the whole process group then reaches
-    this process, which ends them in order, and not them.
+    With ``block_sigint_in_children`` SIGINT is also blocked in this thread meanwhile, so that the processes it starts
+    inherit it blocked (a signal mask survives fork and exec) until they choose to ignore it.
 
     The handlers do the noting, not the mask: a process-directed signal goes to any thread that does not block it,
     and Python raises it in the main thread all the same."""
     arrived, previous = _noted(STOPPING)
     mask = None
-    if blocked_in_children and hasattr(signal, "pthread_sigmask"):
-        if signal.SIGINT in blocked_in_children:
-            from multiprocessing import resource_tracker
+    if block_sigint_in_children and hasattr(signal, "pthread_sigmask"):
+        from multiprocessing import resource_tracker
 
-            # started here if at all: starting it blocks SIGINT and then unblocks it in this thread
-            resource_tracker.ensure_running()
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked_in_children)
+        # started here if at all: starting it blocks SIGINT and then unblocks it in this thread
+        resource_tracker.ensure_running()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:

@@ -313,7 +313,7 @@ def _run_processes(config: RunConfig, workers: int, devices: list, bar, found: S
     ]
     try:
         with stopping_marked(lambda: setattr(stopping, "value", 1)):
-            with signals_deferred(frozenset({signal.SIGINT})):  # the run answers Ctrl-C in one line, ends them
+            with signals_deferred(block_sigint_in_children=True):  # the run answers Ctrl-C in one line, ends them
                 for process in processes:
                     process.start()
             resume_after_start_up()  # this process loads no model: its start-up ends once its workers are started
