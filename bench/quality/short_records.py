@@ -53,7 +53,12 @@ class MassesKept(ScorerOver):
     def score(self, ids, edges, progress=None) -> dict:
         inner, kept = self.scorer, []
         reading = type(inner).values
-        inner.values = lambda masses: (kept.append(masses.astype(np.float32)), reading(inner, masses))[1]
+
+        def values(masses: np.ndarray) -> dict:
+            kept.append(masses.astype(np.float32))
+            return reading(inner, masses)
+
+        inner.values = values
         try:
             (values,) = inner.score_many([(ids, edges)])
         finally:
