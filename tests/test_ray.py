@@ -37,13 +37,15 @@ def handler_address(signum):
 
 
 def rays_in_our_group():
-    found = set()
+    found, own = set(), open("/proc/self/cmdline", "rb").read()
     for listing in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
         for child in open(listing).read().split():
-            try:
-                group = int(open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[2])
+            try:  # the command first: once it is Ray's (after exec), the child has left our group if it ever will
                 command = open(f"/proc/{child}/cmdline", "rb").read()
+                group = int(open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[2])
             except OSError:
+                continue
+            if command == own:  # forked, not yet started: Ray's own after exec, in a session of its own by then
                 continue
             if (b"/ray/" in command or command.startswith(b"ray::")) and group == os.getpgrp():  # Ray's own
                 found.add(command.split(b"\\0")[0].decode()[-40:])
