@@ -105,22 +105,28 @@ def chunks_of(stream: Stream, saved: dict, odds: tuple | None, rho: float) -> li
     or percentiles (None)."""
     name, values = readout_values(saved)
     utilities = utility(values, name) if odds is None else boundary_probability(values, name, odds)
+    return chunks_at(stream, saved, utilities, rho)
+
+
+def chunks_at(stream: Stream, saved: dict, utilities: np.ndarray, rho: float) -> list[tuple[int, int]]:
+    """The stream's chunks (character spans) by the product's DP with the given utilities at its cached edges."""
     cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, LIMITS, penalty=rho).cuts
     chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
     bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
     return list(zip(bounds, bounds[1:]))
 
 
+def stream_outcome(stream: Stream, chunks: list[tuple[int, int]]) -> tuple[str, int, int, int]:
+    """(group, units recovered, units, chunks) of one stream's chunks."""
+    units = [(a, b) for _, a, b in stream.records]
+    held = recovered_units(stream.text, units, chunks)
+    group = stream.split if stream.domain in ("fiqa", "pubmedqa", "scifact") else stream.domain
+    return group, int(held.sum()), len(units), len(chunks)
+
+
 def outcomes(data: list[tuple[Stream, dict]], odds: tuple | None, rho: float) -> list[tuple[str, int, int, int]]:
     """(group, units recovered, units, chunks) per stream (``chunks_of``)."""
-    rows = []
-    for stream, saved in data:
-        chunks = chunks_of(stream, saved, odds, rho)
-        units = [(a, b) for _, a, b in stream.records]
-        held = recovered_units(stream.text, units, chunks)
-        group = stream.split if stream.domain in ("fiqa", "pubmedqa", "scifact") else stream.domain
-        rows.append((group, int(held.sum()), len(units), len(chunks)))
-    return rows
+    return [stream_outcome(stream, chunks_of(stream, saved, odds, rho)) for stream, saved in data]
 
 
 def pooled(rows) -> dict[str, tuple[float, float]]:

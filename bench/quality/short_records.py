@@ -30,12 +30,19 @@ from bench.common import REPO_ROOT, ScorerOver, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import auc, join_labels, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval
-from bench.quality.odds import BANDS, LIMITS, cached, calibration_and_evaluation, fit_logistic, pooled, score
+from bench.quality.odds import (
+    BANDS,
+    cached,
+    calibration_and_evaluation,
+    chunks_at,
+    fit_logistic,
+    pooled,
+    score,
+    stream_outcome,
+)
 from bench.quality.streams import read_streams
 from rr_fast import ChunkerConfig
-from rr_fast.clean_units import recovered_units
 from rr_fast.segmentation.calibration import boundary_probability, utility
-from rr_fast.segmentation.dp import segment
 
 OUT = REPO_ROOT / "bench" / "out" / "short_records"
 RIDGES = (1.0, 10.0, 100.0, 1000.0)
@@ -225,13 +232,7 @@ def crossfitted(rows_by_set: dict, ridge: float) -> dict[str, list[np.ndarray]]:
 
 
 def outcome(stream, saved, utilities: np.ndarray, rho: float) -> tuple[str, int, int, int]:
-    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, LIMITS, penalty=rho).cuts
-    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
-    bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
-    units = [(a, b) for _, a, b in stream.records]
-    held = recovered_units(stream.text, units, list(zip(bounds, bounds[1:])))
-    group = stream.split if stream.domain in ("fiqa", "pubmedqa", "scifact") else stream.domain
-    return group, int(held.sum()), len(units), len(bounds) - 1
+    return stream_outcome(stream, chunks_at(stream, saved, utilities, rho))
 
 
 def measures(rows_by_set: dict, utilities: dict[str, list[np.ndarray]], rho: float) -> dict[str, float]:
