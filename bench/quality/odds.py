@@ -89,14 +89,16 @@ def features(saved: dict) -> np.ndarray:
     return np.c_[values[name], utility(values, name)]
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
-    """Weights of x's columns and a bias, by Newton's method on the log-likelihood with a small ridge."""
+def fit_logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3, rows: np.ndarray | None = None) -> np.ndarray:
+    """Weights of x's columns and a bias, by Newton's method on the log-likelihood with a small ridge; ``rows``: what
+    each row weighs in the likelihood (default 1)."""
     x = np.c_[x, np.ones(len(x))]
+    rows = np.ones(len(x)) if rows is None else rows
     weights = np.zeros(x.shape[1])
     for _ in range(50):
         p = 1 / (1 + np.exp(-x @ weights))
-        hessian = x.T @ (x * (p * (1 - p))[:, None]) + ridge * np.eye(len(weights))
-        weights -= np.linalg.solve(hessian, x.T @ (p - y) + ridge * weights)
+        hessian = x.T @ (x * (rows * p * (1 - p))[:, None]) + ridge * np.eye(len(weights))
+        weights -= np.linalg.solve(hessian, x.T @ (rows * (p - y)) + ridge * weights)
     return weights
 
 

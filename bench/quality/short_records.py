@@ -13,8 +13,15 @@ when records are short; and its boundary odds (``bench.quality.odds``) read only
   the streams ``bench.quality.odds`` reads (their cached readouts must exist) in bench/out/short_records/<model>;
   ``fit`` cross-fits it on the calibration streams (five folds by stream; the same documents' streams in every
   language share a fold), for each ridge and ρ on a grid gives ``bench.quality.odds``'s calibration measures beside
-  the recipe's odds, then fits the best on all calibration streams and reports it on the 60 evaluation streams,
-  paired against the recipe's odds.
+  the recipe's odds (marking where a measure falls further below the percentiles' than ``bench.quality.odds``
+  allows), then fits the best on all calibration streams and reports it on the 60 evaluation streams, paired against
+  the recipe's odds. ``--balanced`` weighs each calibration set (bands, languages, the 45 streams) the same.
+- ``teacher`` and ``distil``: is the head's training text the limit? ``teacher`` keeps ``lr`` at W 128 (the head's
+  teacher) at every scored edge of the calibration streams (bench/out/short_records/<model>-lr-128) and prints its
+  mean within-stream AUC beside the head's per band, corpus and language; ``distil --taught-by SETS`` distils the
+  head again as the product does (``rr_fast.distill.fit``), from that teacher on the calibration streams of SETS
+  (``calibration``, ``bands``, ``languages``), each stream's values from a head that did not see its fold, refits the
+  odds on them and gives ``bench.quality.odds``' calibration measures on the ρ grid beside the recipe's odds.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from bench.quality.lengths import auc, join_labels, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval
 from bench.quality.odds import (
     BANDS,
+    LOSS_ALLOWED,
     cached,
     calibration_and_evaluation,
     chunks_at,
@@ -124,10 +132,7 @@ def two_spans(model: str, data: str | None, window: int = 48) -> dict:
         return {name: [1 / (1 + np.exp(-(features(r) @ odds[:-1] + odds[-1]))) for r in rows_by_set[name]]
                 for name in rho_sets}  # fmt: skip
 
-    recipe = {name: [boundary_probability({"attention": r[1]["readout_attention"]}, "attention", resolved.odds)
-                     for r in rows_by_set[name]] for name in CALIBRATION}  # fmt: skip
-    today = measures(rows_by_set, recipe, resolved.reading.penalty)
-    print(f"recipe odds, ρ {resolved.reading.penalty}: {shown(today)}; score {score(today):.3f}")
+    _, today = references(rows_by_set, resolved)
     found = utilities()
     results = {}
     for rho in (0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3):
@@ -188,7 +193,7 @@ def fold_of(stream_id: str, index: int) -> int:
 
 
 def table(model: str, sets: dict) -> dict[str, list[tuple]]:
-    """Per set: (stream, cached readouts, masses features, join labels, fold)."""
+    """Per set: (stream, cached readouts, masses features, join labels, fold, the set's name)."""
     folder = OUT / model
     found = {}
     for name, streams in sets.items():
@@ -198,15 +203,23 @@ def table(model: str, sets: dict) -> dict[str, list[tuple]]:
                 x = masses["masses"].astype(np.float64)
             values = {"attention": saved["readout_attention"]}
             x = np.c_[x, utility(values, "attention")]
-            rows.append((stream, saved, x, (saved["join"] >= 0).astype(float), fold_of(stream.id, index)))
+            rows.append((stream, saved, x, (saved["join"] >= 0).astype(float), fold_of(stream.id, index), name))
         found[name] = rows
     return found
 
 
-def standardised_fit(x: np.ndarray, y: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def standardised_fit(rows: list[tuple], ridge: float, balanced: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The boundary head on ``rows`` (``table``'s, each with its set's name last); ``balanced``: each set weighs the
+    same in the likelihood (else each edge does, and the 316 language streams outweigh the rest)."""
+    x, y = np.concatenate([r[2] for r in rows]), np.concatenate([r[3] for r in rows])
+    names = np.concatenate([[r[-1]] * len(r[3]) for r in rows])
+    weight = np.ones(len(y))
+    if balanced:
+        for name in set(names):
+            weight[names == name] = len(y) / (len(set(names)) * (names == name).sum())
     usable = np.isfinite(x).all(axis=1)
     mean, scale = x[usable].mean(axis=0), x[usable].std(axis=0) + 1e-6
-    weights = fit_logistic((x[usable] - mean) / scale, y[usable], ridge=ridge)
+    weights = fit_logistic((x[usable] - mean) / scale, y[usable], ridge=ridge, rows=weight[usable])
     return mean, scale, weights
 
 
@@ -217,13 +230,12 @@ def probabilities(x: np.ndarray, fitted) -> np.ndarray:
     return np.where(np.isfinite(x).all(axis=1), p, np.nan)
 
 
-def crossfitted(rows_by_set: dict, ridge: float) -> dict[str, list[np.ndarray]]:
+def crossfitted(rows_by_set: dict, ridge: float, balanced: bool) -> dict[str, list[np.ndarray]]:
     """Each calibration stream's probabilities from a head fitted on the other folds."""
     everything = [row for name in CALIBRATION for row in rows_by_set[name]]
     found: dict[str, list] = {name: [None] * len(rows_by_set[name]) for name in CALIBRATION}
     for fold in range(FOLDS):
-        train = [row for row in everything if row[4] != fold]
-        fitted = standardised_fit(np.concatenate([r[2] for r in train]), np.concatenate([r[3] for r in train]), ridge)
+        fitted = standardised_fit([row for row in everything if row[4] != fold], ridge, balanced)
         for name in CALIBRATION:
             for i, row in enumerate(rows_by_set[name]):
                 if row[4] == fold:
@@ -255,27 +267,40 @@ def shown(found: dict) -> str:
     return ", ".join(f"{k} {v:.3f}" for k, v in found.items())
 
 
-def fit(model: str, data: str | None) -> dict:
+def references(rows_by_set: dict, resolved) -> tuple[dict, dict]:
+    """The calibration measures of the percentiles (ρ 0.9, the recipe's before the odds) and of the recipe's odds."""
+    values = {name: [{"attention": r[1]["readout_attention"]} for r in rows_by_set[name]] for name in CALIBRATION}
+    percentiles = measures(rows_by_set, {n: [utility(v, "attention") for v in vs] for n, vs in values.items()}, 0.9)
+    odds = {n: [boundary_probability(v, "attention", resolved.odds) for v in vs] for n, vs in values.items()}
+    today = measures(rows_by_set, odds, resolved.reading.penalty)
+    print(f"percentiles, ρ 0.9: {shown(percentiles)}; score {score(percentiles):.3f}")
+    print(f"recipe odds, ρ {resolved.reading.penalty}: {shown(today)}; score {score(today):.3f}")
+    return percentiles, today
+
+
+def a_loss(found: dict, percentiles: dict) -> str:
+    """`` (a loss)`` where a measure falls further below the percentiles' than ``bench.quality.odds`` allows."""
+    keeps = all(found[k] >= percentiles[k] - LOSS_ALLOWED for k in (*BANDS, "wmt24pp", "ud", "streams"))
+    return "" if keeps else " (a loss)"
+
+
+def fit(model: str, data: str | None, balanced: bool) -> dict:
     resolved = ChunkerConfig(model=model).resolve()
     sets = calibration_and_evaluation(model, data)
     rows_by_set = table(model, sets)
-    recipe_odds = {name: [boundary_probability({"attention": r[1]["readout_attention"]}, "attention", resolved.odds)
-                          for r in rows_by_set[name]] for name in CALIBRATION}  # fmt: skip
-    today = measures(rows_by_set, recipe_odds, resolved.reading.penalty)
-    print(f"recipe odds, ρ {resolved.reading.penalty}: {shown(today)}; score {score(today):.3f}")
+    percentiles, today = references(rows_by_set, resolved)
     best = None
     for ridge in RIDGES:
-        utilities = crossfitted(rows_by_set, ridge)
+        utilities = crossfitted(rows_by_set, ridge, balanced)
         for rho in GRID:
             found = measures(rows_by_set, utilities, rho)
-            print(f"ridge {ridge:g}, ρ {rho:.2f}: {shown(found)}; score {score(found):.3f}", flush=True)
+            print(f"ridge {ridge:g}, ρ {rho:.2f}: {shown(found)}; score {score(found):.3f}{a_loss(found, percentiles)}",
+                  flush=True)  # fmt: skip
             if best is None or score(found) > best[0]:
                 best = (score(found), ridge, rho, found)
     _, ridge, rho, chosen = best
-    print(f"chosen: ridge {ridge:g}, ρ {rho:.2f} (cross-fitted): {shown(chosen)}")
-    everything = [row for name in CALIBRATION for row in rows_by_set[name]]
-    fitted = standardised_fit(np.concatenate([r[2] for r in everything]), np.concatenate([r[3] for r in everything]),
-                              ridge)  # fmt: skip
+    print(f"chosen: ridge {ridge:g}, ρ {rho:.2f} (cross-fitted): {shown(chosen)}{a_loss(chosen, percentiles)}")
+    fitted = standardised_fit([row for name in CALIBRATION for row in rows_by_set[name]], ridge, balanced)
     evaluation = rows_by_set["evaluation"]
     indices = bootstrap_indices([r[0].domain for r in evaluation], 10_000, seed=0)
     before = np.array([outcome(r[0], r[1], boundary_probability({"attention": r[1]["readout_attention"]}, "attention",
@@ -290,17 +315,105 @@ def fit(model: str, data: str | None) -> dict:
         + "; ".join(f"{k} {ci_text(v)}" for k, v in found.items())
         + f"; chunks per unit {np.mean(before[:, 2] / before[:, 1]):.2f} → {np.mean(after[:, 2] / after[:, 1]):.2f}"
     )
-    result = {"ridge": ridge, "penalty": rho, "calibration": chosen, "recipe odds": today,
-              "evaluation": {k: list(v) for k, v in found.items()}}  # fmt: skip
-    (OUT / f"fit-{model}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    result = {"balanced": balanced, "ridge": ridge, "penalty": rho, "calibration": chosen, "recipe odds": today,
+              "percentiles": percentiles, "evaluation": {k: list(v) for k, v in found.items()}}  # fmt: skip
+    (OUT / f"fit-{model}{'-balanced' if balanced else ''}.json").write_text(
+        json.dumps(result, indent=1, default=float) + "\n"
+    )
     return result
+
+
+def teacher_values(model: str, data: str | None, window: int = 128) -> dict:
+    """``lr`` at ``window`` at every scored edge of the calibration streams (cached), and the mean within-stream AUC
+    of the joins by it and by the default head, per band, corpus of the quality benchmark and language."""
+    from rr_fast import Chunker
+
+    sets = calibration_and_evaluation(model, data)
+    folder = OUT / f"{model}-lr-{window}"
+    chunker = Chunker(model=model, recipe=str(lr_recipe(model, window)))
+    aucs: dict[str, list[tuple[float, float]]] = {}
+    for name in CALIBRATION:
+        log(f"{name}: {len(sets[name])} streams")
+        for stream, saved in sets[name]:
+            path = folder / f"{stream.id}.npz"
+            if not path.exists():
+                _, scores = chunker.explain(stream.text)
+                if not np.array_equal(scores.tokens, saved["edge_tokens"]):
+                    raise AssertionError(f"{stream.id}: lr's edges differ from the default's")
+                folder.mkdir(parents=True, exist_ok=True)
+                save_npz(path, lr=scores.readouts["lr"])
+            with np.load(path) as cached_lr:
+                joins = saved["join"] >= 0
+                pair = (auc(cached_lr["lr"], joins), auc(saved["readout_attention"], joins))
+            aucs.setdefault(stream.domain, []).append(pair)
+    found = {group: dict(zip(("teacher", "head"), np.nanmean(np.array(pairs), axis=0).round(3).tolist()))
+             for group, pairs in sorted(aucs.items())}  # fmt: skip
+    for group, pair in found.items():
+        print(f"{group}: teacher {pair['teacher']:.3f}, head {pair['head']:.3f}")
+    (OUT / f"teacher-{model}.json").write_text(json.dumps(found, indent=1) + "\n")
+    return found
+
+
+def distil(model: str, data: str | None, taught_by: tuple[str, ...], window: int = 128) -> dict:
+    """The default head distilled again from ``lr`` at ``window`` on the calibration streams of ``taught_by``
+    (module docstring), against the recipe's odds and the percentiles."""
+    from rr_fast.distill.fit import Example, fit_head, ridge, training_set
+
+    resolved = ChunkerConfig(model=model).resolve()
+    layers, folder = resolved.reading.layer, OUT / f"{model}-lr-{window}"
+    rows_by_set = table(model, calibration_and_evaluation(model, data))
+
+    def example(row) -> Example:
+        with np.load(folder / f"{row[0].id}.npz") as cached_lr:
+            return Example(cached_lr["lr"], row[2][:, :-1].reshape(len(row[2]), layers, -1, 3))
+
+    taught = [row for name in taught_by for row in rows_by_set[name]]
+    head, _ = fit_head([example(row) for row in taught], layers, (8, 32, window))
+    values: dict[str, list] = {name: [None] * len(rows_by_set[name]) for name in CALIBRATION}
+    for fold in range(FOLDS):
+        x, y = training_set([example(row) for row in taught if row[4] != fold], layers)
+        mean, scale, weights = ridge(np.vstack(x), np.concatenate(y), head["ridge_alpha"])
+        for name in CALIBRATION:
+            for i, row in enumerate(rows_by_set[name]):
+                if row[4] == fold:
+                    values[name][i] = ((row[2][:, :-1] - mean) / scale) @ weights
+    aucs: dict[str, list[tuple[float, float]]] = {}
+    for name in CALIBRATION:
+        for row, value in zip(rows_by_set[name], values[name]):
+            group = row[0].domain.split("/")[0] if name == "languages" else row[0].domain
+            aucs.setdefault(group, []).append((auc(row[1]["readout_attention"], row[3] > 0), auc(value, row[3] > 0)))
+    ranking = {group: np.nanmean(np.array(pairs), axis=0).round(3).tolist() for group, pairs in sorted(aucs.items())}
+    print("mean within-stream AUC, the recipe's head → distilled again: "
+          + ", ".join(f"{g} {a:.3f} → {b:.3f}" for g, (a, b) in ranking.items()))  # fmt: skip
+
+    def features(value: np.ndarray) -> np.ndarray:
+        return np.c_[value, utility({"attention": value}, "attention")]
+
+    x = np.concatenate([features(v) for name in CALIBRATION for v in values[name]])
+    y = np.concatenate([row[3] for name in CALIBRATION for row in rows_by_set[name]])
+    odds = fit_logistic(x, y)
+    percentiles, today = references(rows_by_set, resolved)
+    utilities = {name: [1 / (1 + np.exp(-(features(v) @ odds[:-1] + odds[-1]))) for v in values[name]]
+                 for name in CALIBRATION}  # fmt: skip
+    found = {}
+    for rho in GRID:
+        found[rho] = measures(rows_by_set, utilities, rho)
+        print(f"distilled again, ρ {rho:.2f}: {shown(found[rho])}; score {score(found[rho]):.3f}"
+              + a_loss(found[rho], percentiles), flush=True)  # fmt: skip
+    out = {"taught by": list(taught_by), "head": {k: head[k] for k in ("ridge_alpha", "agreement")},
+           "auc": ranking, "odds": odds.tolist(), "percentiles": percentiles, "recipe odds": today,
+           "distilled again": {str(k): v for k, v in found.items()}}  # fmt: skip
+    (OUT / f"distil-{model}-{'-'.join(taught_by)}.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.short_records", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("windows", "score", "fit", "spans"))
+    parser.add_argument("step", choices=("windows", "score", "fit", "spans", "teacher", "distil"))
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--balanced", action="store_true", help="fit: each calibration set weighs the same")
+    parser.add_argument("--taught-by", default="calibration,bands,languages", help="distil: sets whose text teaches")
     args = parser.parse_args(argv)
     if args.step == "windows":
         return windows(args.model)
@@ -309,7 +422,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     if args.step == "spans":
         return two_spans(args.model, args.data_dir)
-    return fit(args.model, args.data_dir)
+    if args.step == "teacher":
+        return teacher_values(args.model, args.data_dir)
+    if args.step == "distil":
+        return distil(args.model, args.data_dir, tuple(args.taught_by.split(",")))
+    return fit(args.model, args.data_dir, args.balanced)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,9 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
     x = rng.normal(size=(4000, 2))
     y = (rng.random(4000) < 1 / (1 + np.exp(-(2.0 * x[:, 0] - 1.0 * x[:, 1] + 0.5)))).astype(float)
     assert np.allclose(odds.fit_logistic(x, y), [2.0, -1.0, 0.5], atol=0.25)
+    twice = np.arange(4000) < 1000  # a row weighing 2 counts as that row twice
+    doubled = odds.fit_logistic(np.r_[x, x[twice]], np.r_[y, y[twice]])
+    assert np.allclose(odds.fit_logistic(x, y, rows=np.where(twice, 2.0, 1.0)), doubled, atol=1e-6)
 
     words = [f"w{k}" for k in range(180)]  # three units of 60 words, a token each (the product's limits: 48-384)
     text = " ".join(words)
