@@ -176,7 +176,7 @@ class ChunkerConfig:
         limits = Limits(self.min_tokens, self.max_tokens, self.target_tokens, filled.length_weight)
         notes = (note,) if note and asked.penalty is None else ()
         companion = self._companion(filled.companion, filled.step)
-        weights = odds and (odds["raw"], odds["percentile"], odds["bias"])
+        weights = odds and (raw_weights(odds["raw"], chosen.parts), odds["percentile"], odds["bias"])
         return Resolved(self, filled, notes, limits, scoring, companion, weights)
 
     def _companion(self, model: str | None, step: int) -> Resolved | None:
@@ -217,7 +217,8 @@ class Reading:
     readout: str | None = option(
         None,
         "reading",
-        "attention (one pass and a distilled head), lr, rr or rr+lr (reset windows: the paper's)",
+        "attention (one pass and a distilled head), lr, rr or rr+lr (reset windows: the paper's), or attention+lr "
+        "(the head and its teacher lr, read together)",
         choices=tuple(READOUTS),
     )
     layer: int | None = option(
@@ -228,7 +229,10 @@ class Reading:
         "positive",
     )
     window: int | None = option(
-        None, "reading", "reset window W in tokens; the attention readout reads its head's spans", "positive"
+        None,
+        "reading",
+        "reset window W in tokens (lr's, for attention+lr); the attention readout reads its head's spans",
+        "positive",
     )
     step: int | None = option(
         None, "reading", "word-boundary grid step in tokens; sentence ends are candidates at any step", "positive"
@@ -321,9 +325,10 @@ class Resolved:
     limits: Limits  # the DP's length rules
     scoring: Any  # the chosen readout's scorer settings (``scoring.readouts.Readout.settings``)
     companion: Resolved | None = None  # the companion model's own resolution (``Reading.companion``), if any
-    # the reading's boundary odds (raw, percentile, bias) where its recipe has them (``Recipe.odds_for``): open-count
-    # cuts on text without structure charge ρ against that probability rather than against the percentile
-    odds: tuple[float, float, float] | None = None
+    # the reading's boundary odds (weights on its parts' values, on its percentile, bias) where its recipe has them
+    # (``Recipe.odds_for``): open-count cuts on text without structure charge ρ against that probability, not against
+    # the percentile
+    odds: tuple[tuple[float, ...], float, float] | None = None
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""
@@ -342,11 +347,27 @@ def check_recipe(recipe: Recipe) -> Recipe:
         check_option("normalizer", recipe.normalizer, "defaults: normalizer")
         for readout_name, _, _ in recipe.penalties:
             check_option("readout", readout_name, "penalties: a readout")
+        for (readout_name, _, _), odds in recipe.odds.items():
+            check_option("readout", readout_name, "odds: a readout")
+            raw_weights(odds["raw"], readout(readout_name).parts, f"odds of {readout_name}: raw")
         for name, options in recipe.presets.items():
             check_preset(options, f"preset {shown(name)}")
     except UsageError as error:
         raise RecipeError(f"recipe {recipe.source} is not usable: {error}") from None
     return recipe
+
+
+def raw_weights(raw: float | dict[str, float], parts: tuple[str, ...], label: str = "raw") -> tuple[float, ...]:
+    """A recipe's boundary odds' weights on a readout's values, one per part in ``parts`` order: a number for a
+    readout of one part, else an object of part → weight (a part it leaves out weighs nothing). Else a UsageError."""
+    if not isinstance(raw, dict):
+        if len(parts) > 1:
+            raise UsageError(f"{label} must name the part each weight reads ({', '.join(parts)}), got {shown(raw)}")
+        return (raw,)
+    unknown = sorted(set(raw) - set(parts))
+    if unknown:
+        raise UsageError(f"{label} weighs {shown(unknown[0])}, which is not a part of {'+'.join(parts)}")
+    return tuple(raw.get(part, 0.0) for part in parts)
 
 
 def check_preset(options: Any, label: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ PASSAGES = {  # structured text: markdown headings and code; plain text with par
 @cache
 def texts() -> dict[str, str]:
     out = {"sample": (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8")}
-    out["sample-opening"] = out["sample"][:1500]  # the quality preset scores every 8th token: a shorter text
+    out["sample-opening"] = out["sample"][:1500]  # the quality preset runs lr's reset windows too: a shorter text
     records = {}
     for domain in ("fiqa", "scifact"):
         for line in (DATA / "records" / f"{domain}.jsonl").read_text(encoding="utf-8").splitlines():

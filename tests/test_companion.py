@@ -1,7 +1,7 @@
 """A companion model (``config.Reading.companion``): a second bundled model reads the same text its own default way,
 and its utilities are blended into the first model's by character position. Only rr-fast's own recipes may name one,
 since it is another model to load; the blend itself is pure arithmetic, tested here without a model, and once end to
-end with the two bundled models (the ``quality`` preset)."""
+end with the two bundled models (SmolLM2's ``quality`` preset)."""
 
 from __future__ import annotations
 
@@ -68,23 +68,24 @@ def test_a_companion_is_another_bundled_model():
 
 
 def test_the_quality_preset_resolves_its_companion_once():
-    resolved = ChunkerConfig(preset="quality", backend="torch", device="cpu").resolve()
-    assert resolved.reading.companion == "smollm2-135m"
-    assert resolved.companion.config.model == "smollm2-135m"
+    resolved = ChunkerConfig(model="smollm2-135m", preset="quality", backend="torch", device="cpu").resolve()
+    assert resolved.reading.companion == "gemma3-270m"
+    assert resolved.companion.config.model == "gemma3-270m"
     assert resolved.companion.config.backend == "torch" and resolved.companion.reading.companion is None
-    bundled = json.loads((ROOT / "rr_fast/models/bundled/smollm2-135m.json").read_text())
+    assert resolved.companion.odds is None  # the blend takes its percentiles
+    bundled = json.loads((ROOT / "rr_fast/models/bundled/gemma3-270m.json").read_text())
     assert resolved.companion.reading.readout == bundled["defaults"]["readout"]  # the companion's own default
     assert resolved.companion.reading.step == resolved.reading.step  # on the same candidate grid
 
 
 def test_quality_blends_both_bundled_models_end_to_end():
-    """The chunks are the DP's over the blend of Gemma 3's utilities and SmolLM2's (its own chunker's scores)."""
+    """The chunks are the DP's over the blend of SmolLM2's utilities and Gemma 3's (its own chunker's scores)."""
     from rr_fast import Chunker
 
     text = (ROOT / "examples" / "flattened_abstracts.txt").read_text(encoding="utf-8")[:3000]
-    quality = Chunker(preset="quality", backend="torch", device="cpu")
+    quality = Chunker(model="smollm2-135m", preset="quality", backend="torch", device="cpu")
     scores, companion = quality.score(text), quality.companion.score(text)
-    own = utility(scores.readouts, quality.reading.readout)  # Gemma 3's utilities alone
+    own = utility(scores.readouts, quality.reading.readout)  # SmolLM2's utilities alone
     weight = quality.reading.companion_weight
     assert 0 < weight < 1
     np.testing.assert_allclose(scores.utility, blend(own, scores.chars, companion.utility, companion.chars, weight))

@@ -205,9 +205,10 @@ def test_presets_are_named_readings_that_explicit_reading_options_override():
     for name in PRESET_NAMES:
         resolved = ChunkerConfig(preset=name).resolve()  # every value passes the option checks
         assert resolved.config.model == DEFAULT_MODEL  # every preset runs the default's model
-        # each carries its calibrated ρ, or, reading as the default does, the ρ of the default's odds
-        assert resolved.reading.penalty == recipe.presets[name].get("penalty", resolved.reading.penalty)
-        assert "penalty" in recipe.presets[name] or resolved.odds == ChunkerConfig().resolve().odds is not None
+        # each carries its calibrated ρ, or the ρ of its reading's odds
+        reading = resolved.reading
+        odds = recipe.odds_for(reading.readout, reading.window, reading.step, reading.layer)
+        assert reading.penalty == recipe.presets[name].get("penalty", odds and odds["penalty"])
         assert resolved.notes == ()
     assert ChunkerConfig(preset="fast").resolve({"layer": 18}).reading.layer == 18  # the preset's is 9
     with pytest.raises(RRFastError, match="preset must be one of quality, balanced, fast"):

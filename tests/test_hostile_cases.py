@@ -215,12 +215,13 @@ def test_a_file_name_that_is_not_utf8_is_escaped_in_the_html_page(tiny, tmp_path
 
 
 def test_a_preset_with_another_readout_takes_that_readouts_defaults_not_the_presets():
-    resolved = ChunkerConfig(preset="quality").resolve({"readout": "lr"}).reading
-    assert (resolved.readout, resolved.window, resolved.step) == (
+    resolved = ChunkerConfig(preset="fast").resolve({"readout": "lr"}).reading
+    assert (resolved.readout, resolved.window, resolved.step, resolved.layer) == (
         "lr",
         128,
         8,
-    )  # the recipe's window, the preset's step
+        None,
+    )  # the recipe's window and RR layer, the preset's step (not its head's layer 9)
     lr = ChunkerConfig(preset="balanced").resolve({"readout": "lr"}).reading
     assert (lr.readout, lr.window, lr.step) == ("lr", 128, 64)
 

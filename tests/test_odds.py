@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from test_corpus import make_texts
 from test_recipe_hostile import valid_recipe
 
 from rr_fast import Chunker, ChunkerConfig
+from rr_fast.errors import UsageError
 from rr_fast.segmentation.calibration import boundary_probability, utility
 from rr_fast.segmentation.dp import Limits, segment
 
@@ -23,7 +25,7 @@ def test_the_cut_count_follows_the_evidence_not_a_share_of_the_edges():
     edges = np.arange(20, 400, 20)
     ranks = np.linspace(0.0, 1.0, len(edges))
     limits = Limits(min_tokens=10, max_tokens=400, target_tokens=20, length_weight=0.0)
-    odds = (ODDS["raw"], ODDS["percentile"], ODDS["bias"])
+    odds = ((ODDS["raw"],), ODDS["percentile"], ODDS["bias"])
     cuts = {}
     for name, offset in (("clear", 4.0), ("none", -4.0)):
         values = {"attention": ranks + offset}
@@ -48,7 +50,7 @@ def test_open_counts_on_plain_text_weigh_the_probability_and_the_rest_percentile
     options = {"model": tiny, "backend": "torch", "recipe": recipe_with_odds(tiny, tmp_path)}
     limits = {"min_tokens": 4, "max_tokens": 24, "target_tokens": 12}
     chunker = Chunker(**options, **limits)
-    assert chunker.resolved.odds == (ODDS["raw"], ODDS["percentile"], ODDS["bias"])
+    assert chunker.resolved.odds == ((ODDS["raw"],), ODDS["percentile"], ODDS["bias"])
     assert chunker.reading.penalty == ODDS["penalty"]  # ρ against the probability, from the odds
 
     plain = " ".join(make_texts(4))
@@ -76,11 +78,52 @@ def test_odds_fitted_for_another_head_or_step_are_not_used(tiny, tmp_path):
 
 
 def test_the_default_model_reads_with_odds_and_its_presets_and_smollm2_with_percentiles():
-    """Gemma 3's default reading has odds (bench.quality.odds); SmolLM2's fit kept no calibration measure level at
-    any ρ, so it has none; the presets read other heads or steps, or blend a companion."""
+    """Gemma 3's default reading and its quality preset have odds (bench.quality.odds, bench.quality.short_records
+    both); SmolLM2's fit kept no calibration measure level at any ρ, so it has none; the fast presets read other heads
+    or steps, and SmolLM2's quality blends a companion."""
     assert ChunkerConfig().resolve().odds is not None
     assert ChunkerConfig(preset="balanced").resolve().odds is not None
+    quality = ChunkerConfig(preset="quality").resolve()
+    assert quality.reading.readout == "attention+lr" and quality.odds is not None
+    assert quality.reading.penalty == quality.config.recipe_used().odds_for("attention+lr", 128, 64, 18)["penalty"]
+    assert quality.odds[0][1] == 0.0  # lr's value weighs nothing: its scale moves from document to document
     for model in ("gemma3-270m", "smollm2-135m"):
-        for preset in ("fast", "quality"):
-            assert ChunkerConfig(model=model, preset=preset).resolve().odds is None, (model, preset)
+        assert ChunkerConfig(model=model, preset="fast").resolve().odds is None, model
+    assert ChunkerConfig(model="smollm2-135m", preset="quality").resolve().odds is None
     assert ChunkerConfig(model="smollm2-135m").resolve().odds is None
+
+
+def combination_recipe(tiny: str, tmp_path, raw) -> str:
+    """The tiny model reading rr+lr, with odds whose ``raw`` is given."""
+    recipe = valid_recipe()
+    recipe["defaults"]["readout"] = "rr+lr"
+    recipe["penalties"]["rr+lr"] = {"24": {"8": 1.0}}
+    path = tmp_path / "combination.json"
+    path.write_text(json.dumps(recipe))
+    layer = ChunkerConfig(model=tiny, recipe=str(path)).resolve().reading.layer
+    recipe["odds"] = {"rr+lr": {"24": {"8": {"layer": layer, **ODDS, "raw": raw}}}}
+    path.write_text(json.dumps(recipe))
+    return str(path)
+
+
+def test_a_combinations_odds_weigh_the_parts_they_name(tiny, tmp_path):
+    """Odds on rr+lr that weigh lr's value alone: each edge's utility is the logistic of that and the pair's
+    percentile, whatever rr's values are."""
+    chunker = Chunker(model=tiny, backend="torch", recipe=combination_recipe(tiny, tmp_path, {"lr": 2.0}))
+    assert chunker.resolved.odds == ((0.0, 2.0), ODDS["percentile"], ODDS["bias"])
+    _, scores = chunker.explain(" ".join(make_texts(4)))
+    logit = 2.0 * scores.readouts["lr"] + ODDS["percentile"] * utility(scores.readouts, "rr+lr") + ODDS["bias"]
+    assert np.isfinite(scores.utility).sum() > 10
+    np.testing.assert_allclose(scores.utility, 1 / (1 + np.exp(-logit)), equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (2.0, "must name the part each weight reads"),
+        ({"attention": 2.0}, "'attention', which is not a part of rr\\+lr"),
+    ],
+)
+def test_a_combinations_odds_that_do_not_name_its_parts_are_refused(tiny, tmp_path, raw, words):
+    with pytest.raises(UsageError, match=words):
+        ChunkerConfig(model=tiny, recipe=combination_recipe(tiny, tmp_path, raw)).resolve()

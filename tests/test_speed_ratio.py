@@ -58,8 +58,8 @@ def test_engine_is_faster_than_the_per_edge_loop(tiny_model_factory, stock_model
 
 @pytest.mark.bundled
 def test_the_quality_preset_costs_a_few_times_the_default(benchmark):
-    """``--preset quality`` runs both bundled models on a finer candidate grid: it costs more than the default, and
-    its promise is at least a quarter of the default's speed (a generous ceiling here: CPU time on a shared machine)."""
+    """``--preset quality`` runs the default's head and its teacher's reset windows: it costs more than the default,
+    and its promise is about a tenth of the default's speed (a generous ceiling here: CPU time on a shared machine)."""
     from rr_fast import Chunker
 
     text = (ROOT / "examples" / "flattened_records.txt").read_text(encoding="utf-8")
@@ -67,5 +67,5 @@ def test_the_quality_preset_costs_a_few_times_the_default(benchmark):
     slow = cpu_seconds(lambda: quality.chunk(text), 1, lambda: quality.chunk(text[:400]))
     fast = cpu_seconds(lambda: default.chunk(text), 1, lambda: default.chunk(text[:400]))
     record("quality_vs_default", slow / fast)
-    assert 1.0 < slow / fast < 6.0, f"the quality preset costs {slow / fast:.1f}× the default"
+    assert 1.0 < slow / fast < 20.0, f"the quality preset costs {slow / fast:.1f}× the default"
     benchmark(default.chunk, text)

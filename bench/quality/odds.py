@@ -80,8 +80,9 @@ def calibration_and_evaluation(
 
 
 def readout_values(saved: dict) -> tuple[str, dict[str, np.ndarray]]:
-    name = sorted(key for key in saved if key.startswith("readout_"))[0]
-    return name.removeprefix("readout_"), {name.removeprefix("readout_"): saved[name]}
+    """The cached reading's readout and its values: a combination's parts were saved in order (``attention+lr``)."""
+    values = {key.removeprefix("readout_"): saved[key] for key in saved if key.startswith("readout_")}
+    return "+".join(values), values
 
 
 def features(saved: dict) -> np.ndarray:
@@ -173,7 +174,7 @@ def fit(model: str, data: str | None, preset: str | None = None) -> dict | None:
     print("percentiles: " + ", ".join(f"{k} {v:.3f}" for k, v in today.items()) + f"; score {score(today):.3f}")
     keeps = {}
     for rho in GRID:
-        found = measures(sets, (raw, percentile, bias), rho)
+        found = measures(sets, ((raw,), percentile, bias), rho)
         keeps[rho] = all(found[k] >= today[k] - LOSS_ALLOWED for k in today) and score(found)
         print(f"ρ {rho:.2f}: " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()) + f"; score {score(found):.3f}"
               + ("" if keeps[rho] else " (a loss)"))  # fmt: skip
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("score", "fit", "report"))
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
-    parser.add_argument("--preset", default=None, choices=("balanced", "fast"), help="a preset's reading (no blend)")
+    parser.add_argument("--preset", default=None, choices=("balanced", "fast", "quality"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     if args.step == "score":

@@ -22,6 +22,12 @@ when records are short; and its boundary odds (``bench.quality.odds``) read only
   head again as the product does (``rr_fast.distill.fit``), from that teacher on the calibration streams of SETS
   (``calibration``, ``bands``, ``languages``), each stream's values from a head that did not see its fold, refits the
   odds on them and gives ``bench.quality.odds``' calibration measures on the ρ grid beside the recipe's odds.
+- ``both``: the head and its teacher read together (``attention+lr``, ``rr_fast.scoring.combined``: the ``quality``
+  preset), with boundary odds on the pair's percentile and the values of none, one or both parts, each cross-fitted
+  and judged on the ρ grid as ``fit`` judges; the best is fitted on every calibration stream, its recipe entry and the
+  ρ of the pair's percentiles (the penalties table's) printed, and reported on the 60 evaluation streams against the
+  default. ``teacher`` and ``both`` take ``--window`` (lr's; 128, the head's teacher, by default); ``teacher`` keeps
+  the evaluation streams' values too, which only ``both``'s report reads.
 """
 
 from __future__ import annotations
@@ -332,7 +338,7 @@ def teacher_values(model: str, data: str | None, window: int = 128) -> dict:
     folder = OUT / f"{model}-lr-{window}"
     chunker = Chunker(model=model, recipe=str(lr_recipe(model, window)))
     aucs: dict[str, list[tuple[float, float]]] = {}
-    for name in CALIBRATION:
+    for name in (*CALIBRATION, "evaluation"):  # the evaluation streams' values report ``both``'s fit, nothing else
         log(f"{name}: {len(sets[name])} streams")
         for stream, saved in sets[name]:
             path = folder / f"{stream.id}.npz"
@@ -342,6 +348,8 @@ def teacher_values(model: str, data: str | None, window: int = 128) -> dict:
                     raise AssertionError(f"{stream.id}: lr's edges differ from the default's")
                 folder.mkdir(parents=True, exist_ok=True)
                 save_npz(path, lr=scores.readouts["lr"])
+            if name == "evaluation":
+                continue
             with np.load(path) as cached_lr:
                 joins = saved["join"] >= 0
                 pair = (auc(cached_lr["lr"], joins), auc(saved["readout_attention"], joins))
@@ -350,7 +358,7 @@ def teacher_values(model: str, data: str | None, window: int = 128) -> dict:
              for group, pairs in sorted(aucs.items())}  # fmt: skip
     for group, pair in found.items():
         print(f"{group}: teacher {pair['teacher']:.3f}, head {pair['head']:.3f}")
-    (OUT / f"teacher-{model}.json").write_text(json.dumps(found, indent=1) + "\n")
+    (OUT / f"teacher-{model}-lr-{window}.json").write_text(json.dumps(found, indent=1) + "\n")
     return found
 
 
@@ -407,13 +415,99 @@ def distil(model: str, data: str | None, taught_by: tuple[str, ...], window: int
     return out
 
 
+def both(model: str, data: str | None, window: int = 128) -> dict:
+    """The head and its teacher read together (``rr_fast.scoring.combined``, ``attention+lr``): boundary odds on the
+    pair's percentile and the values of some of its parts (none, the head's, or both), each cross-fitted on the
+    calibration streams by fold and judged on the ρ grid as ``bench.quality.odds`` judges a reading (the best score
+    where no measure falls further below the default's percentiles than it allows); the best fitted on every
+    calibration stream, its recipe entry printed, and reported on the 60 evaluation streams, paired against the
+    default (the recipe's odds). Reads ``teacher``'s cache, which must hold every stream."""
+    from bench.quality.odds import GRID as RHOS
+
+    name = "attention+lr"
+    resolved = ChunkerConfig(model=model).resolve()
+    rows_by_set = table(model, calibration_and_evaluation(model, data))
+    folder = OUT / f"{model}-lr-{window}"
+
+    def values(row) -> dict[str, np.ndarray]:
+        with np.load(folder / f"{row[0].id}.npz") as cached_lr:
+            return {"attention": row[1]["readout_attention"].astype(np.float64), "lr": cached_lr["lr"].astype(float)}
+
+    kept = {n: [values(row) for row in rows_by_set[n]] for n in (*CALIBRATION, "evaluation")}
+
+    def odds_on(raw_parts: tuple[str, ...], which) -> tuple:
+        """Odds fitted on the (set, index) pairs ``which``, as ``boundary_probability`` takes them."""
+        x = np.concatenate([np.c_[tuple(kept[n][i][p] for p in raw_parts) + (utility(kept[n][i], name),)]
+                            for n, i in which])  # fmt: skip
+        y = np.concatenate([rows_by_set[n][i][3] for n, i in which])
+        usable = np.isfinite(x).all(axis=1)
+        w = fit_logistic(x[usable], y[usable])
+        by_part = dict(zip(raw_parts, w[:-2]))
+        return tuple(float(by_part.get(p, 0.0)) for p in ("attention", "lr")), float(w[-2]), float(w[-1])
+
+    percentiles, today = references(rows_by_set, resolved)
+    every = [(n, i) for n in CALIBRATION for i in range(len(rows_by_set[n]))]
+    best = None
+    for raw_parts in ((), ("attention",), ("attention", "lr")):
+        utilities: dict[str, list] = {n: [None] * len(rows_by_set[n]) for n in CALIBRATION}
+        for fold in range(FOLDS):
+            odds = odds_on(raw_parts, [(n, i) for n, i in every if rows_by_set[n][i][4] != fold])
+            for n, i in every:
+                if rows_by_set[n][i][4] == fold:
+                    utilities[n][i] = boundary_probability(kept[n][i], name, odds)
+        for rho in RHOS:
+            found = measures(rows_by_set, utilities, rho)
+            loss = a_loss(found, percentiles)
+            print(f"raw {'+'.join(raw_parts) or 'none'}, ρ {rho:.2f}: {shown(found)}; score {score(found):.3f}{loss}")
+            if not loss and (best is None or score(found) > best[0]):
+                best = (score(found), raw_parts, rho, found)
+    if best is None:
+        print("no odds keep every calibration measure at any ρ: nothing chosen")
+        return {}
+    _, raw_parts, rho, chosen = best
+    print(f"chosen: raw {'+'.join(raw_parts) or 'none'}, ρ {rho:.2f} (cross-fitted): {shown(chosen)}")
+    odds = odds_on(raw_parts, every)
+    evaluation = rows_by_set["evaluation"]
+    indices = bootstrap_indices([r[0].domain for r in evaluation], 10_000, seed=0)
+    before = np.array([outcome(r[0], r[1], boundary_probability({"attention": v["attention"]}, "attention",
+                                                                 resolved.odds), resolved.reading.penalty)[1:]
+                       for r, v in zip(evaluation, kept["evaluation"])], dtype=float)  # fmt: skip
+    after = np.array([outcome(r[0], r[1], boundary_probability(v, name, odds), rho)[1:]
+                      for r, v in zip(evaluation, kept["evaluation"])], dtype=float)  # fmt: skip
+    found = {"default": interval(before[:, 0] / before[:, 1], indices),
+             name: interval(after[:, 0] / after[:, 1], indices),
+             "change": interval(after[:, 0] / after[:, 1] - before[:, 0] / before[:, 1], indices)}  # fmt: skip
+    per_unit = [float(np.mean(a[:, 2] / a[:, 1])) for a in (before, after)]
+    print("evaluation (60 streams): " + "; ".join(f"{k} {ci_text(v)}" for k, v in found.items())
+          + f"; chunks per unit {per_unit[0]:.2f} → {per_unit[1]:.2f}")  # fmt: skip
+    (raw_attention, raw_lr), percentile, bias = odds
+    raw = {p: round(w, 4) for p, w in (("attention", raw_attention), ("lr", raw_lr)) if p in raw_parts}
+    entry = {"layer": resolved.reading.layer, "raw": raw, "percentile": round(percentile, 4),
+             "bias": round(bias, 4), "penalty": rho}  # fmt: skip
+    print(f"recipe odds[{name!r}][{window}][64]: {json.dumps(entry)}")
+    # the penalties table's ρ, for the pair's percentiles where no odds apply (another window or layer): as every ρ
+    # there, the best mean recovery on the 45 calibration streams
+    streams = [(r, utility(v, name)) for r, v in zip(rows_by_set["calibration"], kept["calibration"])]
+    by_rho = {rho: float(np.mean([h / u for _, h, u, _ in (outcome(r[0], r[1], p, rho) for r, p in streams)]))
+              for rho in (0.8, 0.85, 0.9, 0.95, 1.0)}  # fmt: skip
+    percentile_rho = max(by_rho, key=lambda rho: (round(by_rho[rho], 9), -rho))
+    print("percentiles on the 45 streams: " + ", ".join(f"ρ {r:.2f} {v:.3f}" for r, v in by_rho.items())
+          + f"; recipe penalties[{name!r}][{window}][64]: {percentile_rho}")  # fmt: skip
+    result = {"raw parts": list(raw_parts), "entry": entry, "percentile penalty": percentile_rho,
+              "percentile recovery": by_rho, "calibration": chosen, "percentiles": percentiles,
+              "recipe odds": today, "evaluation": {k: list(v) for k, v in found.items()}}  # fmt: skip
+    (OUT / f"both-{model}-lr-{window}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.short_records", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("windows", "score", "fit", "spans", "teacher", "distil"))
+    parser.add_argument("step", choices=("windows", "score", "fit", "spans", "teacher", "distil", "both"))
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--balanced", action="store_true", help="fit: each calibration set weighs the same")
     parser.add_argument("--taught-by", default="calibration,bands,languages", help="distil: sets whose text teaches")
+    parser.add_argument("--window", type=int, default=128, help="teacher, both: lr's reset window (the head's: 128)")
     args = parser.parse_args(argv)
     if args.step == "windows":
         return windows(args.model)
@@ -423,7 +517,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.step == "spans":
         return two_spans(args.model, args.data_dir)
     if args.step == "teacher":
-        return teacher_values(args.model, args.data_dir)
+        return teacher_values(args.model, args.data_dir, args.window)
+    if args.step == "both":
+        return both(args.model, args.data_dir, args.window)
     if args.step == "distil":
         return distil(args.model, args.data_dir, tuple(args.taught_by.split(",")))
     return fit(args.model, args.data_dir, args.balanced)

@@ -191,5 +191,15 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
     saved = {"readout_attention": raw, "edge_tokens": edges, "edge_chars": np.array([starts[e] for e in edges]),
              "num_tokens": np.int64(180), "join": np.where(np.isin(edges, [60, 120]), 0, -1)}  # fmt: skip
     stream = Stream("s", "short", "cal", text, units)
-    rows = odds.outcomes([(stream, saved)], (1.0, 0.0, 0.0), 0.5)
+    rows = odds.outcomes([(stream, saved)], ((1.0,), 0.0, 0.0), 0.5)
     assert rows == [("short", 3, 3, 3)]  # cut at the two joins, whose probability is near 1, and nowhere else
+
+
+def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
+    """``attention+lr`` caches its parts in order; the odds read them back as that readout, not as its first part."""
+    from bench.quality import odds
+
+    saved = {"readout_attention": np.ones(3), "readout_lr": np.zeros(3), "edge_tokens": np.arange(3)}
+    name, values = odds.readout_values(saved)
+    assert name == "attention+lr" and list(values) == ["attention", "lr"]
+    assert odds.readout_values({"readout_attention": np.ones(3)})[0] == "attention"

@@ -48,6 +48,7 @@ def test_each_preset_runs_the_option_the_benchmark_scored(preset, option):
     chosen = ChunkerConfig(preset=preset, device="cpu").resolve()
     if "skip" in research:  # a reset-window option's skip, which the product takes from its recipe
         assert research["skip"] == chosen.scoring.skip
+    assert chosen.odds == scored.odds  # the recipe's boundary odds, where the reading has them
     # the presets' dtype is auto: bfloat16 on a CPU with native bf16, as the benchmark ran them; float32 elsewhere
     preset_dtype = BUNDLED[DEFAULT_MODEL].presets[preset].get("dtype", "auto")
     dtype = ChunkerConfig(device="cpu").resolve({"dtype": preset_dtype}).reading.dtype

