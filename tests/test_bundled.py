@@ -73,7 +73,7 @@ def test_readme_first_example_works_as_shown(tmp_path):
     assert DEFAULT_MODEL in BUNDLED
 
 
-@pytest.mark.parametrize("preset", ["balanced", "fast"])
+@pytest.mark.parametrize("preset", ["quality", "balanced", "fast"])
 def test_presets_chunk_the_sample_on_the_default_model(preset, tmp_path):
     """Each speed preset runs end to end from the CLI, with no note about ρ (each carries its own calibrated one)."""
     out = tmp_path / "chunks.jsonl"
