@@ -134,6 +134,7 @@ OPTIONS: dict[str, dict] = {
     # Gemma 3's head and its teacher, lr at W 128, on the same edges (rr_fast.scoring.combined), with the recipe's
     # boundary odds on both (bench.quality.short_records both)
     "gemma3-270m:attention+lr-bf16": {**GEMMA_FOCUSED, "readout": "attention+lr", "window": 128},
+    "gemma3-270m:attention+lr": {**GEMMA_FOCUSED, "readout": "attention+lr", "window": 128, "dtype": "float32"},
 }
 # Each attention option's calibration scores cross-fitted (each stream scored by a head fitted without it, written by
 # bench.quality.crossfit): their calibration recovery is the honest one, since the shipped head has seen the
@@ -234,6 +235,7 @@ def chunk(
 # one speed run each, newest first; the report takes a row from the first file that has it
 SPEED_FILES = (
     "teacher_speed.json",  # the quality preset (the head with its teacher) against the default and the blend before it
+    "teacher_float32_speed.json",  # the same in float32, what a CPU without native bfloat16 runs
     "quality_speed.json",  # the quality presets (both bundled models) against the defaults
     "distill_speed.json",  # heads distilled by python -m rr_fast.distill (SmolLM2's, Gemma 3's refitted)
     "mlx_cpu_speed.json",  # the attention readout on MLX's CPU backend beside torch's
