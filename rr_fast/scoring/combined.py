@@ -4,7 +4,7 @@ The attention readout's head was distilled from ``lr`` on ~200-token English rec
 its teacher; on short documents and in other languages ``lr`` ranks them better (bench/RESULTS.md, "Other record
 lengths and languages"). Read together, with boundary odds fitted on both (the head's value, whose scale holds across
 documents, and the pair's within-document percentile: ``segmentation.calibration.boundary_probability``), they cut
-better than either, for about the price of ``lr`` alone: the head's pass costs a tenth of lr's reset windows.
+better than either, for a little more than ``lr`` alone costs (the head's pass adds about a fifth on a CPU).
 
 The two readouts run as they do alone, over the one loaded backend: the head's full pass (attention masses, no LM
 head), then lr's full pass and reset windows. Computing both from one full pass would save the smaller of the two.
