@@ -163,6 +163,9 @@ def fit(model: str, data: str | None, preset: str | None = None) -> dict | None:
     None where no ρ keeps that."""
     sets = calibration_and_evaluation(model, data, preset)
     edges = [saved for name in ("bands", "languages", "calibration") for _, saved in sets[name]]
+    if "+" in readout_values(edges[0])[0]:  # which parts' values weigh is a choice: bench.quality.short_records both
+        print("a combination of readouts: its odds are fitted by python -m bench.quality.short_records both")
+        return None
     x = np.concatenate([features(saved) for saved in edges])
     y = np.concatenate([saved["join"] >= 0 for saved in edges]).astype(float)
     usable = np.isfinite(x).all(axis=1)
