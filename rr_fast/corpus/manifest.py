@@ -111,9 +111,10 @@ class RunConfig:
         configuration (every option's value and how the model reads boundaries, defaults included) and the shards'
         columns (an rr-fast that writes other columns would leave shards of two schemas in one dataset)."""
         configuration = asdict(self.resolved.config) | asdict(self.resolved.reading)
-        configuration["odds"] = list(self.resolved.odds) if self.resolved.odds else None  # what ρ is charged against
+        configuration["odds"] = self.resolved.odds  # what ρ is charged against
         if Path(configuration["model"]).exists():  # a local folder or file: wherever the run is started from
             configuration["model"] = str(Path(configuration["model"]).resolve())
+        configuration = json.loads(json.dumps(configuration))  # as manifest.json holds it: tuples become lists
         return {
             "inputs": [_where(name) for name in self.inputs],
             "id_field": self.id_field,
