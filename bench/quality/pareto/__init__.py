@@ -143,6 +143,7 @@ CROSS_FITTED = {
     f"{name}-crossfit": name
     for name in OPTIONS
     if ":attention" in name
+    and OPTIONS[name].get("readout") == "attention"  # a combination's odds are cross-fitted by short_records both
     and "-mlx" not in name
     and "companion" not in OPTIONS[name]
     and OPTIONS[name].get("dtype") not in INT8  # the shipped heads under int8: nothing is refitted
