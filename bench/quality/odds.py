@@ -21,11 +21,14 @@ never choose.
   change paired), recovery and chunks per unit with the recipe's odds and with percentiles at the recipe's
   calibrated ρ. Both by the product's DP over the cached readouts (``rr_fast.segmentation.dp.segment``), which is the
   product's cut on text without structure.
+  ``--limits MIN,MAX,TARGET`` cuts within other length limits: what a user who knows the size of their units gets by
+  saying so (``--min-tokens``, ``--max-tokens``, ``--target-tokens``); the readouts do not depend on the limits.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import time
@@ -41,7 +44,7 @@ from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
 from rr_fast.segmentation.calibration import boundary_probability, utility
-from rr_fast.segmentation.dp import segment
+from rr_fast.segmentation.dp import Limits, segment
 
 OUT = REPO_ROOT / "bench" / "out" / "odds"
 GRID = tuple(round(0.02 * i, 2) for i in range(2, 26))  # ρ against a probability: 0.04 .. 0.50
@@ -103,17 +106,22 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3, rows: np.nda
     return weights
 
 
-def chunks_of(stream: Stream, saved: dict, odds: tuple | None, rho: float) -> list[tuple[int, int]]:
+def chunks_of(
+    stream: Stream, saved: dict, odds: tuple | None, rho: float, limits: Limits = LIMITS
+) -> list[tuple[int, int]]:
     """The stream's chunks (character spans) by the product's DP over its cached readouts, the utilities the odds'
     or percentiles (None)."""
     name, values = readout_values(saved)
     utilities = utility(values, name) if odds is None else boundary_probability(values, name, odds)
-    return chunks_at(stream, saved, utilities, rho)
+    return chunks_at(stream, saved, utilities, rho, limits)
 
 
-def chunks_at(stream: Stream, saved: dict, utilities: np.ndarray, rho: float) -> list[tuple[int, int]]:
-    """The stream's chunks (character spans) by the product's DP with the given utilities at its cached edges."""
-    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, LIMITS, penalty=rho).cuts
+def chunks_at(
+    stream: Stream, saved: dict, utilities: np.ndarray, rho: float, limits: Limits = LIMITS
+) -> list[tuple[int, int]]:
+    """The stream's chunks (character spans) by the product's DP with the given utilities at its cached edges. The
+    readouts do not depend on the length limits, so other ``limits`` replay the product's cut with them."""
+    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, limits, penalty=rho).cuts
     chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
     bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
     return list(zip(bounds, bounds[1:]))
@@ -127,9 +135,11 @@ def stream_outcome(stream: Stream, chunks: list[tuple[int, int]]) -> tuple[str, 
     return group, int(held.sum()), len(units), len(chunks)
 
 
-def outcomes(data: list[tuple[Stream, dict]], odds: tuple | None, rho: float) -> list[tuple[str, int, int, int]]:
+def outcomes(
+    data: list[tuple[Stream, dict]], odds: tuple | None, rho: float, limits: Limits = LIMITS
+) -> list[tuple[str, int, int, int]]:
     """(group, units recovered, units, chunks) per stream (``chunks_of``)."""
-    return [stream_outcome(stream, chunks_of(stream, saved, odds, rho)) for stream, saved in data]
+    return [stream_outcome(stream, chunks_of(stream, saved, odds, rho, limits)) for stream, saved in data]
 
 
 def pooled(rows) -> dict[str, tuple[float, float]]:
@@ -193,31 +203,35 @@ def fit(model: str, data: str | None, preset: str | None = None) -> dict | None:
     return entry | {"fitted": fitted}
 
 
-def report(model: str, data: str | None, preset: str | None = None) -> dict:
-    """Before (percentiles at the recipe's ρ) and after (the recipe's odds), per group and on the evaluation streams."""
+def report(model: str, data: str | None, preset: str | None = None, limits: Limits = LIMITS) -> dict:
+    """Before (percentiles at the recipe's ρ) and after (the recipe's odds), per group and on the evaluation streams,
+    cut within ``limits`` (the product's defaults, or the lengths a user who knows the size of their units sets)."""
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
     reading, recipe = resolved.reading, resolved.config.recipe_used()
     before_rho, _ = recipe.penalty(reading.readout, reading.window, reading.step)
     sets = calibration_and_evaluation(model, data, preset)
     rows: dict = {"model": model, "preset": preset, "odds": resolved.odds, "penalty": reading.penalty}
+    rows["limits"] = dataclasses.asdict(limits)
     rows["percentile penalty"] = before_rho
     for name in ("bands", "languages"):
-        before = pooled(outcomes(sets[name], None, before_rho))
-        after = pooled(outcomes(sets[name], resolved.odds, reading.penalty))
+        before = pooled(outcomes(sets[name], None, before_rho, limits))
+        after = pooled(outcomes(sets[name], resolved.odds, reading.penalty, limits))
         rows[name] = {group: {"before": before[group], "after": after[group]} for group in sorted(before)}
         for group in sorted(before):
             print(f"{group:16s} before {before[group][0]:.3f} ({before[group][1]:.2f})  "
                   f"after {after[group][0]:.3f} ({after[group][1]:.2f})")  # fmt: skip
     for name in ("calibration", "evaluation"):
         indices = bootstrap_indices([stream.domain for stream, _ in sets[name]], RESAMPLES, seed=0)
-        before = np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], None, before_rho)])
-        after = np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], resolved.odds, reading.penalty)])
+        before, after = (
+            np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], odds, rho, limits)])
+            for odds, rho in ((None, before_rho), (resolved.odds, reading.penalty))
+        )
         found = {"before": interval(before[:, 0], indices), "after": interval(after[:, 0], indices),
                  "change": interval(after[:, 0] - before[:, 0], indices)}  # fmt: skip
         chunks = {"before": float(before[:, 1].mean()), "after": float(after[:, 1].mean())}
         f1 = {
-            when: float(np.mean([stream_metrics(s.text, s.records, chunks_of(s, d, odds, rho), False)["partition_f1"]
-                                 for s, d in sets[name]]))
+            when: float(np.mean([stream_metrics(s.text, s.records, chunks_of(s, d, odds, rho, limits),
+                                                False)["partition_f1"] for s, d in sets[name]]))
             for when, odds, rho in (("before", None, before_rho), ("after", resolved.odds, reading.penalty))
         }  # fmt: skip
         rows[name] = {"streams": len(before), **found, "chunks per unit": chunks, "partition F1": f1}
@@ -233,6 +247,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
     parser.add_argument("--preset", default=None, choices=("balanced", "fast", "quality"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument(
+        "--limits",
+        default=None,
+        metavar="MIN,MAX,TARGET",
+        help="report: cut within these min_tokens, max_tokens and target_tokens instead of the product's defaults",
+    )
     args = parser.parse_args(argv)
     if args.step == "score":
         score_streams(read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl"),
@@ -240,9 +260,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     if args.step == "fit":
         return fit(args.model, args.data_dir, args.preset)
-    rows = report(args.model, args.data_dir, args.preset)
+    name, limits = args.model + (f"-{args.preset}" if args.preset else ""), LIMITS
+    if args.limits:
+        low, high, target = (int(n) for n in args.limits.split(","))
+        name, limits = f"{name}-limits-{low}-{high}-{target}", Limits(low, high, target, LIMITS.length_weight)
+    rows = report(args.model, args.data_dir, args.preset, limits)
     OUT.mkdir(parents=True, exist_ok=True)
-    name = args.model + (f"-{args.preset}" if args.preset else "")
     (OUT / f"report-{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
     return rows
 

@@ -193,6 +193,10 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
     stream = Stream("s", "short", "cal", text, units)
     rows = odds.outcomes([(stream, saved)], ((1.0,), 0.0, 0.0), 0.5)
     assert rows == [("short", 3, 3, 3)]  # cut at the two joins, whose probability is near 1, and nowhere else
+    from rr_fast.segmentation.dp import Limits
+
+    tighter = odds.outcomes([(stream, saved)], ((1.0,), 0.0, 0.0), 0.5, Limits(10, 50, 30, 0.02))
+    assert tighter[0][1] == 0 and tighter[0][3] >= 4  # other limits replay the cut: no 60-token unit fits 50
 
 
 def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
