@@ -17,7 +17,9 @@ as the quality benchmark chains them), joined by one space; a record appears onc
 a band's first N streams do not depend on how many follow.
 
 Commands: ``python -m bench.quality.lengths score [--model M] [--preset P] [--streams N]`` (cached per stream: a run
-continues where one stopped), then ``report`` with the same options, which prints a Markdown table. Outputs under
+continues where one stopped), then ``report`` with the same options, which prints a Markdown table. ``--longer``:
+records of 400–800 tokens (three a stream), past the default ``max_tokens``, cut with ``max_tokens`` 1024 and
+``target_tokens`` 512, what a user with such records sets; their own streams file and scores folder. Outputs under
 bench/out/lengths/: streams.jsonl (with each record's tokens); <model>-<preset>/<stream id>.npz (the edges' tokens
 and characters, raw readouts, utilities, the join each edge cuts, the cuts of both counts, seconds); report.json.
 """
@@ -42,10 +44,14 @@ from rr_fast.errors import RRFastError
 OUT = REPO_ROOT / "bench" / "out" / "lengths"
 BANDS = {"short": (48, 110, 6), "medium": (150, 250, 4), "long": (280, 380, 3)}  # lowest, highest tokens; records
 MIXED = (3, 6)  # records per mixed stream
+# Records past the default max_tokens (384), which no chunk within it can hold: cut with the limits a user who has
+# such records raises (``--longer``); in no mixed stream, so the bands' streams stay as they are.
+LONGER = {"longer": (400, 800, 3)}
+LONGER_LIMITS = {"max_tokens": 1024, "target_tokens": 512}
 
 
-def in_band(tokens: int) -> str | None:
-    return next((band for band, (low, high, _) in BANDS.items() if low <= tokens <= high), None)
+def in_band(tokens: int, bands: dict = BANDS) -> str | None:
+    return next((band for band, (low, high, _) in bands.items() if low <= tokens <= high), None)
 
 
 def joined(key: str, index: int, items: Sequence[tuple[str, str]], sep: str = " ", split: str = "cal") -> Stream:
@@ -54,18 +60,21 @@ def joined(key: str, index: int, items: Sequence[tuple[str, str]], sep: str = " 
     return Stream(f"{key.replace('/', '-')}-{index:02d}-{zlib.crc32(text.encode()):08x}", key, split, text, spans)
 
 
-def length_streams(records_dir: Path, per_band: int, seed: int, embed, count_tokens, exclude: set[str]) -> list[Stream]:
-    """Up to ``per_band`` streams of each band and of mixed records, from the records whose id is not in ``exclude``.
-    embed(ids, texts): unit-norm rows; count_tokens(texts): token counts (``bench.quality.streams``' defaults)."""
-    by_band: dict[str, list[list[Stream]]] = {name: [] for name in [*BANDS, "mixed"]}
+def length_streams(
+    records_dir: Path, per_band: int, seed: int, embed, count_tokens, exclude: set[str], bands: dict = BANDS
+) -> list[Stream]:
+    """Up to ``per_band`` streams of each band and of mixed records (of ``BANDS`` only: ``LONGER`` gets none), from the
+    records whose id is not in ``exclude``. embed(ids, texts): unit-norm rows; count_tokens(texts): token counts
+    (``bench.quality.streams``' defaults)."""
+    by_band: dict[str, list[list[Stream]]] = {name: [] for name in [*bands, *(["mixed"] if bands is BANDS else [])]}
     for domain in DOMAINS:
         records = [r for r in load_records(records_dir, domain) if r[0] not in exclude]
-        bands = [in_band(n) for n in count_tokens([text for _, text in records])]
+        found = [in_band(n, bands) for n in count_tokens([text for _, text in records])]
         for name, streams in by_band.items():
-            pool = [r for r, band in zip(records, bands) if band and name in (band, "mixed")]
+            pool = [r for r, band in zip(records, found) if band and name in (band, "mixed")]
             rng = np.random.default_rng([seed, zlib.crc32(f"{name}/{domain}".encode())])
             pool = [pool[k] for k in rng.permutation(len(pool))]
-            sizes = MIXED if name == "mixed" else (BANDS[name][2],) * 2
+            sizes = MIXED if name == "mixed" else (bands[name][2],) * 2
             vectors = embed([r[0] for r in pool], [r[1] for r in pool]) if pool else None
             groups = chain([np.arange(len(pool))], vectors, None, rng, sizes) if pool else []
             streams.append([joined(f"{name}/{domain}", i, [pool[k] for k in g]) for i, g in enumerate(groups)])
@@ -125,14 +134,16 @@ def scores_folder(out: Path, model: str | None, preset: str | None) -> Path:
     return out / f"{model or DEFAULT_MODEL}-{preset or 'default'}"
 
 
-def score_streams(streams: Sequence[Stream], folder: Path, model: str | None, preset: str | None) -> None:
+def score_streams(
+    streams: Sequence[Stream], folder: Path, model: str | None, preset: str | None, limits: dict | None = None
+) -> None:
     """Each stream's edges, readouts, utilities, join labels, records' model tokens and cuts (open count, count
-    given) into folder/<stream id>.npz."""
+    given) into folder/<stream id>.npz; ``limits``: the product's length options where not its defaults."""
     from rr_fast import Chunker
 
     todo = [s for s in streams if not (folder / f"{s.id}.npz").exists()]
     log(f"{len(streams) - len(todo)} of {len(streams)} streams cached in {folder}")
-    options = {"preset": preset, **({"model": model} if model else {})}
+    options = {"preset": preset, **({"model": model} if model else {}), **(limits or {})}
     chunker = Chunker(scorer=SharedScores, **options) if todo else None
     for stream in todo:
         started = time.perf_counter()
@@ -140,7 +151,7 @@ def score_streams(streams: Sequence[Stream], folder: Path, model: str | None, pr
         loaded = {"folder": chunker.folder, "tokenizer": chunker.tokenizer, "backend": chunker.backend}
         count = {"num_chunks": len(stream.records), "max_tokens": max(chunker.limits.max_tokens, scores.num_tokens)}
         try:
-            given = Chunker(scorer=lambda _: chunker.scorer, **count, **loaded, **options).chunk(stream.text)
+            given = Chunker(scorer=lambda _: chunker.scorer, **loaded, **(options | count)).chunk(stream.text)
             given_cuts, error = np.array([c.start for c in given[1:]], dtype=np.int64), ""
         except (ValueError, RRFastError) as failure:  # the count does not fit: recorded, recovers nothing
             given_cuts, error = np.array([], dtype=np.int64), str(failure)
@@ -215,10 +226,10 @@ def markdown(rows: list[dict], first: str) -> str:
     return "\n".join(lines)
 
 
-def report(streams: Sequence[Stream], folder: Path, tokens: dict[str, list[int]]) -> list[dict]:
+def report(streams: Sequence[Stream], folder: Path, tokens: dict[str, list[int]], bands: dict = BANDS) -> list[dict]:
     """A row per band from the cached streams, then the recovery of each band's records inside mixed streams."""
     rows, inside = [], {band: [] for band in BANDS}
-    for name in [*BANDS, "mixed"]:
+    for name in [*bands, *(["mixed"] if bands is BANDS else [])]:
         numbers = []
         for stream in (s for s in streams if s.domain == name and (folder / f"{s.id}.npz").exists()):
             with np.load(folder / f"{stream.id}.npz") as saved:
@@ -248,27 +259,38 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
     parser = arguments("bench.quality.lengths", __doc__, OUT)
     parser.add_argument("--streams", type=int, default=20, help="streams per band (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="the quality benchmark's seed")
+    parser.add_argument(
+        "--longer",
+        action="store_true",
+        help=f"records of {LONGER['longer'][0]}–{LONGER['longer'][1]} tokens instead, cut with the limits a user sets "
+        f"for them ({', '.join(f'{k} {v}' for k, v in LONGER_LIMITS.items())}); streams-longer.jsonl, <folder>-longer",
+    )
     args = parser.parse_args(argv)
     folder, stream_file = scores_folder(args.out, args.model, args.preset), args.out / "streams.jsonl"
+    bands, limits = BANDS, None
+    if args.longer:
+        folder, stream_file = folder.with_name(folder.name + "-longer"), args.out / "streams-longer.jsonl"
+        bands, limits = LONGER, LONGER_LIMITS
     if args.step == "score":
         from bench.quality.streams import default_token_counter, minilm_embedder
 
         records, count = data_dir(args.data_dir) / "records", default_token_counter()
         embed = minilm_embedder(OUT.parent / "cache")  # the quality benchmark's cache of record vectors
         exclude = evaluation_ids(records, args.seed, embed, count)
-        streams = length_streams(records, args.streams, args.seed, embed, count, exclude)
+        streams = length_streams(records, args.streams, args.seed, embed, count, exclude, bands)
         args.out.mkdir(parents=True, exist_ok=True)
         rows = [{**s.as_dict(), "tokens": count([s.text[a:b] for _, a, b in s.records])} for s in streams]
         stream_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        score_streams(streams, folder, args.model, args.preset)
+        score_streams(streams, folder, args.model, args.preset, limits)
         return None
     bands: dict[str, list[Stream]] = {}
     for stream in read_streams(stream_file):
         bands.setdefault(stream.domain, []).append(stream)
     streams = [stream for band in bands.values() for stream in band[: args.streams]]  # a band's first N
     tokens = {row["id"]: row["tokens"] for row in map(json.loads, stream_file.read_text(encoding="utf-8").splitlines())}
-    rows = report(streams, folder, tokens)
-    (args.out / "report.json").write_text(json.dumps({"scores": str(folder), "rows": rows}, indent=1))
+    rows = report(streams, folder, tokens, bands)
+    name = "report-longer.json" if args.longer else "report.json"
+    (args.out / name).write_text(json.dumps({"scores": str(folder), "rows": rows, "limits": limits}, indent=1))
     print(markdown(rows, "band"))
     return rows
 

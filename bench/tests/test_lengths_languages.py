@@ -53,6 +53,12 @@ def test_length_streams_bands_spans_and_exclusion(tmp_path):
     for band in [*lengths.BANDS, "mixed"]:  # a band's first streams do not depend on how many follow
         assert [s.id for s in first if s.domain == band] == [s.id for s in streams if s.domain == band][:2]
     assert len({s.records[0][0].split("-")[0] for s in streams[:3]}) == 3  # domains take turns
+    sizes = {d: [*sizes[d], 450, 500, 600, 700] for d in lengths.DOMAINS}  # records past the default max_tokens
+    _records(tmp_path, sizes)
+    assert [s.id for s in lengths.length_streams(tmp_path, 5, 0, _embed, _count, exclude)] == [s.id for s in streams]
+    longer = lengths.length_streams(tmp_path, 5, 0, _embed, _count, exclude, lengths.LONGER)
+    assert longer and {s.domain for s in longer} == {"longer"}  # and no mixed streams of them
+    assert all(400 <= n <= 800 for s in longer for n in _count([s.text[a:b] for _, a, b in s.records]))
 
 
 def test_evaluation_ids_are_the_quality_benchmarks(tmp_path):
@@ -117,6 +123,10 @@ def test_lengths_report_on_fake_scores(tmp_path):
     assert rows["medium"]["streams"] == 0
     assert rows["mixed"]["recovery"] == 2 / 6 and rows["mixed"]["recovery_given"] == 1.0
     assert rows["mixed: short"]["recovery"] == 1.0 and rows["mixed: medium"]["recovery"] == 0.0
+    longer = lengths.Stream("longer-0", "longer", "cal", short.text, short.records)
+    _fake_scores(tmp_path, longer, starts, starts)
+    alone = lengths.report([longer], tmp_path, tokens | {"longer-0": [500] * 6}, lengths.LONGER)
+    assert [row["band"] for row in alone] == ["longer"]  # its own band alone: no mixed streams of it
     table = lengths.markdown(list(rows.values()), "band")
     assert table.splitlines()[0].startswith("| band | streams |") and "| short | 1 | 6 |" in table
 
