@@ -54,6 +54,11 @@ def in_band(tokens: int, bands: dict = BANDS) -> str | None:
     return next((band for band, (low, high, _) in bands.items() if low <= tokens <= high), None)
 
 
+def stream_kinds(bands: dict) -> list[str]:
+    """The kinds of stream built from ``bands``: each band's, and mixed streams of ``BANDS`` (not of ``LONGER``)."""
+    return [*bands, "mixed"] if bands == BANDS else [*bands]
+
+
 def joined(key: str, index: int, items: Sequence[tuple[str, str]], sep: str = " ", split: str = "cal") -> Stream:
     """(id, text) items joined by ``sep`` into a stream of domain ``key``; the id hashes the text."""
     text, spans = concatenate(items, sep)
@@ -66,7 +71,7 @@ def length_streams(
     """Up to ``per_band`` streams of each band and of mixed records (of ``BANDS`` only: ``LONGER`` gets none), from the
     records whose id is not in ``exclude``. embed(ids, texts): unit-norm rows; count_tokens(texts): token counts
     (``bench.quality.streams``' defaults)."""
-    by_band: dict[str, list[list[Stream]]] = {name: [] for name in [*bands, *(["mixed"] if bands is BANDS else [])]}
+    by_band: dict[str, list[list[Stream]]] = {name: [] for name in stream_kinds(bands)}
     for domain in DOMAINS:
         records = [r for r in load_records(records_dir, domain) if r[0] not in exclude]
         found = [in_band(n, bands) for n in count_tokens([text for _, text in records])]
@@ -229,7 +234,7 @@ def markdown(rows: list[dict], first: str) -> str:
 def report(streams: Sequence[Stream], folder: Path, tokens: dict[str, list[int]], bands: dict = BANDS) -> list[dict]:
     """A row per band from the cached streams, then the recovery of each band's records inside mixed streams."""
     rows, inside = [], {band: [] for band in BANDS}
-    for name in [*bands, *(["mixed"] if bands is BANDS else [])]:
+    for name in stream_kinds(bands):
         numbers = []
         for stream in (s for s in streams if s.domain == name and (folder / f"{s.id}.npz").exists()):
             with np.load(folder / f"{stream.id}.npz") as saved:
@@ -283,10 +288,10 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
         stream_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         score_streams(streams, folder, args.model, args.preset, limits)
         return None
-    bands: dict[str, list[Stream]] = {}
+    by_kind: dict[str, list[Stream]] = {}
     for stream in read_streams(stream_file):
-        bands.setdefault(stream.domain, []).append(stream)
-    streams = [stream for band in bands.values() for stream in band[: args.streams]]  # a band's first N
+        by_kind.setdefault(stream.domain, []).append(stream)
+    streams = [stream for kind in by_kind.values() for stream in kind[: args.streams]]  # a band's first N
     tokens = {row["id"]: row["tokens"] for row in map(json.loads, stream_file.read_text(encoding="utf-8").splitlines())}
     rows = report(streams, folder, tokens, bands)
     name = "report-longer.json" if args.longer else "report.json"
