@@ -33,7 +33,7 @@ from rr_fast.scoring import readout
 from rr_fast.scoring.backends.base import Backend
 from rr_fast.scoring.scorer import Scorer
 from rr_fast.segmentation import cut_document
-from rr_fast.segmentation.calibration import blend, boundary_probability, utility
+from rr_fast.segmentation.calibration import blend, boundary_probability, utility, whole_span
 from rr_fast.segmentation.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.text.documents import Document, Preparer, text_tokens
 from rr_fast.text.tokenizer import load_tokenizer
@@ -161,7 +161,8 @@ class Chunker:
                 yield document
                 continue
             edges = document.scored
-            yield Scores(edges.tokens, edges.chars, values, len(document.tokens), self._utilities(document, values))
+            utilities = whole_span(self._utilities(document, values))
+            yield Scores(edges.tokens, edges.chars, values, len(document.tokens), utilities)
         if source_failure:
             raise source_failure[0]
 
@@ -214,7 +215,7 @@ class Chunker:
         result = cut_document(document, utilities, self.resolved, self.unit)
         chunks = assemble(document, result, utilities, self.config, self.unit, self.notes)
         edges = document.scored
-        scores = Scores(edges.tokens, edges.chars, values, len(document.tokens), utilities, chunks.warnings)
+        scores = Scores(edges.tokens, edges.chars, values, len(document.tokens), whole_span(utilities), chunks.warnings)
         self.timings["dp"] += time.perf_counter() - started
         return chunks, scores
 

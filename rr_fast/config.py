@@ -155,6 +155,10 @@ class ChunkerConfig:
         odds = None if asked.companion else recipe.odds_for(chosen.name, fixed["window"], step, fixed.get("layer"))
         if odds is not None:  # ρ is charged against the boundary probability (segmentation.calibration)
             rho, note = odds["penalty"], None
+            if odds.get("within_chunk"):  # the odds were chosen on the readout read within each chunk
+                if chosen.within_chunk is None:
+                    raise UsageError(f"{recipe.source}: the {chosen.name} readout cannot be read within the chunk")
+                scoring = chosen.within_chunk(scoring)
         filled = replace(
             asked,
             readout=chosen.name,

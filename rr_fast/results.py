@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rr_fast.config import ChunkerConfig
-from rr_fast.segmentation.dp import Segmentation
+from rr_fast.segmentation.dp import Segmentation, chunk_length_column
 from rr_fast.segmentation.lengths import MODEL, LengthUnit, unsplittable
 from rr_fast.segmentation.overlap import with_context
 from rr_fast.text.documents import Document
@@ -57,9 +57,10 @@ class Scores:
 
     tokens: np.ndarray  # token edge: the cut is before this token
     chars: np.ndarray  # character offset of the cut
-    readouts: dict[str, np.ndarray]
+    readouts: dict[str, np.ndarray]  # per edge; a reading within the chunk also [edges, lengths] (not in ``records``)
     num_tokens: int
-    utility: np.ndarray | None = None  # calibrated utility per edge, what the DP weighs (NaN: not usable)
+    # calibrated utility per edge, what the DP weighs (NaN: not usable); by chunk length, the whole span's
+    utility: np.ndarray | None = None
     warnings: tuple[str, ...] = ()
 
     def records(self) -> list[dict]:
@@ -67,6 +68,8 @@ class Scores:
         for i in range(len(self.tokens)):
             row = {"char": int(self.chars[i]), "token": int(self.tokens[i])}
             for name, values in self.readouts.items():
+                if values.ndim > 1:
+                    continue
                 value = float(values[i])
                 row[name] = value if np.isfinite(value) else None
             rows.append(row)
@@ -129,7 +132,10 @@ def _slices(document: Document, result: Segmentation, utilities: np.ndarray) -> 
     if len(scored_tokens):
         where = np.minimum(np.searchsorted(scored_tokens, cuts), len(scored_tokens) - 1)
         for i in np.flatnonzero(scored_tokens[where] == cuts).tolist():
-            cut_utility[i] = float(utilities[where[i]])
+            at = utilities[where[i]]  # by chunk length: the one the DP charged, for the chunk this cut starts
+            if at.ndim:
+                at = at[chunk_length_column(bounds_tok[i + 2] - bounds_tok[i + 1], len(at))]
+            cut_utility[i] = float(at)
     forced = result.forced.tolist()
     chunks = []
     for i in range(len(bounds_tok) - 1):

@@ -16,6 +16,7 @@ from rr_fast.scoring.backends.base import Crossing, Request
 from rr_fast.scoring.backends.torch import TorchBackend
 from rr_fast.scoring.backends.torch_crossing import CrossingMasses, batched_past, crossing_attention
 from rr_fast.scoring.crossing import ATTENTION, CrossingHead, CrossingScorer, CrossingSettings
+from rr_fast.scoring.readouts import CHUNK_STEP, by_chunk_length
 from rr_fast.scoring.windows import WindowScorer
 
 SPANS = (2, 5, 9)
@@ -51,11 +52,15 @@ def random_head(backend: TorchBackend, layers: int | None = None, seed: int = 0)
 
 
 def scorer(backend: TorchBackend, head: CrossingHead, context: int = 2048) -> CrossingScorer:
-    return CrossingScorer(backend, [1], CrossingSettings(head.layers, head.span, context, None), head)
+    return CrossingScorer(backend, [1], CrossingSettings(head.layers, head.span, context, None, False), head)
 
 
 @pytest.mark.parametrize("tile", [256, 7])
-@pytest.mark.parametrize("spans", [SPANS, (2, 5, 20)], ids=["spans-in-window", "span-past-window"])
+@pytest.mark.parametrize(
+    "spans",
+    [SPANS, (2, 5, 20), (2, 4, 6, 8, 10, 12, 20)],
+    ids=["spans-in-window", "span-past-window", "many-spans-in-one-product"],
+)
 def test_crossing_masses_equal_transformers_attention(gemma, monkeypatch, tile, spans):
     """Sliding-window and global layers, rows past the 16-token window, several query tiles, a span longer than
     the window; the states every layer passes on are the same as without the request, and the last layer, whose
@@ -257,7 +262,7 @@ def test_each_scorer_refuses_what_is_not_its_own(gemma):
     backend, _ = gemma
     head = random_head(backend, layers=2)
     with pytest.raises(ValueError, match="the head reads 2 layers"):
-        CrossingScorer(backend, [1], CrossingSettings(3, head.span, 2048, None), head)
+        CrossingScorer(backend, [1], CrossingSettings(3, head.span, 2048, None, False), head)
     with pytest.raises(ValueError, match="readouts must be among"):
         WindowScorer(backend, [1], paper_scoring(readouts=(ATTENTION,)))
 
@@ -313,3 +318,29 @@ def test_a_block_without_edges_is_passed_over(gemma):
     edges = np.array([3, 5, 90, 95])  # nothing in the blocks whose outputs are tokens 40-60 and 60-80
     got = scorer(backend, random_head(backend), 20).score(ids, edges)
     assert np.isfinite(got[ATTENTION]).all() and len(got[ATTENTION]) == 4
+
+
+def test_within_the_chunk_each_length_reads_only_that_many_tokens_right_of_the_edge(gemma):
+    """Read within the chunk, an edge's value for a chunk of L tokens is the head over spans cut at L: the attention of
+    the first min(span, L) tokens right of the edge only, so nothing past the chunk's end moves it; the last length's
+    is the whole span's, the value the head gives anyway."""
+    backend, eager = gemma
+    spans, layers = (8, 24), 2
+    size = layers * backend.model.config.num_attention_heads * len(spans)
+    rng = np.random.default_rng(5)
+    head = CrossingHead(layers, spans, rng.normal(size=size) * 0.01, np.ones(size), rng.normal(size=size))
+    ids = rng.integers(3, 512, size=60)
+    edges = np.array([3, 11, 20, 41, 55])
+    settings = CrossingSettings(layers, head.span, 2048, None, True)
+    got = CrossingScorer(backend, [1], settings, head).score(ids, edges)
+    by_length = got[by_chunk_length(ATTENTION)]
+    assert by_length.shape == (len(edges), head.span // CHUNK_STEP)  # lengths 8, 16, 24
+    row = np.concatenate([[1], ids])
+    for column, length in enumerate(range(CHUNK_STEP, head.span + 1, CHUNK_STEP)):
+        cut = tuple(min(span, length) for span in spans)
+        expected = head(reference_masses(eager, row, edges + 1, cut)[:, :layers])
+        np.testing.assert_allclose(by_length[:, column], expected, atol=1e-3)
+    np.testing.assert_allclose(by_length[:, -1], got[ATTENTION])
+    plain = CrossingScorer(backend, [1], CrossingSettings(layers, head.span, 2048, None, False), head).score(ids, edges)
+    assert set(plain) == {ATTENTION}  # read over its spans alone, the scorer computes nothing more
+    np.testing.assert_allclose(plain[ATTENTION], got[ATTENTION], atol=1e-6)

@@ -91,7 +91,8 @@ def record_of(chunker: Chunker, text: str) -> dict:
 
 
 def _floats(values) -> list:
-    return [None if not np.isfinite(v) else round(float(v), 7) for v in values]
+    """Per edge, rounded (None: not finite); a reading within the chunk, a list per edge."""
+    return [_floats(v) if np.ndim(v) else None if not np.isfinite(v) else round(float(v), 7) for v in values]
 
 
 def _chunker(options: dict, model: str | None = None) -> Chunker:
@@ -116,7 +117,7 @@ def _check(name: str, got: dict) -> None:
     pairs = [(got["utility"], expected["utility"]), (got["cut_scores"], expected["cut_scores"])]
     pairs += [(got["readouts"][r], expected["readouts"][r]) for r in expected["readouts"]]
     for a, b in pairs:
-        a, b = (np.array([np.nan if v is None else v for v in x], dtype=float) for x in (a, b))
+        a, b = (np.array(x, dtype=float) for x in (a, b))  # None becomes NaN
         np.testing.assert_allclose(a, b, rtol=0, atol=SCORE_TOLERANCE, equal_nan=True, err_msg=name)
 
 

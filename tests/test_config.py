@@ -42,8 +42,10 @@ def test_limits_and_scoring_settings_are_derived_from_the_resolved_config():
         Limits()
     with pytest.raises(TypeError):
         WindowSettings()
+    with pytest.raises(TypeError):
+        CrossingSettings(18, 128, 2048, None)  # within the chunk or not: the recipe's odds say, through the config
     default = ChunkerConfig().resolve()
-    assert default.scoring == CrossingSettings(layers=18, span=128, context=2048, batch_tokens=None)
+    assert default.scoring == CrossingSettings(layers=18, span=128, context=2048, batch_tokens=None, within_chunk=True)
     # a recipe's skip is its own benchmarked choice at its window (SmolLM2's is 4 at W 192); other windows and models
     # get the paper's
     smollm2 = ChunkerConfig(model="smollm2-135m")

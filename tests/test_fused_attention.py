@@ -128,7 +128,7 @@ def test_a_tiny_model_scores_and_cuts_alike_on_both_paths(kernel, tiny_model_fac
     backend = TorchBackend.load(folder, device="cpu")
     assert not backend.fused_attention  # a CPU runs the explicit path unless told otherwise
     head = _random_head(backend)
-    settings = CrossingSettings(backend.depth, head.span, 64, None)
+    settings = CrossingSettings(backend.depth, head.span, 64, None, False)
     ids, edges = np.random.default_rng(5).integers(3, 512, 200), np.arange(1, 200, 5)
     explicit = CrossingScorer(backend, [1], settings, head).score(ids, edges)[ATTENTION]
     on_kernel = TorchBackend.load(folder, device="cpu", fused_attention=True)
@@ -164,7 +164,7 @@ def test_a_kernel_the_gpu_refuses_falls_back_to_the_explicit_path_and_says_so(ti
     chunker = Chunker(resolved_config(model=folder, device="cpu", readout="lr", window=16), backend=backend)
     text = "Rivers carry silt to the sea. Deltas grow where they slow down. " * 12
     head = _random_head(backend)
-    settings = CrossingSettings(backend.depth, head.span, 64, None)
+    settings = CrossingSettings(backend.depth, head.span, 64, None, False)
     ids, edges = np.random.default_rng(2).integers(3, 512, 120), np.arange(1, 120, 4)
     explicit = CrossingScorer(TorchBackend.load(folder, device="cpu"), [1], settings, head).score(ids, edges)[ATTENTION]
     monkeypatch.setitem(
@@ -191,7 +191,7 @@ def test_other_errors_in_the_fused_path_are_not_hidden(tiny_model_factory, monke
 
     backend = TorchBackend.load(tiny_model_factory("gemma3"), device="cpu", fused_attention=True)
     head = _random_head(backend)
-    scorer = CrossingScorer(backend, [1], CrossingSettings(backend.depth, head.span, 64, None), head)
+    scorer = CrossingScorer(backend, [1], CrossingSettings(backend.depth, head.span, 64, None, False), head)
     monkeypatch.setitem(
         sys.modules,
         "rr_fast.kernels.crossing_attention",

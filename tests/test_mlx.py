@@ -259,7 +259,7 @@ def test_crossing_masses_and_attention_scores_equal_torch(tiny_model_factory, mo
         np.testing.assert_allclose(continued[0], masses[0, 2:], atol=TOL)
     size = layers * heads * 3
     head = CrossingHead(layers, spans, np.zeros(size), np.ones(size), rng.normal(size=size))
-    settings = CrossingSettings(layers, head.span, 20, None)
+    settings = CrossingSettings(layers, head.span, 20, None, False)
     ids, edges = rng.integers(3, 512, 90), np.arange(1, 90, 4)
     a = CrossingScorer(ours, [1], settings, head).score(ids, edges)[ATTENTION]
     b = CrossingScorer(theirs, [1], settings, head).score(ids, edges)[ATTENTION]

@@ -13,7 +13,8 @@ from test_recipe_hostile import valid_recipe
 
 from rr_fast import Chunker, ChunkerConfig
 from rr_fast.errors import UsageError
-from rr_fast.segmentation.calibration import boundary_probability, utility
+from rr_fast.scoring.readouts import by_chunk_length
+from rr_fast.segmentation.calibration import boundary_probability, utility, whole_span
 from rr_fast.segmentation.dp import Limits, segment
 
 ODDS = {"raw": 2.0, "percentile": 1.0, "bias": -3.0, "penalty": 0.5}
@@ -127,3 +128,36 @@ def test_a_combinations_odds_weigh_the_parts_they_name(tiny, tmp_path):
 def test_a_combinations_odds_that_do_not_name_its_parts_are_refused(tiny, tmp_path, raw, words):
     with pytest.raises(UsageError, match=words):
         ChunkerConfig(model=tiny, recipe=combination_recipe(tiny, tmp_path, raw)).resolve()
+
+
+def test_the_default_and_quality_read_their_head_within_the_chunk_their_odds_were_chosen_on():
+    """The bundled odds were chosen with the head read within each chunk (bench.quality.odds fit --within-chunk), so
+    the resolved scorer settings ask for it; readings without odds do not pay for it."""
+    assert ChunkerConfig().resolve().scoring.within_chunk
+    head, _ = ChunkerConfig(preset="quality").resolve().scoring
+    assert head.within_chunk
+    assert not ChunkerConfig(preset="fast").resolve().scoring.within_chunk
+
+
+def test_odds_within_the_chunk_need_a_readout_that_can_be_read_so(tiny, tmp_path):
+    path = recipe_with_odds(tiny, tmp_path)
+    recipe = json.loads(open(path).read())
+    recipe["odds"]["rr"]["24"]["8"]["within_chunk"] = True  # rr's reset windows have no such reading
+    open(path, "w").write(json.dumps(recipe))
+    with pytest.raises(UsageError, match="cannot be read within the chunk"):
+        ChunkerConfig(model=tiny, recipe=path, backend="torch").resolve()
+    recipe["odds"]["rr"]["24"]["8"]["within_chunk"] = "yes"
+    open(path, "w").write(json.dumps(recipe))
+    with pytest.raises(UsageError, match="within_chunk must be true or false"):
+        ChunkerConfig(model=tiny, recipe=path, backend="torch").resolve()
+
+
+def test_by_chunk_length_the_probabilities_read_each_length_and_the_percentile_of_the_whole_span():
+    whole = np.array([0.1, 0.5, -0.2])
+    values = {"attention": whole, by_chunk_length("attention"): np.array([[0.0, 0.1], [0.3, 0.5], [-0.4, -0.2]])}
+    odds = ((2.0,), 1.0, -1.0)
+    got = boundary_probability(values, "attention", odds)
+    percentile = utility({"attention": values["attention"]}, "attention")
+    expected = 1 / (1 + np.exp(-(2.0 * values[by_chunk_length("attention")] + percentile[:, None] - 1.0)))
+    np.testing.assert_allclose(got, expected)
+    np.testing.assert_allclose(whole_span(got), boundary_probability({"attention": whole}, "attention", odds))

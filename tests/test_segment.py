@@ -12,7 +12,7 @@ import pytest
 from rr_fast import kernels
 from rr_fast.kernels import dp
 from rr_fast.segmentation.calibration import percentiles
-from rr_fast.segmentation.dp import Limits, segment
+from rr_fast.segmentation.dp import Limits, chunk_length_column, segment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,6 +66,45 @@ def test_open_count_matches_brute_force(seed):
         got.cuts.tolist(), n, dict(zip(edges.tolist(), utilities.tolist())), limits, penalty
     ) == pytest.approx(best)
     assert got.cuts.tolist() == cuts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_open_count_by_chunk_length_matches_brute_force(seed):
+    """Utilities [edges, lengths]: a cut's utility is the one for the length of the chunk it starts (column k for a
+    chunk of CHUNK_STEP · (k + 1) tokens or more, the last for any longer), and the DP finds the best such set."""
+    rng = np.random.default_rng(500 + seed)
+    n = int(rng.integers(20, 90))
+    edges = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(1, 11))), replace=False))
+    utilities = rng.random((len(edges), int(rng.integers(2, 6))))
+    limits = Limits(int(rng.integers(1, 10)), int(rng.integers(20, 60)), int(rng.integers(8, 30)), float(rng.random()))
+    penalty = float(rng.random())
+
+    def value(cuts):
+        bounds = [0, *cuts, n]
+        gains = {c: utilities[list(edges).index(c), chunk_length_column(end - c, utilities.shape[1])]
+                 for c, end in zip(cuts, bounds[2:])}  # fmt: skip
+        return objective(cuts, n, gains, limits, penalty)
+
+    found = [(v, list(c)) for size in range(len(edges) + 1) for c in combinations(edges.tolist(), size)
+             if (v := value(c)) is not None]  # fmt: skip
+    if not found:
+        return
+    best = max(v for v, _ in found)
+    got = segment(n, edges, utilities, limits, penalty=penalty)
+    assert value(got.cuts.tolist()) == pytest.approx(best)
+    if sum(v > best - 1e-12 for v, _ in found) == 1:
+        assert got.cuts.tolist() == next(c for v, c in found if v == best)
+    with pytest.raises(ValueError, match="one utility per edge"):
+        segment(n, edges, utilities, limits, penalty=penalty, num_chunks=2)
+
+
+def test_a_cut_is_charged_the_utility_of_the_chunk_it_starts():
+    """One edge whose utility is high only for chunks of 16 tokens or more: it is cut where the chunk after it is that
+    long, not where it would be 8."""
+    limits = Limits(1, 100, 10, 0.0)
+    utilities = np.array([[0.0, 1.0]])  # a chunk of 8-15 tokens: 0; of 16 or more: 1
+    assert segment(30, np.array([10]), utilities, limits, penalty=0.5).cuts.tolist() == [10]  # the chunk after: 20
+    assert segment(30, np.array([20]), utilities, limits, penalty=0.5).cuts.tolist() == []  # the chunk after: 10
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -136,8 +175,8 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
     # the last: every grid gap is longer than max_len, so stretches make every chunk
     for args in ((16, 384, 192.0, 0.02, False), (48, 256, 128.0, 1.0, True), (1, 6, 4.0, 0.02, True)):
         interpreted_result, compiled_result = (
-            dp.open_count(positions, gains, *args),
-            compiled.open_count(positions, gains, *args),
+            dp.open_count(positions, gains[:, None], *args, positions, 1),
+            compiled.open_count(positions, gains[:, None], *args, positions, 1),
         )
         assert interpreted_result[0] == compiled_result[0]  # the same float, not an approximation
         assert interpreted_result[1].tolist() == compiled_result[1].tolist()

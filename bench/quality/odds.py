@@ -23,6 +23,13 @@ never choose.
   product's cut on text without structure.
   ``--limits MIN,MAX,TARGET`` cuts within other length limits: what a user who knows the size of their units gets by
   saying so (``--min-tokens``, ``--max-tokens``, ``--target-tokens``); the readouts do not depend on the limits.
+- ``within``: adds to every cached stream of the model's default and ``quality`` readings (the lengths', the
+  languages' and these streams', ``--longer``'s too) the head's value by the length of the chunk each edge starts
+  (``rr_fast.scoring.crossing``, read within the chunk), from the product's default reading; its whole-span values
+  must equal the cached ones. ``quality`` reads the same head on the same edges, so its caches take the default's.
+  The replays then cut as the product does where its odds read within the chunk.
+- ``rho``: the recipe's odds as they are, ρ chosen again on the grid by ``fit``'s rule (after ``within``: for the
+  head read within the chunk).
 """
 
 from __future__ import annotations
@@ -36,13 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO_ROOT, data_dir
+from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import score_streams, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
 from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
+from rr_fast.scoring.readouts import by_chunk_length
 from rr_fast.segmentation.calibration import boundary_probability, utility
 from rr_fast.segmentation.dp import Limits, segment
 
@@ -52,6 +60,7 @@ BANDS = ("short", "medium", "long", "mixed")
 LIMITS = ChunkerConfig().resolve().limits  # the product's default lengths, which every stream is cut with
 RESAMPLES = 10_000  # the quality benchmark's domain-stratified stream bootstrap (bench.quality.metrics)
 LOSS_ALLOWED = 0.02  # how far a calibration measure may fall below today's percentiles: a unit or two of a band's 80
+BY_LENGTH = by_chunk_length("")  # the suffix of a part's values read within the chunk
 
 
 def cached(streams: list[Stream], folder: Path) -> list[tuple[Stream, dict]]:
@@ -83,9 +92,10 @@ def calibration_and_evaluation(
 
 
 def readout_values(saved: dict) -> tuple[str, dict[str, np.ndarray]]:
-    """The cached reading's readout and its values: a combination's parts were saved in order (``attention+lr``)."""
+    """The cached reading's readout and its values: a combination's parts were saved in order (``attention+lr``);
+    a part read within the chunk (``within``) is among the values, not the readout's name."""
     values = {key.removeprefix("readout_"): saved[key] for key in saved if key.startswith("readout_")}
-    return "+".join(values), values
+    return "+".join(name for name in values if not name.endswith(BY_LENGTH)), values
 
 
 def features(saved: dict) -> np.ndarray:
@@ -181,13 +191,27 @@ def fit(model: str, data: str | None, preset: str | None = None) -> dict | None:
     usable = np.isfinite(x).all(axis=1)
     raw, percentile, bias = (round(float(w), 4) for w in fit_logistic(x[usable], y[usable]))
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
+    rho = best_rho(sets, ((raw,), percentile, bias), resolved)
+    if rho is None:
+        return None
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
+    counts = ", ".join(f"{len(sets[n])} {n} streams" for n in ("bands", "languages", "calibration"))
+    fitted = f"bench.quality.odds fit, {time.strftime('%Y-%m-%d')} at {commit.stdout.strip()}: {counts}"
+    entry = {"layer": resolved.reading.layer, "raw": raw, "percentile": percentile, "bias": bias, "penalty": rho}
+    print(json.dumps(entry | {"fitted": fitted}))
+    return entry | {"fitted": fitted}
+
+
+def best_rho(sets: dict, odds: tuple, resolved) -> float | None:
+    """The best ``score`` on the ρ grid among the ρ at which no calibration measure falls more than LOSS_ALLOWED below
+    the percentiles' at the recipe's ρ; None where no ρ keeps that. Prints every ρ's measures."""
     reading = resolved.reading
     before_rho, _ = resolved.config.recipe_used().penalty(reading.readout, reading.window, reading.step)
     today = measures(sets, None, before_rho)
     print("percentiles: " + ", ".join(f"{k} {v:.3f}" for k, v in today.items()) + f"; score {score(today):.3f}")
     keeps = {}
     for rho in GRID:
-        found = measures(sets, ((raw,), percentile, bias), rho)
+        found = measures(sets, odds, rho)
         keeps[rho] = all(found[k] >= today[k] - LOSS_ALLOWED for k in today) and score(found)
         print(f"ρ {rho:.2f}: " + ", ".join(f"{k} {v:.3f}" for k, v in found.items()) + f"; score {score(found):.3f}"
               + ("" if keeps[rho] else " (a loss)"))  # fmt: skip
@@ -195,12 +219,63 @@ def fit(model: str, data: str | None, preset: str | None = None) -> dict | None:
         print("no ρ keeps every calibration measure: the percentiles stay")
         return None
     rho = max((r for r in GRID if keeps[r]), key=lambda r: (round(keeps[r], 9), -r))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
-    counts = ", ".join(f"{len(sets[n])} {n} streams" for n in ("bands", "languages", "calibration"))
-    fitted = f"bench.quality.odds fit, {time.strftime('%Y-%m-%d')} at {commit.stdout.strip()}: {counts}"
-    entry = {"layer": reading.layer, "raw": raw, "percentile": percentile, "bias": bias, "penalty": rho}
-    print(json.dumps(entry | {"fitted": fitted}))
-    return entry | {"fitted": fitted}
+    print(f"ρ {rho:.2f}")
+    return rho
+
+
+def rho_only(model: str, data: str | None, preset: str | None = None) -> float | None:
+    """ρ again for the recipe's odds as they are (``best_rho``), over the cached readouts as the product reads them."""
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
+    if resolved.odds is None:
+        raise SystemExit(f"{model} {preset or 'default'}: the recipe has no odds for this reading")
+    return best_rho(calibration_and_evaluation(model, data, preset), resolved.odds, resolved)
+
+
+def within(model: str, data: str | None) -> None:
+    """Adds the head's values by chunk length to the cached streams of the default and quality readings (``within``)."""
+    from bench.quality.languages import OUT as LANGUAGES
+    from bench.quality.languages import documents, language_streams, product_token_counter
+    from rr_fast import Chunker
+
+    key = f"readout_{by_chunk_length('attention')}"
+    streams = {s.id: s for s in read_streams(REPO_ROOT / "bench" / "out" / "streams.jsonl")}
+    for name in ("streams.jsonl", "streams-longer.jsonl"):
+        if (LENGTHS / name).exists():
+            streams |= {s.id: s for s in read_streams(LENGTHS / name)}
+    docs = documents(data_dir(data) / "multilingual", product_token_counter())
+    streams |= {s.id: s for s in language_streams(docs, None)}
+    chunker = Chunker(model=model)
+    if not chunker.resolved.scoring.within_chunk:
+        raise SystemExit(f"{model}'s default reading is not read within the chunk: nothing to add")
+    for out in (LENGTHS, LANGUAGES, OUT):
+        for suffix in ("", "-longer"):
+            default, quality = (scores_folder(out, model, p).with_name(f"{model}-{p or 'default'}{suffix}")
+                                for p in (None, "quality"))  # fmt: skip
+            files = sorted(default.glob("*.npz"))
+            todo = [f for f in files if key not in np.load(f).files]
+            log(f"{default.name}: {len(files) - len(todo)} of {len(files)} streams have it")
+            for path in todo:
+                with np.load(path) as saved:
+                    arrays = {k: saved[k] for k in saved.files}
+                scores = chunker.score(streams[path.stem].text)
+                if not np.array_equal(scores.tokens, arrays["edge_tokens"]):
+                    raise AssertionError(f"{path}: the edges differ from the cached ones")
+                np.testing.assert_allclose(scores.readouts["attention"], arrays["readout_attention"], atol=1e-3)
+                save_npz(path, **arrays, **{key: scores.readouts[by_chunk_length("attention")]})
+            for path in sorted(quality.glob("*.npz")):  # the same head on the same edges: the default's values
+                copy_within(path, default / path.name, key)
+
+
+def copy_within(path: Path, default: Path, key: str) -> None:
+    """The default's values by chunk length into a ``quality`` cache of the same stream (``within``)."""
+    with np.load(path) as saved, np.load(default) as ours:
+        arrays = {k: saved[k] for k in saved.files}
+        if key in arrays:
+            return
+        if not np.array_equal(ours["edge_tokens"], arrays["edge_tokens"]):
+            raise AssertionError(f"{path}: the edges differ from the default's")
+        np.testing.assert_allclose(ours["readout_attention"], arrays["readout_attention"], atol=2e-3)
+        save_npz(path, **arrays, **{key: ours[key]})
 
 
 def report(model: str, data: str | None, preset: str | None = None, limits: Limits = LIMITS) -> dict:
@@ -243,7 +318,7 @@ def report(model: str, data: str | None, preset: str | None = None, limits: Limi
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "fit", "report"))
+    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho"))
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
     parser.add_argument("--preset", default=None, choices=("balanced", "fast", "quality"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
@@ -260,6 +335,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     if args.step == "fit":
         return fit(args.model, args.data_dir, args.preset)
+    if args.step == "within":
+        return within(args.model, args.data_dir)
+    if args.step == "rho":
+        return rho_only(args.model, args.data_dir, args.preset)
     name, limits = args.model + (f"-{args.preset}" if args.preset else ""), LIMITS
     if args.limits:
         low, high, target = (int(n) for n in args.limits.split(","))

@@ -208,6 +208,16 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
     tighter = odds.outcomes([(stream, saved)], ((1.0,), 0.0, 0.0), 0.5, Limits(10, 50, 30, 0.02))
     assert tighter[0][1] == 0 and tighter[0][3] >= 4  # other limits replay the cut: no 60-token unit fits 50
 
+    # read within the chunk: a join's value is high only for the chunk it starts when that chunk stops at the next
+    # join (60 tokens, column 6 and up to 7: lengths 56-64); read past it (column 15: 128 tokens) it says nothing
+    by_length = np.full((len(edges), 16), -5.0)
+    by_length[np.isin(edges, [60, 120]), 6:8] = 5.0
+    within = saved | {"readout_attention by chunk length": by_length}
+    assert odds.readout_values(within)[0] == "attention"
+    assert odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5) == [("short", 3, 3, 3)]
+    by_length[:, 6:8] = -5.0
+    assert odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5) == [("short", 0, 3, 1)]
+
 
 def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
     """``attention+lr`` caches its parts in order; the odds read them back as that readout, not as its first part."""

@@ -224,7 +224,7 @@ def _penalty(base, teacher, step, head, labelled, chunker, layers) -> tuple[floa
 
     streams, documents = [s for s, _ in labelled], [d for _, d in labelled]
     head_scorer = CrossingHead.from_dict(head)
-    settings = CrossingSettings(layers, head_scorer.span, teacher.context, teacher.batch_tokens)
+    settings = CrossingSettings(layers, head_scorer.span, teacher.context, teacher.batch_tokens, False)
     scorer = CrossingScorer(chunker.backend, chunker.bos, settings, head_scorer)
     values = list(scorer.score_many((d.tokens.ids, d.scored.tokens) for d in documents))
     utilities = [utility(v, "attention") for v in values]

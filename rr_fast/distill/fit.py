@@ -64,7 +64,7 @@ class MassesScorer(CrossingScorer):
         self.heads = heads  # attention heads per layer, where the caller knows them (the model's config.json)
         layers = backend.depth
         blank = CrossingHead(layers, tuple(spans), np.zeros(1), np.ones(1), np.zeros(1))
-        super().__init__(backend, bos, CrossingSettings(layers, max(spans), context, batch_tokens), blank)
+        super().__init__(backend, bos, CrossingSettings(layers, max(spans), context, batch_tokens, False), blank)
 
     def values(self, masses: np.ndarray) -> dict[str, np.ndarray]:
         return {"masses": masses.astype(np.float32)}

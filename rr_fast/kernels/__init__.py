@@ -40,10 +40,17 @@ def open_count(
     target: float,
     lam: float,
     stretches: bool = False,
+    tokens: np.ndarray | None = None,
+    step: int = 1,
 ):
-    """Best segmentation with a free number of chunks (``dp.open_count``)."""
+    """Best segmentation with a free number of chunks (``dp.open_count``). ``gains``: one per node, or [nodes, G] by
+    the length of the chunk a cut starts, in steps of ``step`` model tokens (``tokens``: the nodes' token positions,
+    default ``positions``)."""
     kernel = _kernel("open_count", _steps(positions, max_len))
-    return kernel(positions, gains, min_len, max_len, target, lam, stretches)
+    gains = np.ascontiguousarray(gains, dtype=np.float64)
+    by_length = gains.reshape(len(gains), -1)
+    tokens = positions if tokens is None else np.ascontiguousarray(tokens, dtype=np.int64)
+    return kernel(positions, by_length, min_len, max_len, target, lam, stretches, tokens, step)
 
 
 def fixed_count(

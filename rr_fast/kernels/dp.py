@@ -7,6 +7,10 @@ nodes are sorted, the predecessors allowed by the hard limits ``Lmin <= p[j] - p
 contiguous range, found with two monotone pointers. That makes the open-count program O(m * w), where w is
 the number of candidates inside one Lmax span, and the fixed-count program O(K * m * w).
 
+In the open-count program a cut's gain may depend on the length of the chunk it starts (a reading of the text right
+of the cut over that chunk's own tokens, ``segmentation.calibration``): it is counted when the program picks the
+chunk's end, so each transition still looks at one predecessor and the program stays O(m * w).
+
 ``stretches``: a gap between two consecutive nodes that is longer than ``Lmax`` (a grapheme of many code points, a
 run of tokens with no clean cut) cannot be split, so with ``stretches`` such a gap may be one chunk on its own, and
 only that chunk exceeds ``Lmax``: every other chunk keeps the limit, and the program stays exact around it.
@@ -21,17 +25,21 @@ import numpy as np
 NEG_INF = -np.inf
 
 
-def open_count(positions, gains, min_len, max_len, target, lam, stretches):
+def open_count(positions, gains, min_len, max_len, target, lam, stretches, tokens, step):
     """Best segmentation with a free number of chunks.
 
     positions: int64[m + 2], node 0 = 0, node m + 1 = n, strictly increasing.
-    gains: float64[m + 2], reward for cutting at each node (already net of the cut penalty);
-        the end node's gain is ignored.
+    gains: float64[m + 2, G], reward for cutting at each node (already net of the cut penalty), by the length of the
+        chunk the cut starts: column k for a chunk of ``step`` · (k + 1) model tokens or more (the last: any longer),
+        column 0 for a shorter one; with one column, a gain per node. The start node's gains are ignored (0).
     stretches: a gap longer than max_len between consecutive nodes may be a chunk of its own.
+    tokens: int64[m + 2], each node's model-token position (the chunk lengths the gains' columns are read by; the
+        limits apply to ``positions``, which may count another unit).
     Returns (score, chosen node indices including both ends); score is -inf when infeasible.
     """
     count = positions.shape[0]
-    best = np.full(count, NEG_INF)
+    columns = gains.shape[1]
+    best = np.full(count, NEG_INF)  # best[i]: the best objective up to node i, the gain of a cut at i not yet counted
     back = np.full(count, -1, dtype=np.int64)
     best[0] = 0.0
     lo = 0  # first predecessor with p[j] - p[lo] <= max_len
@@ -42,20 +50,23 @@ def open_count(positions, gains, min_len, max_len, target, lam, stretches):
             lo += 1
         while hi < j and positions[hi] <= pj - min_len:
             hi += 1
-        gain = gains[j] if j < count - 1 else 0.0
         top = NEG_INF
         arg = -1
         first = j - 1 if stretches and pj - positions[j - 1] > max_len else lo  # the range is empty then
         for i in range(first, hi):
             if best[i] == NEG_INF:
                 continue
+            gain = 0.0
+            if i > 0:  # the cut at i starts the chunk [i, j): its gain for that chunk's length
+                column = min(columns - 1, max(0, (tokens[j] - tokens[i]) // step - 1))
+                gain = gains[i, column]
             z = (pj - positions[i] - target) / target  # the length cost λ((L - target) / target)², inlined
-            value = best[i] - lam * z * z
+            value = (best[i] + gain) - lam * z * z
             if value > top:
                 top = value
                 arg = i
         if arg >= 0:
-            best[j] = top + gain
+            best[j] = top
             back[j] = arg
     last = count - 1
     if best[last] == NEG_INF:

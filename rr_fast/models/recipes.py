@@ -119,7 +119,8 @@ class Recipe:
     def odds_for(self, readout: str, window: int, step: int, layer: int | None) -> dict[str, Any] | None:
         """The calibrated boundary odds of exactly this reading (its head's ``layer`` too), or None: log-odds ``raw`` x
         value(s) + ``percentile`` x percentile + ``bias``, fitted on labelled streams of several record lengths and
-        languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``)."""
+        languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``); with
+        ``within_chunk``, the head's value is read within the chunk each edge starts (``scoring.crossing``)."""
         found = self.odds.get((readout, window, step))
         return found if found is not None and found.get("layer") == layer else None
 
@@ -252,7 +253,7 @@ class Recipe:
 # span of a billion tokens would allocate for a billion; heads are distilled at a reset window's length (192 here)
 MAX_SPAN = 1 << 16
 FIELDS = ("schema", "model", "about", "defaults", "penalties", "odds", "presets", "heads", "bundled")  # its keys
-ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "fitted")  # an entry of ``odds``
+ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "within_chunk", "fitted")  # an entry of ``odds``
 DEFAULT_FIELDS = ("readout", "window", "skips", "step", "normalizer", "layer", "bfloat16")
 
 
@@ -322,6 +323,11 @@ def _checked_odds(entry: Any, where: str) -> dict[str, Any]:
         raw, dict) else _number(raw, f"{where}: raw")  # fmt: skip
     for key in ("percentile", "bias", "penalty"):
         checked[key] = _number(entry.get(key), f"{where}: {key}")
+    within = entry.get("within_chunk", False)
+    if not isinstance(within, bool):
+        raise RecipeError(f"{where}: within_chunk must be true or false, got {shown(within)}")
+    if within:  # the odds were chosen on the head's value read within each chunk (``scoring.crossing``)
+        checked["within_chunk"] = True
     return checked | {"fitted": _text(entry.get("fitted", ""), f"{where}: fitted")}
 
 

@@ -94,5 +94,6 @@ register(
         scorer=lambda backend, bos, settings, recipe, folder: BothScorer(
             [crossing_scorer(backend, bos, settings[0], recipe, folder), WindowScorer(backend, bos, settings[1])]
         ),
+        within_chunk=lambda settings: (replace(settings[0], within_chunk=True), settings[1]),  # the head's part
     )
 )

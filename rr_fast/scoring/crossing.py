@@ -6,12 +6,19 @@ gives the mean, over the first k tokens right of the edge, of the attention mass
 (the BOS left out: models park unused attention there). A linear head (``CrossingHead``), distilled from the model's
 own ``lr`` readout on unlabelled text (``rr_fast.distill``), turns those masses into a score that ranks edges as
 ``lr`` does, for the price of one forward pass through the layers it reads and no LM head.
+
+Read within the chunk (``CrossingSettings.within_chunk``, where the recipe's boundary odds ask for it), each edge also
+gets the head's value for every length L of the chunk it would start (``readouts.CHUNK_STEP``): its spans cut at L,
+so that a cut is judged on its own chunk's tokens. Past a unit's end the next unit's tokens attend across no earlier
+edge, so a span that runs into them makes an edge inside a short unit look like a boundary. The masses for every
+such span come from the same pass (spans 8, 16, ... up to the head's longest): a few more sums per query, no more
+attention.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +28,7 @@ from rr_fast.errors import UsageError
 from rr_fast.models.recipes import Recipe, RecipeError
 from rr_fast.models.weights import weights_fingerprint
 from rr_fast.scoring.backends.base import Backend, Crossing, Request
-from rr_fast.scoring.readouts import Readout, register
+from rr_fast.scoring.readouts import CHUNK_STEP, Readout, by_chunk_length, register
 from rr_fast.scoring.scorer import FullPassScorer
 
 ATTENTION = "attention"
@@ -35,6 +42,7 @@ class CrossingSettings:
     span: int  # how far right of an edge its head reads: the full pass reads that far past each block
     context: int  # guaranteed left context of the full pass, in tokens
     batch_tokens: int | None  # row tokens per forward call; None: the backend's choice
+    within_chunk: bool  # also the head's value by the length of the chunk each edge starts (the recipe's odds say)
 
 
 def crossing_settings(asked, recipe, config) -> CrossingSettings:
@@ -60,7 +68,7 @@ def crossing_settings(asked, recipe, config) -> CrossingSettings:
             f"the attention readout runs no reset window (it reads the {span} tokens right of each edge, its head's "
             f"spans): window {asked.window} needs the readout lr, rr or rr+lr"
         )
-    return CrossingSettings(layers, span, asked.context, config.batch_tokens)
+    return CrossingSettings(layers, span, asked.context, config.batch_tokens, within_chunk=False)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,11 @@ class CrossingScorer(FullPassScorer):
             raise ValueError(f"the head reads {head.layers} layers; this model has {backend.depth}")
         super().__init__(backend, bos, settings.context, settings.batch_tokens)
         self.settings, self.head = settings, head
+        # the spans the pass reads: the head's, or every chunk length up to its longest (which holds the head's)
+        grid = tuple(range(CHUNK_STEP, head.span + 1, CHUNK_STEP))
+        self.spans = grid if settings.within_chunk and set(head.spans) <= set(grid) else head.spans
+        if settings.within_chunk and self.spans != grid:
+            raise ValueError(f"the head's spans {head.spans} are not multiples of {CHUNK_STEP}: no reading by chunk")
 
     def edges_in_flight(self) -> int:
         return 4 * max(1, self.batch_tokens // (self.head.span + len(self.prefix)))
@@ -168,14 +181,26 @@ class CrossingScorer(FullPassScorer):
         for i, ((doc, (in_start, _, _)), (a, b)) in enumerate(zip(jobs, picked)):
             edges[i, : b - a] = p + doc.edges[a:b] - in_start
         crossing = Crossing(
-            edges, lengths, self.head.spans, self.head.layers, self.tile, past, keep if (keep >= 0).any() else None
+            edges, lengths, self.spans, self.head.layers, self.tile, past, keep if (keep >= 0).any() else None
         )
         forward = self.backend.run(rows, np.arange(first, first + rows.shape[1])[None], Request(crossing=crossing))
         for i, ((doc, (_, _, out_end)), (a, b)) in enumerate(zip(jobs, picked)):
-            doc.record(b - a, self.values(forward.masses[i, : b - a]))
+            doc.record(b - a, self.read(forward.masses[i, : b - a]))
             doc.ready = doc.next_edge
             doc.blocks_left = out_end < len(doc.ids)
             doc.past = forward.carried[i] if forward.carried is not None else None
+
+    def read(self, masses: np.ndarray) -> dict[str, np.ndarray]:
+        """The values of a row's edges from the masses of the spans the pass read [E, layers, heads, spans]: the
+        head's (``values``), and within the chunk its value at each chunk length, each head span cut there."""
+        if self.spans == self.head.spans:
+            return self.values(masses)
+        at = {span: i for i, span in enumerate(self.spans)}
+        values = self.values(masses[..., [at[span] for span in self.head.spans]])
+        by_length = np.empty((len(masses), len(self.spans)))
+        for column, length in enumerate(self.spans):  # each span cut at the chunk's length
+            by_length[:, column] = self.head(masses[..., [at[min(span, length)] for span in self.head.spans]])
+        return values | {by_chunk_length(ATTENTION): by_length}
 
     def values(self, masses: np.ndarray) -> dict[str, np.ndarray]:
         """The values of a row's edges from their masses [E, layers, heads, spans]. Extension point: distillation
@@ -195,5 +220,6 @@ register(
         settings=crossing_settings,
         fixes=lambda settings: {"layer": settings.layers, "window": settings.span, "normalizer": None},
         scorer=crossing_scorer,
+        within_chunk=lambda settings: replace(settings, within_chunk=True),
     )
 )

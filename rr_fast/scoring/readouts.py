@@ -30,7 +30,9 @@ class Readout:
     ``settings(asked, recipe, config)``: the scorer's settings, every option it reads checked and every one it cannot
     use refused (a ``UsageError``). ``fixes(settings)``: the reading options those settings decide (layer, window,
     normalizer: None where the readout has no such thing), which the resolved ``Reading`` records and ρ is looked up
-    by. ``scorer(backend, bos, settings, recipe, folder)``: the scorer over a loaded backend."""
+    by. ``scorer(backend, bos, settings, recipe, folder)``: the scorer over a loaded backend.
+    ``within_chunk(settings)``: settings whose scorer also reads each edge over the chunk it would start
+    (``CHUNK_STEP``, ``by_chunk_length``), for a recipe whose boundary odds ask for it; None where it cannot."""
 
     name: str
     parts: tuple[str, ...]
@@ -38,6 +40,19 @@ class Readout:
     settings: Callable[[Reading, Recipe, ChunkerConfig], Any]
     fixes: Callable[[Any], dict[str, Any]]
     scorer: Callable[[Backend, list[int], Any, Recipe, str], Scorer]
+    within_chunk: Callable[[Any], Any] | None = None
+
+
+# A readout read within the chunk: a part's value at an edge for each length of the chunk that edge starts, in steps of
+# CHUNK_STEP model tokens (column k: a chunk of CHUNK_STEP · (k + 1) tokens or more, the last: any longer), beside
+# its value read over its whole span. A cut's reading should not run past the end of its own chunk into the next
+# unit, whose tokens attend across no earlier edge and so make any edge before them look like a boundary.
+CHUNK_STEP = 8
+
+
+def by_chunk_length(part: str) -> str:
+    """The name under which a scorer returns ``part``'s values by chunk length ([edges, lengths])."""
+    return f"{part} by chunk length"
 
 
 READOUTS: dict[str, Readout] = {}

@@ -28,12 +28,13 @@ if TYPE_CHECKING:  # the configuration is resolved above this layer and handed d
 
 
 def cut_document(document: Document, utilities: np.ndarray, resolved: Resolved, unit: LengthUnit) -> Segmentation:
-    """The optimal cuts of one document given its scored edges' utilities (NaN: not usable)."""
+    """The optimal cuts of one document given its scored edges' utilities (NaN: not usable); [edges, lengths] where
+    they depend on the length of the chunk a cut starts (text without structure only, ``dp.segment``)."""
     config, limits, penalty = resolved.config, resolved.limits, resolved.reading.penalty
     tokens, clean = document.tokens, document.clean
     positions = edge_positions(unit, document.text, tokens, clean)
     if document.layout is None:
-        usable = np.isfinite(utilities)
+        usable = np.isfinite(utilities).all(axis=tuple(range(1, utilities.ndim)))  # by chunk length: every length's
 
         def solve(run: Limits) -> Segmentation:
             return segment(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from rr_fast.scoring import readout
+from rr_fast.scoring.readouts import by_chunk_length
 
 
 def percentiles(scores: np.ndarray) -> np.ndarray:
@@ -70,13 +71,27 @@ def boundary_probability(
     gets too few, one of long records too many. The values themselves say how clear a boundary is, and the percentile
     keeps what the document's own scale says where a language shifts the values', so the number of cuts a ρ allows
     follows the evidence. A part whose value's scale moves from one document to the next may weigh nothing beyond its
-    share of the percentile (``lr``'s, in the quality preset's odds)."""
+    share of the percentile (``lr``'s, in the quality preset's odds).
+
+    Where the scorer read a part within the chunk (``readouts.by_chunk_length``: [edges, lengths]), that reading is
+    its value and the probabilities are [edges, lengths] too, one per length of the chunk the edge would start, for
+    the DP to charge by the chunk it picks (``dp.segment``); the percentile stays the whole span's."""
     raw, weight_percentile, bias = odds
     parts = readout(name_of).parts
     percentile = utility(values, name_of)
+    within = [by_chunk_length(name) in values for name in parts]
+    read = [values[by_chunk_length(name)] if by_length else values[name] for name, by_length in zip(parts, within)]
+    if any(within):  # every part and the percentile as [edges, lengths]
+        percentile = percentile[:, None]
+        read = [value if by_length else value[:, None] for value, by_length in zip(read, within)]
     with np.errstate(over="ignore", invalid="ignore"):
-        logit = weight_percentile * percentile + bias + sum(w * values[name] for name, w in zip(parts, raw))
+        logit = weight_percentile * percentile + bias + sum(w * value for value, w in zip(read, raw))
         return 1.0 / (1.0 + np.exp(-logit))
+
+
+def whole_span(utilities: np.ndarray) -> np.ndarray:
+    """One utility per edge: where they are by chunk length, the longest chunk's (the edge read over its whole span)."""
+    return utilities if utilities.ndim == 1 else utilities[:, -1]
 
 
 def blend(

@@ -6,7 +6,9 @@ and every document. The DP maximises
     Σ_cuts (u(b) - ρ)  -  λ Σ_chunks ((len - T) / T)²        (open count, Appendix)
     Σ_cuts u(b)        -  λ Σ_chunks ((len - T) / T)²        (fixed count K, Eq. 4)
 
-subject to Lmin <= len <= Lmax, over the eligible edges only.
+subject to Lmin <= len <= Lmax, over the eligible edges only. In the open count a cut's utility may depend on the
+length of the chunk it starts (utilities [edges, lengths], ``calibration.boundary_probability`` of a reading within
+the chunk): u(b) is then the one for the chunk from b to the next cut.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rr_fast.kernels import fixed_count, open_count
+from rr_fast.scoring.readouts import CHUNK_STEP
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class Segmentation:
             self.forced = np.zeros(len(self.cuts), dtype=bool)
 
 
+def chunk_length_column(tokens: int, columns: int) -> int:
+    """The column of utilities by chunk length that a chunk of ``tokens`` model tokens reads (``kernels.dp``)."""
+    return min(columns - 1, max(0, tokens // CHUNK_STEP - 1))
+
+
 def segment(
     num_tokens: int,
     edges: np.ndarray,
@@ -55,7 +63,8 @@ def segment(
     """Exact optimal cuts for one document.
 
     edges: sorted token edges (a cut before token e), 0 < e < num_tokens.
-    utilities: calibrated utility per edge (usually percentiles; higher prefers a cut).
+    utilities: calibrated utility per edge (usually percentiles; higher prefers a cut); for the open count also
+        [edges, lengths]: by the length of the chunk the cut starts, in steps of ``readouts.CHUNK_STEP`` model tokens.
     penalty: ρ, charged per cut in the open-count objective (ignored when num_chunks is given).
     fallback_edges: every edge a cut may fall on (the clean edges), used at utility 0 only where the candidates
         cannot meet the limits (for example a long run of text with no word boundary). Without them such text
@@ -70,8 +79,10 @@ def segment(
     """
     edges = np.asarray(edges, dtype=np.int64)
     utilities = np.asarray(utilities, dtype=np.float64)
-    if edges.shape != utilities.shape:
+    if edges.shape != utilities.shape[:1] or utilities.ndim > 2:
         raise ValueError("edges and utilities must have the same length")
+    if utilities.ndim == 2 and num_chunks is not None:
+        raise ValueError("a given number of chunks takes one utility per edge")
     fallback = None if fallback_edges is None or not len(fallback_edges) else np.asarray(fallback_edges, np.int64)
     if num_chunks is not None:
         result = _fixed(num_tokens, edges, utilities, limits, num_chunks, positions, fallback)
@@ -119,7 +130,7 @@ def _relaxed(cuts, solve, limits: Limits) -> Segmentation:
 def _with_fallback(edges, gains, fallback, penalty):
     extra = np.setdiff1d(fallback, edges)
     merged = np.concatenate([edges, extra])
-    merged_gains = np.concatenate([gains, np.full(extra.shape[0], -penalty)])
+    merged_gains = np.concatenate([gains, np.full((extra.shape[0], *gains.shape[1:]), -penalty)])
     order = np.argsort(merged, kind="stable")
     return merged[order], merged_gains[order]
 
@@ -128,7 +139,8 @@ def _nodes(num_tokens: int, edges: np.ndarray, gains: np.ndarray, positions: np.
     """Token edge, DP position and gain of every node (start, candidates, end)."""
     node_edges = np.concatenate([[0], edges, [num_tokens]]).astype(np.int64)
     node_positions = node_edges if positions is None else np.asarray(positions, dtype=np.int64)[node_edges]
-    node_gains = np.concatenate([[0.0], gains, [0.0]]).astype(np.float64)
+    ends = np.zeros((1, *gains.shape[1:]))
+    node_gains = np.concatenate([ends, gains, ends]).astype(np.float64)
     return node_edges, node_positions, node_gains
 
 
@@ -142,6 +154,8 @@ def _solve_open(num_tokens, edges, gains, positions, limits, min_len=None, stret
         float(limits.target_tokens),
         float(limits.length_weight),
         stretches,
+        node_edges,
+        CHUNK_STEP,
     )
     if not np.isfinite(score):
         return None

@@ -24,6 +24,7 @@ from rr_fast.scoring.backends import plain
 from rr_fast.scoring.backends.base import Crossing, Forward, Request, length_dependent_rope
 from rr_fast.scoring.backends.torch_arrays import TorchArrays, TorchHead
 from rr_fast.scoring.backends.torch_crossing import (
+    FUSED_SPANS,
     CrossingMasses,
     batched_past,
     fused_attention_available,
@@ -229,7 +230,7 @@ class TorchBackend:
             host_edges=edges,
             host_lengths=lengths,
             tile=request.tile,
-            fused=self.fused_attention and request.past is None,
+            fused=self.fused_attention and request.past is None and len(request.spans) <= FUSED_SPANS,
             past=None if request.past is None else batched_past(request.past, self.device),
             keep=None if keep is None else keep.to(self.device),
             layers=layers,

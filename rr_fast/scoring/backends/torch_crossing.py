@@ -132,6 +132,11 @@ def batched_past(rows: tuple[torch.Tensor, ...], device: str) -> torch.Tensor:
 
 
 FUSED_ATTENTION_SWITCH = "RR_FAST_FUSED_ATTENTION"  # =1: the fused kernel, on CUDA with Triton
+# up to this many spans a tile's masses are summed span by span (a head's three: fastest there); more (a reading within
+# the chunk: 16) in one product, at the cost of three spans' loop on this CPU where the loop would take 1.07x as long
+LOOPED_SPANS = 4
+FUSED_SPANS = 4  # the most spans the fused kernel reads (``kernels.crossing_attention.MAX_SPANS``; that module imports
+# Triton, so it is not imported here): a reading within the chunk needs more, and runs the explicit path
 
 
 def fused_attention_requested() -> bool:
@@ -190,6 +195,7 @@ def crossing_attention(
     low_buffer = request.scratch(widest, v.dtype, device) if output and v.dtype != torch.float32 else None
     mass = torch.zeros((batch, heads, request.edges.shape[1], len(request.spans)), device=device)
     behind = torch.arange(band, device=device)  # a query's keys, counted back from itself
+    spans = torch.tensor(request.spans, device=device)
     for first in range(offset, offset + length, tile):  # in key indices
         last = min(offset + length, first + tile)
         count = last - first
@@ -219,9 +225,13 @@ def crossing_attention(
         real = (queries[None, :, None] < request.lengths[:, None, None]) & (edges > 0)[:, None, :]
         column = right.clamp(0, band - 1)[:, None].expand(-1, heads, -1, -1)
         left = 1.0 - bos - through.gather(-1, column)  # [B, heads, tile, E]: mass on keys [1, edge)
-        for index, span in enumerate(request.spans):
-            inside = real & (right >= 0) & (right < span)
-            mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
+        if len(request.spans) <= LOOPED_SPANS:
+            for index, span in enumerate(request.spans):
+                inside = real & (right >= 0) & (right < span)
+                mass[:, :, lo:hi, index] += (left * inside[:, None]).sum(dim=2)
+        else:  # a reading within the chunk: every span in one product
+            inside = (real & (right >= 0))[..., None] & (right[..., None] < spans)  # [B, tile, E, spans]
+            mass[:, :, lo:hi] += torch.einsum("bhte,btes->bhes", left, inside.to(left.dtype))
     return out, mass / request.counted
 
 
