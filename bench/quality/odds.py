@@ -30,6 +30,9 @@ never choose.
   The replays then cut as the product does where its odds read within the chunk.
 - ``rho``: the recipe's odds as they are, ρ chosen again on the grid by ``fit``'s rule (after ``within``: for the
   head read within the chunk).
+- ``compare``: the reading (``--preset``'s) as the product cuts now, paired against the default's or, with
+  ``--whole-span RHO``, against the same odds on the head read over its whole span at that ρ; writes
+  compare-<model>[-<preset>]-<against>.json.
 """
 
 from __future__ import annotations
@@ -117,11 +120,13 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, ridge: float = 1e-3, rows: np.nda
 
 
 def chunks_of(
-    stream: Stream, saved: dict, odds: tuple | None, rho: float, limits: Limits = LIMITS
+    stream: Stream, saved: dict, odds: tuple | None, rho: float, limits: Limits = LIMITS, whole_span: bool = False
 ) -> list[tuple[int, int]]:
     """The stream's chunks (character spans) by the product's DP over its cached readouts, the utilities the odds'
-    or percentiles (None)."""
+    or percentiles (None); ``whole_span``: the odds on the head read over its whole span, not within the chunk."""
     name, values = readout_values(saved)
+    if whole_span:
+        values = {key: value for key, value in values.items() if not key.endswith(BY_LENGTH)}
     utilities = utility(values, name) if odds is None else boundary_probability(values, name, odds)
     return chunks_at(stream, saved, utilities, rho, limits)
 
@@ -146,10 +151,10 @@ def stream_outcome(stream: Stream, chunks: list[tuple[int, int]]) -> tuple[str, 
 
 
 def outcomes(
-    data: list[tuple[Stream, dict]], odds: tuple | None, rho: float, limits: Limits = LIMITS
+    data: list[tuple[Stream, dict]], odds: tuple | None, rho: float, limits: Limits = LIMITS, whole_span: bool = False
 ) -> list[tuple[str, int, int, int]]:
     """(group, units recovered, units, chunks) per stream (``chunks_of``)."""
-    return [stream_outcome(stream, chunks_of(stream, saved, odds, rho, limits)) for stream, saved in data]
+    return [stream_outcome(s, chunks_of(s, saved, odds, rho, limits, whole_span)) for s, saved in data]
 
 
 def pooled(rows) -> dict[str, tuple[float, float]]:
@@ -316,9 +321,45 @@ def report(model: str, data: str | None, preset: str | None = None, limits: Limi
     return rows
 
 
+def compare(model: str, data: str | None, preset: str | None, whole_span_rho: float | None) -> dict:
+    """The reading as the product cuts now against another, paired on the same streams: the default's reading
+    (``--preset``), or the same odds on the head read over its whole span at ρ ``whole_span_rho`` (what the recipe
+    charged before it read within the chunk). Per band and language (pooled recovery, chunks per unit), and on the
+    45 and 60 streams with the quality benchmark's intervals of the paired change."""
+    ours = ChunkerConfig(model=model, preset=preset).resolve()
+    sets = calibration_and_evaluation(model, data, preset)
+    if whole_span_rho is not None:
+        other, other_sets, label = ours, sets, f"whole span at ρ {whole_span_rho}"
+        theirs = (other.odds, whole_span_rho, True)
+    else:
+        other, label = ChunkerConfig(model=model).resolve(), "the default"
+        other_sets = calibration_and_evaluation(model, data, None)
+        theirs = (other.odds, other.reading.penalty, False)
+    mine = (ours.odds, ours.reading.penalty, False)
+    rows: dict = {"model": model, "preset": preset, "against": label}
+    for name in ("bands", "languages", "calibration", "evaluation"):
+        if [s.id for s, _ in sets[name]] != [s.id for s, _ in other_sets[name]]:
+            raise SystemExit(f"{name}: the two readings' cached streams differ; score both first")
+        a, b = (outcomes(group, odds, rho, LIMITS, whole) for group, (odds, rho, whole) in
+                ((sets[name], mine), (other_sets[name], theirs)))  # fmt: skip
+        if name in ("bands", "languages"):
+            found, against = pooled(a), pooled(b)
+            rows[name] = {g: {"this": found[g], "against": against[g]} for g in sorted(found)}
+            for g in sorted(found):
+                (x, n), (y, m) = found[g], against[g]
+                print(f"{g:22s} {x:.3f} ({n:.2f}) against {y:.3f} ({m:.2f})")
+            continue
+        indices = bootstrap_indices([stream.domain for stream, _ in sets[name]], RESAMPLES, seed=0)
+        x, y = (np.array([held / units for _, held, units, _ in rows_]) for rows_ in (a, b))
+        rows[name] = {"this": interval(x, indices), "against": interval(y, indices), "change": interval(x - y, indices)}
+        print(f"{name} ({len(x)} streams): this {ci_text(rows[name]['this'])}; {label} "
+              f"{ci_text(rows[name]['against'])}; change {ci_text(rows[name]['change'])}")  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho"))
+    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho", "compare"))
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
     parser.add_argument("--preset", default=None, choices=("balanced", "fast", "quality"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
@@ -327,6 +368,13 @@ def main(argv: list[str] | None = None) -> dict | None:
         default=None,
         metavar="MIN,MAX,TARGET",
         help="report: cut within these min_tokens, max_tokens and target_tokens instead of the product's defaults",
+    )
+    parser.add_argument(
+        "--whole-span",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="compare: against the same odds on the head read over its whole span at this ρ (default: the default)",
     )
     args = parser.parse_args(argv)
     if args.step == "score":
@@ -339,6 +387,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         return within(args.model, args.data_dir)
     if args.step == "rho":
         return rho_only(args.model, args.data_dir, args.preset)
+    if args.step == "compare":
+        rows = compare(args.model, args.data_dir, args.preset, args.whole_span)
+        suffix = f"-{args.preset}" if args.preset else ""
+        against = f"whole-span-{args.whole_span}" if args.whole_span is not None else "default"
+        (OUT / f"compare-{args.model}{suffix}-{against}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        return rows
     name, limits = args.model + (f"-{args.preset}" if args.preset else ""), LIMITS
     if args.limits:
         low, high, target = (int(n) for n in args.limits.split(","))

@@ -217,6 +217,8 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
     assert odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5) == [("short", 3, 3, 3)]
     by_length[:, 6:8] = -5.0
     assert odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5) == [("short", 0, 3, 1)]
+    whole_span = odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5, whole_span=True)
+    assert whole_span == [("short", 3, 3, 3)]  # the same odds on the whole span's values, as before the reading
 
 
 def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
