@@ -119,8 +119,7 @@ class Recipe:
     def odds_for(self, readout: str, window: int, step: int, layer: int | None) -> dict[str, Any] | None:
         """The calibrated boundary odds of exactly this reading (its head's ``layer`` too), or None: log-odds ``raw`` x
         value(s) + ``percentile`` x percentile + ``bias``, fitted on labelled streams of several record lengths and
-        languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``); with
-        ``within_chunk``, the head's value is read within the chunk each edge starts (``scoring.crossing``)."""
+        languages, and the ``penalty`` ρ charged against the probability (``segmentation.calibration``)."""
         found = self.odds.get((readout, window, step))
         return found if found is not None and found.get("layer") == layer else None
 
@@ -134,9 +133,8 @@ class Recipe:
         return self.heads[layers]
 
     def to_dict(self) -> dict[str, Any]:
-        """The recipe as a recipe file holds it (``from_dict`` reads it back): all of it but where a bundled model's
-        weights come from and the presets that name a companion model, which no recipe file but rr-fast's own may
-        say (module docstring)."""
+        """The recipe as a recipe file holds it (``from_dict`` reads it back), less what only rr-fast's own may say
+        (module docstring): where a bundled model's weights come from, and presets that name a companion model."""
         penalties: dict[str, dict[str, dict[str, Any]]] = {}
         for (readout, window, step), value in sorted(self.penalties.items()):
             penalties.setdefault(readout, {}).setdefault(str(window), {})[str(step)] = value
@@ -220,10 +218,8 @@ class Recipe:
         for name, options in _object(data.get("presets", {}), "presets").items():
             presets[name] = dict(_object(options, f"preset {shown(name)}"))
             if presets[name].get("companion") is not None and not shipped:
-                raise RecipeError(
-                    f"preset {shown(name)} names a companion model; only rr-fast's own recipes may (another model to "
-                    "load is the user's choice)"
-                )
+                raise RecipeError(f"preset {shown(name)} names a companion model; only rr-fast's own recipes may "
+                                  "(another model to load is the user's choice)")  # fmt: skip
         heads: dict[int, dict[str, Any]] = {}
         stored = data.get("heads", [])
         if not isinstance(stored, list):
@@ -249,8 +245,7 @@ class Recipe:
         )
 
 
-# The longest span a head may read right of an edge: every row of the full pass reads that far past its block, so a
-# span of a billion tokens would allocate for a billion; heads are distilled at a reset window's length (192 here)
+# the longest span a head may read: every full-pass row reads that far past its block (a billion would allocate that)
 MAX_SPAN = 1 << 16
 FIELDS = ("schema", "model", "about", "defaults", "penalties", "odds", "presets", "heads", "bundled")  # its keys
 ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "within_chunk", "fitted")  # an entry of ``odds``
@@ -323,11 +318,9 @@ def _checked_odds(entry: Any, where: str) -> dict[str, Any]:
         raw, dict) else _number(raw, f"{where}: raw")  # fmt: skip
     for key in ("percentile", "bias", "penalty"):
         checked[key] = _number(entry.get(key), f"{where}: {key}")
-    within = entry.get("within_chunk", False)
-    if not isinstance(within, bool):
+    if not isinstance(within := entry.get("within_chunk", False), bool):
         raise RecipeError(f"{where}: within_chunk must be true or false, got {shown(within)}")
-    if within:  # the odds were chosen on the head's value read within each chunk (``scoring.crossing``)
-        checked["within_chunk"] = True
+    checked |= {"within_chunk": True} if within else {}  # ρ chosen with the head read within each chunk: kept if true
     return checked | {"fitted": _text(entry.get("fitted", ""), f"{where}: fitted")}
 
 

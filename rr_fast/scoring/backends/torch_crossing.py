@@ -133,7 +133,7 @@ def batched_past(rows: tuple[torch.Tensor, ...], device: str) -> torch.Tensor:
 
 FUSED_ATTENTION_SWITCH = "RR_FAST_FUSED_ATTENTION"  # =1: the fused kernel, on CUDA with Triton
 # up to this many spans a tile's masses are summed span by span (a head's three: fastest there); more (a reading within
-# the chunk: 16) in one product, at the cost of three spans' loop on this CPU where the loop would take 1.07x as long
+# the chunk: 16) in one product, which on a CPU costs about what the three spans' loop does (a loop over 16 costs more)
 LOOPED_SPANS = 4
 FUSED_SPANS = 4  # the most spans the fused kernel reads (``kernels.crossing_attention.MAX_SPANS``; that module imports
 # Triton, so it is not imported here): a reading within the chunk needs more, and runs the explicit path
