@@ -208,3 +208,24 @@ def _random_head(backend):
     layers, heads, spans = backend.depth, backend.model.config.num_attention_heads, (4, 16, 40)
     size = layers * heads * len(spans)
     return CrossingHead(layers, spans, np.zeros(size), np.ones(size), np.random.default_rng(5).normal(size=size))
+
+
+def test_a_reading_within_the_chunk_runs_the_explicit_path_under_the_kernel(kernel, tiny_model_factory, monkeypatch):
+    """The fused kernel reads at most four spans; a reading within the chunk asks for one per chunk length, so a
+    backend with the kernel on runs those passes on the explicit path, with the same values as a backend without."""
+    from rr_fast.scoring.backends.torch import TorchBackend
+    from rr_fast.scoring.crossing import CrossingHead, CrossingScorer, CrossingSettings
+
+    folder = tiny_model_factory("gemma3")
+    plain = TorchBackend.load(folder, device="cpu")
+    size = plain.depth * plain.model.config.num_attention_heads * 2
+    head = CrossingHead(plain.depth, (8, 40), np.zeros(size), np.ones(size), np.random.default_rng(5).normal(size=size))
+    ids, edges = np.random.default_rng(6).integers(3, 512, 120), np.arange(1, 120, 7)
+    on_kernel = TorchBackend.load(folder, device="cpu", fused_attention=True)
+    settings = CrossingSettings(on_kernel.depth, head.span, 64, None, True)
+    monkeypatch.setattr(kernel, "crossing_attention", lambda *args: pytest.fail("the kernel ran"))
+    within = CrossingScorer(on_kernel, [1], settings, head).score(ids, edges)
+    explicit = CrossingScorer(plain, [1], settings, head).score(ids, edges)
+    assert within.keys() == explicit.keys() and len(within) == 2
+    for name in within:
+        np.testing.assert_array_equal(within[name], explicit[name])
