@@ -161,3 +161,13 @@ def test_by_chunk_length_the_probabilities_read_each_length_and_the_percentile_o
     expected = 1 / (1 + np.exp(-(2.0 * values[by_chunk_length("attention")] + percentile[:, None] - 1.0)))
     np.testing.assert_allclose(got, expected)
     np.testing.assert_allclose(whole_span(got), boundary_probability({"attention": whole}, "attention", odds))
+
+
+def test_scores_records_list_the_readouts_per_edge_not_by_chunk_length():
+    """``--emit scores`` writes one value per readout per edge; a reading within the chunk stays in ``readouts``."""
+    from rr_fast.results import Scores
+
+    by_length = np.array([[0.1, 0.2], [0.3, 0.4]])
+    scores = Scores(np.array([5, 9]), np.array([20, 40]), {"attention": np.array([0.2, 0.4]),
+                    by_chunk_length("attention"): by_length}, 12)  # fmt: skip
+    assert scores.records() == [{"char": 20, "token": 5, "attention": 0.2}, {"char": 40, "token": 9, "attention": 0.4}]
