@@ -171,6 +171,7 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
         return  # one comparison is enough; the fixture's second run adds nothing
     rng = np.random.default_rng(seed)
     positions, gains = random_problem(rng, int(rng.integers(2_000, 6_000)))
+    gains[0] = 0.0  # the start node's gain (the kernels' contract)
     compiled = kernels._compiled()
     # the last: every grid gap is longer than max_len, so stretches make every chunk
     for args in ((16, 384, 192.0, 0.02, False), (48, 256, 128.0, 1.0, True), (1, 6, 4.0, 0.02, True)):

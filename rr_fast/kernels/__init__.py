@@ -47,8 +47,8 @@ def open_count(
     the length of the chunk a cut starts, in steps of ``step`` model tokens (``tokens``: the nodes' token positions,
     default ``positions``)."""
     kernel = _kernel("open_count", _steps(positions, max_len))
-    gains = np.ascontiguousarray(gains, dtype=np.float64)
-    by_length = gains.reshape(len(gains), -1)
+    by_length = np.array(gains, dtype=np.float64).reshape(len(gains), -1)  # a copy: the start node's gains become 0
+    by_length[0] = 0.0
     tokens = positions if tokens is None else np.ascontiguousarray(tokens, dtype=np.int64)
     return kernel(positions, by_length, min_len, max_len, target, lam, stretches, tokens, step)
 

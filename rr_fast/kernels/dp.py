@@ -31,7 +31,7 @@ def open_count(positions, gains, min_len, max_len, target, lam, stretches, token
     positions: int64[m + 2], node 0 = 0, node m + 1 = n, strictly increasing.
     gains: float64[m + 2, G], reward for cutting at each node (already net of the cut penalty), by the length of the
         chunk the cut starts: column k for a chunk of ``step`` · (k + 1) model tokens or more (the last: any longer),
-        column 0 for a shorter one; with one column, a gain per node. The start node's gains are ignored (0).
+        column 0 for a shorter one; with one column, a gain per node. The start node's gains must be 0.
     stretches: a gap longer than max_len between consecutive nodes may be a chunk of its own.
     tokens: int64[m + 2], each node's model-token position (the chunk lengths the gains' columns are read by; the
         limits apply to ``positions``, which may count another unit).
@@ -39,6 +39,7 @@ def open_count(positions, gains, min_len, max_len, target, lam, stretches, token
     """
     count = positions.shape[0]
     columns = gains.shape[1]
+    flat = gains[:, 0]  # one gain per node (read directly: a problem small enough is interpreted, step by step)
     best = np.full(count, NEG_INF)  # best[i]: the best objective up to node i, the gain of a cut at i not yet counted
     back = np.full(count, -1, dtype=np.int64)
     best[0] = 0.0
@@ -56,10 +57,10 @@ def open_count(positions, gains, min_len, max_len, target, lam, stretches, token
         for i in range(first, hi):
             if best[i] == NEG_INF:
                 continue
-            gain = 0.0
-            if i > 0:  # the cut at i starts the chunk [i, j): its gain for that chunk's length
-                column = min(columns - 1, max(0, (tokens[j] - tokens[i]) // step - 1))
-                gain = gains[i, column]
+            if columns == 1:  # the cut at i starts the chunk [i, j): its gain, for that chunk's length if it has one
+                gain = flat[i]
+            else:
+                gain = gains[i, min(columns - 1, max(0, (tokens[j] - tokens[i]) // step - 1))]
             z = (pj - positions[i] - target) / target  # the length cost λ((L - target) / target)², inlined
             value = (best[i] + gain) - lam * z * z
             if value > top:
