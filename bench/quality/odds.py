@@ -254,8 +254,8 @@ def within(model: str, data: str | None) -> None:
         raise SystemExit(f"{model}'s default reading is not read within the chunk: nothing to add")
     for out in (LENGTHS, LANGUAGES, OUT):
         for suffix in ("", "-longer"):
-            default, quality = (scores_folder(out, model, p).with_name(f"{model}-{p or 'default'}{suffix}")
-                                for p in (None, "quality"))  # fmt: skip
+            default, quality = (scores_folder(out, model, p) for p in (None, "quality"))
+            default, quality = (folder.with_name(folder.name + suffix) for folder in (default, quality))
             files = sorted(default.glob("*.npz"))
             todo = [f for f in files if key not in np.load(f).files]
             log(f"{default.name}: {len(files) - len(todo)} of {len(files)} streams have it")
