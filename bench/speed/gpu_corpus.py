@@ -12,7 +12,9 @@ to OUT/result.json when it finishes; a row whose estimate would end past ``--sec
     balanced       rr_fast.corpus.run over 320 mixed documents (~115k tokens) into Parquet, one worker: tok/s end to
                    end, the time split (host clock), batch_tokens, peak memory
     engine         the default's scorer over the pre-tokenized corpus: tok/s and share of the peak, through the fused
-                   kernel (rr_fast.kernels.crossing_attention, switched on here) where CUDA and Triton run it
+                   kernel (rr_fast.kernels.crossing_attention, switched on here) where CUDA and Triton run it; the
+                   kernel reads at most four spans, so these rows read the head over its whole span, where the
+                   default reads it within the chunk (the balanced rows: the explicit path)
     engine_explicit  the explicit probabilities: the fused kernel's speed-up and the scores' largest difference
     engine_x4, engine_x16  the engine over the corpus 4 and 16 times (~460k, ~1.84M tokens)
     cuts           the prepared flattened-record streams through both paths: identical cuts, largest difference
@@ -160,6 +162,20 @@ def pin_recipe(folder: Path, model: str = "gemma3-270m") -> None:
     }
     pinned = replace(recipe, model=str(folder), source=str(folder / RECIPE_FILE), heads=heads, bundled=None)
     write_recipe(pinned, folder / RECIPE_FILE)
+
+
+def whole_span_recipe(folder: Path, scratch: Path) -> Path:
+    """The recipe in ``folder`` with its odds read over the head's whole span (no ``within_chunk``): the reading the
+    fused kernel runs, for the rows that measure it."""
+    from dataclasses import replace
+
+    from rr_fast.models.recipes import recipe_for, write_recipe
+
+    recipe = recipe_for(str(folder))
+    odds = {key: {k: v for k, v in entry.items() if k != "within_chunk"} for key, entry in recipe.odds.items()}
+    path = scratch / "recipe-whole-span.json"
+    write_recipe(replace(recipe, odds=odds), path)
+    return path
 
 
 def sync(device: str) -> None:
@@ -355,7 +371,7 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     from rr_fast import Chunker
     from rr_fast.models.recipes import DEFAULT_MODEL
     from rr_fast.scoring.backends.torch_arrays import LOGIT_BUDGET
-    from rr_fast.scoring.backends.torch_crossing import FUSED_ATTENTION_SWITCH, fused_attention_available
+    from rr_fast.scoring.backends.torch_crossing import FUSED_ATTENTION_SWITCH, FUSED_SPANS, fused_attention_available
     from rr_fast.text.tokenizer import load_tokenizer
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
@@ -400,7 +416,10 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     corpus = inputs / "corpus.jsonl"
     result["corpus"] = {"documents": len(rows), "tokens": sum(counts)}
 
-    default = Chunker(preset="balanced", model=str(folder), backend="torch", device=device)
+    # the engine and cuts rows measure the fused kernel, which reads at most four spans: the default's head over its
+    # whole span; the default reads it within the chunk, on the explicit path (the balanced rows)
+    whole_span = str(whole_span_recipe(folder, scratch))
+    default = Chunker(preset="balanced", model=str(folder), recipe=whole_span, backend="torch", device=device)
     batch = default.scorer.batch_tokens
     if args.smoke and os.environ.get("TRITON_INTERPRET") == "1" and fused_attention_available():
         default = attention_path(default, fused=True)  # the fused kernel's rows, in Triton's interpreter on the CPU
@@ -411,12 +430,14 @@ def measure(args, inputs: Path, folder: Path, scratch: Path, begun: float, rando
     save("balanced", row(corpus, "balanced"))
     wall = result["balanced"]["wall_s"]
     backend = default.backend
-    fused = backend.fused_attention
+    fused = backend.fused_attention and len(default.scorer.spans) <= FUSED_SPANS
     explicit = None  # the default's configuration through the explicit probabilities, where it runs the fused kernel
     if fits("engine", 2 * wall):
         texts = [r["text"] for r in rows]
         result["engine"], engine_scores = engine_row(default, texts, device, shape, peak)
-        fused = backend.fused_attention  # False now if the kernel failed and the backend fell back (its notes say why)
+        # False if the kernel failed and the backend fell back (its notes say why), or if the reading asks for more
+        # spans than the kernel reads (then every pass ran the explicit path)
+        fused = backend.fused_attention and len(default.scorer.spans) <= FUSED_SPANS
         result["engine"]["attention"] = "fused kernel" if fused else "explicit probabilities"
         result["engine"]["backend_notes"] = list(backend.notes)
         save("engine")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 
 import pytest
@@ -24,6 +26,8 @@ def test_gpu_corpus_benchmark_smoke(tmp_path):
     assert result["balanced"]["errors"] == 0 and result["balanced"]["source_tokens"] > 0
     assert 0 < result["engine"]["fraction_of_peak"] and result["engine"]["flops"] > 0
     assert result["engine_x4"]["source_tokens"] == 4 * result["engine"]["source_tokens"]
+    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton"):
+        assert result["engine"]["attention"] == "fused kernel"  # the head over its whole span: the kernel's spans
 
 
 def test_against_commit_times_both_trees(tiny, tmp_path):
