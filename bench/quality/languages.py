@@ -22,14 +22,15 @@ either form's last part.
 
 Commands: ``python -m bench.quality.languages score [--model M] [--preset P] [--streams N] [--languages a,b]``
 scores the streams (cached per stream, as ``bench.quality.lengths`` caches them) and runs the peers, then
-``report`` with the same options prints the Markdown table. Outputs under bench/out/languages/:
+``report`` with the same options prints the Markdown table, the open count replayed as the product cuts now
+(``bench.quality.replay``). Outputs under bench/out/languages/:
 <model>-<preset>/<stream id>.npz, peers/<stream id>.npz (each peer's cuts and its size), report.json (the rows).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality import lengths
 from bench.quality.metrics import partition, record_spans
 from bench.quality.peers import langchain_recursive, semchunk_
+from bench.quality.replay import ProductCut
 from bench.quality.streams import Stream
 from rr_fast.clean_units import recovered_units
 
@@ -124,14 +126,15 @@ def run_peers(streams: Sequence[Stream], docs: dict, out: Path) -> None:
     log(f"peers: {len(todo)} streams run, {len(streams) - len(todo)} cached")
 
 
-def report(streams: Sequence[Stream], folder: Path, out: Path) -> list[dict]:
-    """One row per language with cached scores, then a mean row per dataset."""
+def report(streams: Sequence[Stream], folder: Path, out: Path, open_cut: Callable | None = None) -> list[dict]:
+    """One row per language with cached scores, then a mean row per dataset (``open_cut``:
+    ``lengths.stream_numbers``')."""
     rows = []
     for name in dict.fromkeys(s.domain for s in streams):
         numbers, peers = [], {p: [] for p in PEERS}
         for stream in (s for s in streams if s.domain == name and (folder / f"{s.id}.npz").exists()):
             with np.load(folder / f"{stream.id}.npz") as saved:
-                numbers.append(lengths.stream_numbers(stream, saved))
+                numbers.append(lengths.stream_numbers(stream, saved, open_cut))
             peer_file = out / "peers" / f"{stream.id}.npz"
             if peer_file.exists():
                 with np.load(peer_file) as saved:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
         if not args.no_peers:
             run_peers(streams, docs, args.out)
         return None
-    rows = report(streams, folder, args.out)
+    rows = report(streams, folder, args.out, ProductCut(args.model, args.preset))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps({"scores": str(folder), "rows": rows}, indent=1))
     print(lengths.markdown(rows, "language"))

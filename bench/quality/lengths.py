@@ -17,7 +17,8 @@ as the quality benchmark chains them), joined by one space; a record appears onc
 a band's first N streams do not depend on how many follow.
 
 Commands: ``python -m bench.quality.lengths score [--model M] [--preset P] [--streams N]`` (cached per stream: a run
-continues where one stopped), then ``report`` with the same options, which prints a Markdown table. ``--longer``:
+continues where one stopped), then ``report`` with the same options, which prints a Markdown table; its open count
+is the product's cut as it is now, replayed over the cached readouts (``bench.quality.replay``). ``--longer``:
 records of 400–800 tokens (three a stream), past the default ``max_tokens``, cut with ``max_tokens`` 1024 and
 ``target_tokens`` 512, what a user with such records sets; their own streams file and scores folder. Outputs under
 bench/out/lengths/: streams.jsonl (with each record's tokens); <model>-<preset>/<stream id>.npz (the edges' tokens
@@ -30,13 +31,14 @@ import argparse
 import json
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from bench.common import REPO_ROOT, ScorerOver, data_dir, log, save_npz
 from bench.quality.metrics import partition, record_spans
+from bench.quality.replay import ProductCut
 from bench.quality.streams import DOMAINS, Stream, build_streams, chain, concatenate, load_records, read_streams
 from rr_fast.clean_units import recovered_units
 from rr_fast.errors import RRFastError
@@ -173,18 +175,20 @@ def score_streams(
         log(f"{stream.id}: {scores.num_tokens} tokens, {len(chunks)} chunks, {seconds:.1f} s")
 
 
-def stream_numbers(stream: Stream, saved) -> dict:
+def stream_numbers(stream: Stream, saved, open_cut: Callable | None = None) -> dict:
     """One cached stream's records recovered (open count, count given; a count-given failure recovers none), counts,
-    and its edges' raw readout (the first saved) and join labels."""
+    and its edges' raw readout (the first saved) and join labels. ``open_cut``: the open count's cut from the cached
+    readouts (``bench.quality.replay.ProductCut``: the product's as it cuts now); None: the cut cached at scoring."""
     units, failed = record_spans(stream.records), bool(str(saved["given_error"]))
-    partitions = {k: partition(saved[f"{k}_cuts"], len(stream.text)) for k in ("open", "given")}
+    cuts = {"open": saved["open_cuts"] if open_cut is None else open_cut(saved), "given": saved["given_cuts"]}
+    partitions = {k: partition(cuts[k], len(stream.text)) for k in ("open", "given")}
     held = {k: recovered_units(stream.text, units, chunks) for k, chunks in partitions.items()}
     found = len(np.unique(saved["join"][saved["join"] >= 0]))
     return {
         **held,
         "given": held["given"] & (not failed),
         "given_failed": failed,
-        "chunks": len(saved["open_cuts"]) + 1,
+        "chunks": len(cuts["open"]) + 1,
         "tokens": int(saved["num_tokens"]),
         "over": int((saved["record_tokens"] > saved["max_tokens"]).sum()),
         "candidates": len(saved["edge_chars"]),
@@ -231,14 +235,21 @@ def markdown(rows: list[dict], first: str) -> str:
     return "\n".join(lines)
 
 
-def report(streams: Sequence[Stream], folder: Path, tokens: dict[str, list[int]], bands: dict = BANDS) -> list[dict]:
-    """A row per band from the cached streams, then the recovery of each band's records inside mixed streams."""
+def report(
+    streams: Sequence[Stream],
+    folder: Path,
+    tokens: dict[str, list[int]],
+    bands: dict = BANDS,
+    open_cut: Callable | None = None,
+) -> list[dict]:
+    """A row per band from the cached streams, then the recovery of each band's records inside mixed streams
+    (``open_cut``: ``stream_numbers``')."""
     rows, inside = [], {band: [] for band in BANDS}
     for name in stream_kinds(bands):
         numbers = []
         for stream in (s for s in streams if s.domain == name and (folder / f"{s.id}.npz").exists()):
             with np.load(folder / f"{stream.id}.npz") as saved:
-                numbers.append(stream_numbers(stream, saved))
+                numbers.append(stream_numbers(stream, saved, open_cut))
             for i, count in enumerate(tokens[stream.id] if name == "mixed" else []):
                 inside[in_band(count)].append((numbers[-1]["open"][i], numbers[-1]["given"][i]))
         rows.append(summarise(name, numbers))
@@ -293,7 +304,7 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
         by_kind.setdefault(stream.domain, []).append(stream)
     streams = [stream for kind in by_kind.values() for stream in kind[: args.streams]]  # a band's first N
     tokens = {row["id"]: row["tokens"] for row in map(json.loads, stream_file.read_text(encoding="utf-8").splitlines())}
-    rows = report(streams, folder, tokens, bands)
+    rows = report(streams, folder, tokens, bands, ProductCut(args.model, args.preset, limits))
     name = "report-longer.json" if args.longer else "report.json"
     (args.out / name).write_text(json.dumps({"scores": str(folder), "rows": rows, "limits": limits}, indent=1))
     print(markdown(rows, "band"))

@@ -33,6 +33,11 @@ never choose.
 - ``compare``: the reading (``--preset``'s) as the product cuts now, paired against the default's or, with
   ``--whole-span RHO``, against the same odds on the head read over its whole span at that ρ; writes
   compare-<model>[-<preset>]-<against>.json.
+- ``ceiling``: what calibration alone could reach with the reading's values, per band and per language: the product's
+  cut; the same utilities with the best ρ for each stream (0 to 1 in steps of 0.02, for probabilities and percentiles
+  alike: an oracle no calibration can beat with one ρ per text); the count given (percentiles, ``num_chunks`` = the
+  units); every candidate edge at a join cut and no other (what the candidates allow). Writes
+  ceiling-<model>[-<preset>].json.
 """
 
 from __future__ import annotations
@@ -50,20 +55,21 @@ from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import score_streams, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
+from bench.quality.replay import LIMITS, chunks_at, readout_values, utilities
 from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
 from rr_fast.scoring.readouts import by_chunk_length
-from rr_fast.segmentation.calibration import boundary_probability, utility
+from rr_fast.segmentation.calibration import utility
 from rr_fast.segmentation.dp import Limits, segment
 
 OUT = REPO_ROOT / "bench" / "out" / "odds"
 GRID = tuple(round(0.02 * i, 2) for i in range(2, 26))  # ρ against a probability: 0.04 .. 0.50
+CEILING_GRID = tuple(round(0.02 * i, 2) for i in range(51))  # the oracle's ρ per stream: 0 .. 1
 BANDS = ("short", "medium", "long", "mixed")
-LIMITS = ChunkerConfig().resolve().limits  # the product's default lengths, which every stream is cut with
+CEILINGS = ("product", "best ρ per stream", "count given", "candidates at joins")  # ``ceiling``'s arms
 RESAMPLES = 10_000  # the quality benchmark's domain-stratified stream bootstrap (bench.quality.metrics)
 LOSS_ALLOWED = 0.02  # how far a calibration measure may fall below today's percentiles: a unit or two of a band's 80
-BY_LENGTH = by_chunk_length("")  # the suffix of a part's values read within the chunk
 
 
 def cached(streams: list[Stream], folder: Path) -> list[tuple[Stream, dict]]:
@@ -94,13 +100,6 @@ def calibration_and_evaluation(
     }
 
 
-def readout_values(saved: dict) -> tuple[str, dict[str, np.ndarray]]:
-    """The cached reading's readout and its values: a combination's parts were saved in order (``attention+lr``);
-    a part read within the chunk (``within``) is among the values, not the readout's name."""
-    values = {key.removeprefix("readout_"): saved[key] for key in saved if key.startswith("readout_")}
-    return "+".join(name for name in values if not name.endswith(BY_LENGTH)), values
-
-
 def features(saved: dict) -> np.ndarray:
     name, values = readout_values(saved)
     return np.c_[values[name], utility(values, name)]
@@ -124,22 +123,7 @@ def chunks_of(
 ) -> list[tuple[int, int]]:
     """The stream's chunks (character spans) by the product's DP over its cached readouts, the utilities the odds'
     or percentiles (None); ``whole_span``: the odds on the head read over its whole span, not within the chunk."""
-    name, values = readout_values(saved)
-    if whole_span:
-        values = {key: value for key, value in values.items() if not key.endswith(BY_LENGTH)}
-    utilities = utility(values, name) if odds is None else boundary_probability(values, name, odds)
-    return chunks_at(stream, saved, utilities, rho, limits)
-
-
-def chunks_at(
-    stream: Stream, saved: dict, utilities: np.ndarray, rho: float, limits: Limits = LIMITS
-) -> list[tuple[int, int]]:
-    """The stream's chunks (character spans) by the product's DP with the given utilities at its cached edges. The
-    readouts do not depend on the length limits, so other ``limits`` replay the product's cut with them."""
-    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, limits, penalty=rho).cuts
-    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
-    bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
-    return list(zip(bounds, bounds[1:]))
+    return chunks_at(stream, saved, utilities(saved, odds, whole_span), rho, limits)
 
 
 def stream_outcome(stream: Stream, chunks: list[tuple[int, int]]) -> tuple[str, int, int, int]:
@@ -357,9 +341,58 @@ def compare(model: str, data: str | None, preset: str | None, whole_span_rho: fl
     return rows
 
 
+def stream_ceilings(stream: Stream, saved, odds: tuple | None, rho: float) -> dict[str, tuple[str, int, int, int]]:
+    """One stream's ``stream_outcome`` under each of ``CEILINGS``: the product's cut at ρ with the odds (None:
+    percentiles), the best ρ of ``CEILING_GRID`` for this stream, the count given, every candidate at a join."""
+    chosen = utilities(saved, odds)
+    by_rho = [stream_outcome(stream, chunks_at(stream, saved, chosen, r)) for r in CEILING_GRID]
+    given = dataclasses.replace(LIMITS, max_tokens=max(LIMITS.max_tokens, int(saved["num_tokens"])))
+    count = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities(saved, None, True), given, 0.0,
+                    num_chunks=len(stream.records)).cuts  # fmt: skip
+    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
+    found = {"product": stream_outcome(stream, chunks_at(stream, saved, chosen, rho))}
+    found["best ρ per stream"] = max(by_rho, key=lambda outcome: outcome[1])
+    for arm, cut in (("count given", count), ("candidates at joins", saved["edge_tokens"][saved["join"] >= 0])):
+        bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
+        found[arm] = stream_outcome(stream, list(zip(bounds, bounds[1:])))
+    return found
+
+
+def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
+    """The product's recovery beside three ceilings of its reading (``ceiling`` above), per band and language, the
+    languages' means and lowest per corpus."""
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
+    odds, rho = resolved.odds, resolved.reading.penalty
+    sets = calibration_and_evaluation(model, data, preset)
+    arms = CEILINGS
+    rows: dict = {"model": model, "preset": preset, "penalty": rho, "grid": CEILING_GRID}
+    for name in ("bands", "languages"):
+        found: dict[str, list] = {arm: [] for arm in arms}
+        for stream, saved in sets[name]:
+            for arm, outcome in stream_ceilings(stream, saved, odds, rho).items():
+                found[arm].append(outcome)
+        per_group = {arm: pooled(outcome) for arm, outcome in found.items()}
+        groups = BANDS if name == "bands" else sorted(per_group["product"])
+        rows[name] = {group: {arm: per_group[arm][group] for arm in arms} for group in groups}
+        if name == "languages":
+            for corpus in ("wmt24pp", "ud"):
+                members = [g for g in groups if g.startswith(corpus + "/")]
+                rows[name][f"mean {corpus}"] = {
+                    arm: (float(np.mean([per_group[arm][g][0] for g in members])),
+                          float(np.min([per_group[arm][g][0] for g in members])))
+                    for arm in arms
+                }  # fmt: skip
+    print("group | " + " | ".join(arms))
+    for name in ("bands", "languages"):
+        for group, by_arm in rows[name].items():
+            if name == "bands" or group.startswith("mean"):
+                print(f"{group} | " + " | ".join(f"{a:.3f} ({b:.2f})" for a, b in by_arm.values()))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho", "compare"))
+    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho", "compare", "ceiling"))
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
     parser.add_argument("--preset", default=None, choices=("balanced", "fast", "quality"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
@@ -387,6 +420,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         return within(args.model, args.data_dir)
     if args.step == "rho":
         return rho_only(args.model, args.data_dir, args.preset)
+    if args.step == "ceiling":
+        rows = ceiling(args.model, args.data_dir, args.preset)
+        suffix = f"-{args.preset}" if args.preset else ""
+        (OUT / f"ceiling-{args.model}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        return rows
     if args.step == "compare":
         rows = compare(args.model, args.data_dir, args.preset, args.whole_span)
         suffix = f"-{args.preset}" if args.preset else ""

@@ -131,6 +131,25 @@ def test_lengths_report_on_fake_scores(tmp_path):
     assert table.splitlines()[0].startswith("| band | streams |") and "| short | 1 | 6 |" in table
 
 
+def test_reports_replay_the_products_cut_over_the_cached_readouts(tmp_path):
+    """A report's open count is the product's cut as it is now (the recipe's odds over the cached readouts), not the
+    cut cached when the stream was scored; a reading with a companion model cannot be replayed and keeps its own."""
+    from bench.quality.replay import ProductCut
+
+    items = [(f"r{i}", "word " * (5 + i) + "end.") for i in range(6)]
+    stream = lengths.joined("short", 0, items)
+    _fake_scores(tmp_path, stream, [], [])  # cached: one chunk; the readout is high at the joins alone
+    cached = {r["band"]: r for r in lengths.report([stream], tmp_path, {})}
+    assert cached["short"]["recovery"] == 0.0 and cached["short"]["chunks_per_record"] == 1 / 6
+    now = ProductCut(None, None, {"min_tokens": 1, "target_tokens": 10})
+    assert now.odds is not None and now.replays
+    replayed = {r["band"]: r for r in lengths.report([stream], tmp_path, {}, open_cut=now)}
+    assert replayed["short"]["recovery"] == 1.0 and replayed["short"]["chunks_per_record"] == 1.0
+    with np.load(tmp_path / f"{stream.id}.npz") as saved:
+        assert now(saved).tolist() == [a for _, a, _ in stream.records[1:]]
+        assert ProductCut("smollm2-135m", "quality")(saved).tolist() == []  # blended with Gemma 3: the cached cut
+
+
 def test_languages_streams_and_report(tmp_path):
     data = tmp_path / "multilingual"
     data.mkdir()
@@ -219,6 +238,14 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
     assert odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5) == [("short", 0, 3, 1)]
     whole_span = odds.outcomes([(stream, within)], ((1.0,), 0.0, 0.0), 0.5, whole_span=True)
     assert whole_span == [("short", 3, 3, 3)]  # the same odds on the whole span's values, as before the reading
+
+    # the ceilings: at ρ 0.99 the probabilities (near 1 at the joins) pass nowhere, but the best ρ for the stream
+    # does; the count given and the candidates at the joins cut there too
+    found = odds.stream_ceilings(stream, saved, ((1.0,), 0.0, 0.0), 0.999)
+    assert found["product"] == ("short", 0, 3, 1) and set(found) == set(odds.CEILINGS)
+    assert all(found[arm] == ("short", 3, 3, 3) for arm in odds.CEILINGS[1:])
+    missed = saved | {"join": np.where(edges == 60, 0, -1)}  # the second join is no candidate: one unit is lost
+    assert odds.stream_ceilings(stream, missed, None, 0.9)["candidates at joins"] == ("short", 1, 3, 2)
 
 
 def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
