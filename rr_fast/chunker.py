@@ -220,12 +220,12 @@ class Chunker:
         return chunks, scores
 
     def _utilities(self, document: Document, values: dict[str, np.ndarray]) -> np.ndarray:
-        """What the DP weighs at each scored edge: the readout's boundary probabilities where the reading has odds and
-        the DP chooses how many cuts on text without structure (``segmentation.calibration``); else its percentiles,
-        blended with the companion model's where the reading has one (it reads the document's text with its own
-        tokenizer and edges)."""
-        odds = self.resolved.odds
-        if odds is not None and document.layout is None and self.config.num_chunks is None:
+        """What the DP weighs at each scored edge: the readout's boundary probabilities where the reading has odds, on
+        text without structure, when the DP chooses how many cuts or the odds serve a given number too
+        (``segmentation.calibration``); else its percentiles, blended with the companion model's where the reading has
+        one (it reads the document's text with its own tokenizer and edges)."""
+        odds, given = self.resolved.odds, self.config.num_chunks is not None
+        if odds is not None and document.layout is None and (not given or self.resolved.odds_given_count):
             return boundary_probability(values, self.reading.readout, odds)
         utilities = utility(values, self.reading.readout)
         if self.companion is None:

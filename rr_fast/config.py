@@ -181,7 +181,8 @@ class ChunkerConfig:
         notes = (note,) if note and asked.penalty is None else ()
         companion = self._companion(filled.companion, filled.step)
         weights = odds and (raw_weights(odds["raw"], chosen.parts), odds["percentile"], odds["bias"])
-        return Resolved(self, filled, notes, limits, scoring, companion, weights)
+        given_count = bool(odds and odds.get("given_count"))
+        return Resolved(self, filled, notes, limits, scoring, companion, weights, given_count)
 
     def _companion(self, model: str | None, step: int) -> Resolved | None:
         """The companion model (``Reading.companion``) with its own default reading on this reading's candidate step
@@ -333,6 +334,8 @@ class Resolved:
     # (``Recipe.odds_for``): open-count cuts on text without structure charge ρ against that probability, not against
     # the percentile
     odds: tuple[tuple[float, ...], float, float] | None = None
+    # the odds weigh the cuts of a given number of chunks too (their recipe's ``given_count``), not the percentiles
+    odds_given_count: bool = False
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""

@@ -1,6 +1,7 @@
 """Boundary odds (``Recipe.odds_for``): where a recipe has them for the reading, an open count on text without
 structure charges ρ against the probability that a unit starts at each edge, so the number of cuts follows the
-evidence; percentiles stay for a given number of chunks, text with structure and a reading with a companion."""
+evidence; a given number of chunks weighs them too where the recipe says so (``given_count``), else percentiles, which
+stay for text with structure and a reading with a companion."""
 
 from __future__ import annotations
 
@@ -62,6 +63,15 @@ def test_open_counts_on_plain_text_weigh_the_probability_and_the_rest_percentile
     counted = Chunker(**options, **limits, num_chunks=8)
     _, scores = counted.explain(plain)
     assert np.allclose(scores.utility, utility(scores.readouts, "rr"), equal_nan=True)
+    assert not counted.resolved.odds_given_count
+
+    recipe = json.loads(open(options["recipe"]).read())  # odds chosen to serve a given count too
+    recipe["odds"]["rr"]["24"]["8"]["given_count"] = True
+    open(options["recipe"], "w").write(json.dumps(recipe))
+    counted = Chunker(**options, **limits, num_chunks=8)
+    chunks, scores = counted.explain(plain)
+    assert counted.resolved.odds_given_count and len(chunks) == 8
+    assert np.allclose(scores.utility, boundary_probability(scores.readouts, "rr", odds), equal_nan=True)
 
     structured = "# Harvest\n\n" + make_texts(2)[0] + "\n\n# Storm\n\n" + make_texts(2)[1] + "\n"
     _, scores = chunker.explain(structured)
@@ -149,6 +159,10 @@ def test_odds_within_the_chunk_need_a_readout_that_can_be_read_so(tiny, tmp_path
     recipe["odds"]["rr"]["24"]["8"]["within_chunk"] = "yes"
     open(path, "w").write(json.dumps(recipe))
     with pytest.raises(UsageError, match="within_chunk must be true or false"):
+        ChunkerConfig(model=tiny, recipe=path, backend="torch").resolve()
+    recipe["odds"]["rr"]["24"]["8"] |= {"within_chunk": False, "given_count": 1}
+    open(path, "w").write(json.dumps(recipe))
+    with pytest.raises(UsageError, match="given_count must be true or false"):
         ChunkerConfig(model=tiny, recipe=path, backend="torch").resolve()
 
 

@@ -3,7 +3,7 @@ kernels interpreted and compiled (``rr_fast.kernels`` interprets a small problem
 
 import subprocess
 import sys
-from itertools import combinations
+from itertools import combinations, product
 from pathlib import Path
 
 import numpy as np
@@ -69,9 +69,10 @@ def test_open_count_matches_brute_force(seed):
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_open_count_by_chunk_length_matches_brute_force(seed):
+def test_by_chunk_length_matches_brute_force(seed):
     """Utilities [edges, lengths]: a cut's utility is the one for the length of the chunk it starts (column k for a
-    chunk of CHUNK_STEP · (k + 1) tokens or more, the last for any longer), and the DP finds the best such set."""
+    chunk of CHUNK_STEP · (k + 1) tokens or more, the last for any longer), and the DP finds the best such set, with
+    the count open and with it given."""
     rng = np.random.default_rng(500 + seed)
     n = int(rng.integers(20, 90))
     edges = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(1, 11))), replace=False))
@@ -94,8 +95,21 @@ def test_open_count_by_chunk_length_matches_brute_force(seed):
     assert value(got.cuts.tolist()) == pytest.approx(best)
     if sum(v > best - 1e-12 for v, _ in found) == 1:
         assert got.cuts.tolist() == next(c for v, c in found if v == best)
-    with pytest.raises(ValueError, match="one utility per edge"):
-        segment(n, edges, utilities, limits, penalty=penalty, num_chunks=2)
+
+    def given_value(cuts):  # the fixed count's objective: no penalty per cut
+        bounds = [0, *cuts, n]
+        gains = {c: utilities[list(edges).index(c), chunk_length_column(end - c, utilities.shape[1])]
+                 for c, end in zip(cuts, bounds[2:])}  # fmt: skip
+        return objective(cuts, n, gains, limits, 0.0)
+
+    for k in (2, 3):  # the count given: the best set of k - 1 cuts, each charged for the chunk it starts
+        found = [(v, list(c)) for c in combinations(edges.tolist(), k - 1) if (v := given_value(c)) is not None]
+        if found:
+            best = max(v for v, _ in found)
+            got = segment(n, edges, utilities, limits, penalty=penalty, num_chunks=k).cuts.tolist()
+            assert len(got) == k - 1 and given_value(got) == pytest.approx(best)
+            if sum(v > best - 1e-12 for v, _ in found) == 1:
+                assert got == next(c for v, c in found if v == best)
 
 
 def test_a_cut_is_charged_the_utility_of_the_chunk_it_starts():
@@ -182,9 +196,12 @@ def test_interpreted_and_compiled_kernels_agree_exactly(seed, kernel):
         assert interpreted_result[0] == compiled_result[0]  # the same float, not an approximation
         assert interpreted_result[1].tolist() == compiled_result[1].tolist()
     k = len(positions) // 40
-    for stretches in (False, True):
-        interpreted_result = dp.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02, stretches)
-        compiled_result = compiled.fixed_count(positions, gains, k, 16, 384, 192.0, 0.02, stretches)
+    by_length = np.c_[gains, 0.5 * gains, gains[::-1]]  # gains by the length of the chunk a cut starts
+    by_length[0] = 0.0
+    for stretches, (node_gains, step) in product((False, True), ((gains[:, None], 1), (by_length, 8))):
+        args = (k, 16, 384, 192.0, 0.02, stretches, positions, step)
+        interpreted_result = dp.fixed_count(positions, node_gains, *args)
+        compiled_result = compiled.fixed_count(positions, node_gains, *args)
         assert np.isfinite(compiled_result[0]) and interpreted_result[0] == compiled_result[0]
         assert interpreted_result[1].tolist() == compiled_result[1].tolist()
 

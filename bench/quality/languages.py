@@ -22,7 +22,7 @@ either form's last part.
 
 Commands: ``python -m bench.quality.languages score [--model M] [--preset P] [--streams N] [--languages a,b]``
 scores the streams (cached per stream, as ``bench.quality.lengths`` caches them) and runs the peers, then
-``report`` with the same options prints the Markdown table, the open count replayed as the product cuts now
+``report`` with the same options prints the Markdown table, both counts replayed as the product cuts now
 (``bench.quality.replay``). Outputs under bench/out/languages/:
 <model>-<preset>/<stream id>.npz, peers/<stream id>.npz (each peer's cuts and its size), report.json (the rows).
 """
@@ -30,7 +30,7 @@ scores the streams (cached per stream, as ``bench.quality.lengths`` caches them)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -126,15 +126,15 @@ def run_peers(streams: Sequence[Stream], docs: dict, out: Path) -> None:
     log(f"peers: {len(todo)} streams run, {len(streams) - len(todo)} cached")
 
 
-def report(streams: Sequence[Stream], folder: Path, out: Path, open_cut: Callable | None = None) -> list[dict]:
-    """One row per language with cached scores, then a mean row per dataset (``open_cut``:
+def report(streams: Sequence[Stream], folder: Path, out: Path, product: ProductCut | None = None) -> list[dict]:
+    """One row per language with cached scores, then a mean row per dataset (``product``:
     ``lengths.stream_numbers``')."""
     rows = []
     for name in dict.fromkeys(s.domain for s in streams):
         numbers, peers = [], {p: [] for p in PEERS}
         for stream in (s for s in streams if s.domain == name and (folder / f"{s.id}.npz").exists()):
             with np.load(folder / f"{stream.id}.npz") as saved:
-                numbers.append(lengths.stream_numbers(stream, saved, open_cut))
+                numbers.append(lengths.stream_numbers(stream, saved, product))
             peer_file = out / "peers" / f"{stream.id}.npz"
             if peer_file.exists():
                 with np.load(peer_file) as saved:

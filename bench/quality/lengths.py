@@ -18,7 +18,8 @@ a band's first N streams do not depend on how many follow.
 
 Commands: ``python -m bench.quality.lengths score [--model M] [--preset P] [--streams N]`` (cached per stream: a run
 continues where one stopped), then ``report`` with the same options, which prints a Markdown table; its open count
-is the product's cut as it is now, replayed over the cached readouts (``bench.quality.replay``). ``--longer``:
+and its count given are the product's cuts as it makes them now, replayed over the cached readouts
+(``bench.quality.replay``). ``--longer``:
 records of 400–800 tokens (three a stream), past the default ``max_tokens``, cut with ``max_tokens`` 1024 and
 ``target_tokens`` 512, what a user with such records sets; their own streams file and scores folder. Outputs under
 bench/out/lengths/: streams.jsonl (with each record's tokens); <model>-<preset>/<stream id>.npz (the edges' tokens
@@ -31,7 +32,7 @@ import argparse
 import json
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -175,12 +176,16 @@ def score_streams(
         log(f"{stream.id}: {scores.num_tokens} tokens, {len(chunks)} chunks, {seconds:.1f} s")
 
 
-def stream_numbers(stream: Stream, saved, open_cut: Callable | None = None) -> dict:
+def stream_numbers(stream: Stream, saved, product: ProductCut | None = None) -> dict:
     """One cached stream's records recovered (open count, count given; a count-given failure recovers none), counts,
-    and its edges' raw readout (the first saved) and join labels. ``open_cut``: the open count's cut from the cached
-    readouts (``bench.quality.replay.ProductCut``: the product's as it cuts now); None: the cut cached at scoring."""
+    and its edges' raw readout (the first saved) and join labels. ``product``: both counts' cuts from the cached
+    readouts, as the product cuts now (``bench.quality.replay.ProductCut``); None: the cuts cached at scoring."""
     units, failed = record_spans(stream.records), bool(str(saved["given_error"]))
-    cuts = {"open": saved["open_cuts"] if open_cut is None else open_cut(saved), "given": saved["given_cuts"]}
+    cuts = {"open": saved["open_cuts"], "given": saved["given_cuts"]}
+    if product is not None:
+        cuts = {"open": product(saved), "given": product.given(saved, len(units))}
+        failed = cuts["given"] is None
+        cuts["given"] = np.zeros(0, dtype=np.int64) if failed else cuts["given"]
     partitions = {k: partition(cuts[k], len(stream.text)) for k in ("open", "given")}
     held = {k: recovered_units(stream.text, units, chunks) for k, chunks in partitions.items()}
     found = len(np.unique(saved["join"][saved["join"] >= 0]))
@@ -240,16 +245,16 @@ def report(
     folder: Path,
     tokens: dict[str, list[int]],
     bands: dict = BANDS,
-    open_cut: Callable | None = None,
+    product: ProductCut | None = None,
 ) -> list[dict]:
     """A row per band from the cached streams, then the recovery of each band's records inside mixed streams
-    (``open_cut``: ``stream_numbers``')."""
+    (``product``: ``stream_numbers``')."""
     rows, inside = [], {band: [] for band in BANDS}
     for name in stream_kinds(bands):
         numbers = []
         for stream in (s for s in streams if s.domain == name and (folder / f"{s.id}.npz").exists()):
             with np.load(folder / f"{stream.id}.npz") as saved:
-                numbers.append(stream_numbers(stream, saved, open_cut))
+                numbers.append(stream_numbers(stream, saved, product))
             for i, count in enumerate(tokens[stream.id] if name == "mixed" else []):
                 inside[in_band(count)].append((numbers[-1]["open"][i], numbers[-1]["given"][i]))
         rows.append(summarise(name, numbers))

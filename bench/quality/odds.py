@@ -35,8 +35,8 @@ never choose.
   compare-<model>[-<preset>]-<against>.json.
 - ``ceiling``: what calibration alone could reach with the reading's values, per band and per language: the product's
   cut; the same utilities with the best ρ for each stream (0 to 1 in steps of 0.02, for probabilities and percentiles
-  alike: an oracle no calibration can beat with one ρ per text); the count given (percentiles, ``num_chunks`` = the
-  units); every candidate edge at a join cut and no other (what the candidates allow). Writes
+  alike: an oracle no calibration can beat with one ρ per text); the count given (``num_chunks`` = the units, as the
+  product weighs it); every candidate edge at a join cut and no other (what the candidates allow). Writes
   ceiling-<model>[-<preset>].json.
 """
 
@@ -55,13 +55,13 @@ from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import score_streams, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
-from bench.quality.replay import LIMITS, chunks_at, readout_values, utilities
+from bench.quality.replay import LIMITS, chunks_at, given_cut_chars, readout_values, utilities
 from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
 from rr_fast.scoring.readouts import by_chunk_length
 from rr_fast.segmentation.calibration import utility
-from rr_fast.segmentation.dp import Limits, segment
+from rr_fast.segmentation.dp import Limits
 
 OUT = REPO_ROOT / "bench" / "out" / "odds"
 GRID = tuple(round(0.02 * i, 2) for i in range(2, 26))  # ρ against a probability: 0.04 .. 0.50
@@ -149,15 +149,26 @@ def pooled(rows) -> dict[str, tuple[float, float]]:
     return {group: (s[0] / s[1], s[2] / s[1]) for group, s in sums.items()}
 
 
-def measures(sets: dict, odds: tuple | None, rho: float) -> dict[str, float]:
+def given_outcomes(data: list[tuple[Stream, dict]], odds: tuple | None) -> list[tuple[str, int, int, int]]:
+    """(group, units recovered, units, chunks) per stream cut into as many chunks as it has units, the utilities the
+    odds' (read as the product reads them) or percentiles (None); a count that does not fit recovers nothing."""
+    found = []
+    for stream, saved in data:
+        cut = given_cut_chars(saved, utilities(saved, odds), len(stream.records))
+        bounds = [0, *([] if cut is None else cut.tolist()), len(stream.text)]  # unfit: one chunk, no unit whole
+        found.append(stream_outcome(stream, list(zip(bounds, bounds[1:]))))
+    return found
+
+
+def measures(sets: dict, odds: tuple | None, rho: float, given: bool = False) -> dict[str, float]:
     """The calibration recoveries a reading is judged by: each band's, the WMT24++ and UD languages' means, the 45
-    streams' mean."""
-    bands = pooled(outcomes(sets["bands"], odds, rho))
-    languages = pooled(outcomes(sets["languages"], odds, rho))
+    streams' mean; ``given``: with the count given (``given_outcomes``; ρ then plays no part)."""
+    rows = (lambda data: given_outcomes(data, odds)) if given else (lambda data: outcomes(data, odds, rho))
+    bands, languages = pooled(rows(sets["bands"])), pooled(rows(sets["languages"]))
     found = {band: bands[band][0] for band in BANDS}
     for corpus in ("wmt24pp", "ud"):
         found[corpus] = float(np.mean([v[0] for k, v in languages.items() if k.startswith(corpus + "/")]))
-    found["streams"] = float(np.mean([held / units for _, held, units, _ in outcomes(sets["calibration"], odds, rho)]))
+    found["streams"] = float(np.mean([held / units for _, held, units, _ in rows(sets["calibration"])]))
     return found
 
 
@@ -341,20 +352,46 @@ def compare(model: str, data: str | None, preset: str | None, whole_span_rho: fl
     return rows
 
 
-def stream_ceilings(stream: Stream, saved, odds: tuple | None, rho: float) -> dict[str, tuple[str, int, int, int]]:
+def given(model: str, data: str | None, preset: str | None = None) -> dict:
+    """With the count given: the recipe's odds (read as the product reads them) against percentiles, on every
+    calibration measure and, paired, on the 45 and 60 streams. The odds serve a given count (the recipe's
+    ``given_count``) where no calibration measure falls more than LOSS_ALLOWED below the percentiles'."""
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
+    if resolved.odds is None:
+        raise SystemExit(f"{model} {preset or 'default'}: the recipe has no odds for this reading")
+    sets = calibration_and_evaluation(model, data, preset)
+    before, after = measures(sets, None, 0.0, given=True), measures(sets, resolved.odds, 0.0, given=True)
+    holds = all(after[k] >= before[k] - LOSS_ALLOWED for k in before)
+    rows: dict = {"model": model, "preset": preset, "percentiles": before, "odds": after, "holds": holds}
+    print("count given, percentiles → odds: " + ", ".join(f"{k} {before[k]:.3f} → {after[k]:.3f}" for k in before))
+    for name in ("calibration", "evaluation"):
+        indices = bootstrap_indices([stream.domain for stream, _ in sets[name]], RESAMPLES, seed=0)
+        x, y = (np.array([held / units for _, held, units, _ in given_outcomes(sets[name], odds)])
+                for odds in (None, resolved.odds))  # fmt: skip
+        rows[name] = {
+            "percentiles": interval(x, indices),
+            "odds": interval(y, indices),
+            "change": interval(y - x, indices),
+        }
+        print(f"{name} ({len(x)} streams): " + "; ".join(f"{k} {ci_text(v)}" for k, v in rows[name].items()))
+    print("the odds serve a given count" if holds else "a calibration measure falls: percentiles serve a given count")
+    return rows
+
+
+def stream_ceilings(
+    stream: Stream, saved, odds: tuple | None, rho: float, given_odds: tuple | None = None
+) -> dict[str, tuple[str, int, int, int]]:
     """One stream's ``stream_outcome`` under each of ``CEILINGS``: the product's cut at ρ with the odds (None:
-    percentiles), the best ρ of ``CEILING_GRID`` for this stream, the count given, every candidate at a join."""
+    percentiles), the best ρ of ``CEILING_GRID`` for this stream, the count given (``given_outcomes`` with
+    ``given_odds``, the product's for a given count), every candidate at a join."""
     chosen = utilities(saved, odds)
     by_rho = [stream_outcome(stream, chunks_at(stream, saved, chosen, r)) for r in CEILING_GRID]
-    given = dataclasses.replace(LIMITS, max_tokens=max(LIMITS.max_tokens, int(saved["num_tokens"])))
-    count = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities(saved, None, True), given, 0.0,
-                    num_chunks=len(stream.records)).cuts  # fmt: skip
-    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
     found = {"product": stream_outcome(stream, chunks_at(stream, saved, chosen, rho))}
     found["best ρ per stream"] = max(by_rho, key=lambda outcome: outcome[1])
-    for arm, cut in (("count given", count), ("candidates at joins", saved["edge_tokens"][saved["join"] >= 0])):
-        bounds = [0, *(chars[int(c)] for c in cut), len(stream.text)]
-        found[arm] = stream_outcome(stream, list(zip(bounds, bounds[1:])))
+    found["count given"] = given_outcomes([(stream, saved)], given_odds)[0]
+    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
+    bounds = [0, *(chars[int(c)] for c in saved["edge_tokens"][saved["join"] >= 0]), len(stream.text)]
+    found["candidates at joins"] = stream_outcome(stream, list(zip(bounds, bounds[1:])))
     return found
 
 
@@ -363,13 +400,14 @@ def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
     languages' means and lowest per corpus."""
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
     odds, rho = resolved.odds, resolved.reading.penalty
+    given_odds = odds if resolved.odds_given_count else None
     sets = calibration_and_evaluation(model, data, preset)
     arms = CEILINGS
     rows: dict = {"model": model, "preset": preset, "penalty": rho, "grid": CEILING_GRID}
     for name in ("bands", "languages"):
         found: dict[str, list] = {arm: [] for arm in arms}
         for stream, saved in sets[name]:
-            for arm, outcome in stream_ceilings(stream, saved, odds, rho).items():
+            for arm, outcome in stream_ceilings(stream, saved, odds, rho, given_odds).items():
                 found[arm].append(outcome)
         per_group = {arm: pooled(outcome) for arm, outcome in found.items()}
         groups = BANDS if name == "bands" else sorted(per_group["product"])
@@ -392,7 +430,7 @@ def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.odds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho", "compare", "ceiling"))
+    parser.add_argument("step", choices=("score", "fit", "report", "within", "rho", "compare", "given", "ceiling"))
     parser.add_argument("--model", default="gemma3-270m", help="gemma3-270m or smollm2-135m")
     parser.add_argument("--preset", default=None, choices=("balanced", "fast", "quality"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
@@ -420,6 +458,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         return within(args.model, args.data_dir)
     if args.step == "rho":
         return rho_only(args.model, args.data_dir, args.preset)
+    if args.step == "given":
+        rows = given(args.model, args.data_dir, args.preset)
+        suffix = f"-{args.preset}" if args.preset else ""
+        (OUT / f"given-{args.model}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        return rows
     if args.step == "ceiling":
         rows = ceiling(args.model, args.data_dir, args.preset)
         suffix = f"-{args.preset}" if args.preset else ""

@@ -6,10 +6,13 @@ them once), and the product's cut on text without structure is its DP over them 
 recipe's boundary odds where it has them, read within the chunk where the values by chunk length were cached, else
 within-document percentiles). The streams the length and language benchmarks build are flattened, one space or
 nothing between units: they have no structure, so the replay is the product's cut. A reading blended with a companion
-model (SmolLM2's ``quality``) cannot be replayed from one model's readouts: its cached cut stands.
+model (SmolLM2's ``quality``) cannot be replayed from one model's readouts: its cached cuts stand. With the count given,
+the product weighs the odds where its recipe says they serve a given count (``given_count``), else percentiles.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -47,6 +50,19 @@ def cut_chars(saved, utilities: np.ndarray, rho: float, limits: Limits = LIMITS)
     return np.array([chars[int(c)] for c in cut], dtype=np.int64)
 
 
+def given_cut_chars(saved, utilities: np.ndarray, num_chunks: int, limits: Limits = LIMITS) -> np.ndarray | None:
+    """The character offsets of the product's cuts into ``num_chunks`` chunks with these utilities, ``max_tokens``
+    lifted to the text's length (as ``bench.quality.lengths.score_streams`` asks, so that the count alone bounds the
+    chunks); None where the count does not fit the candidates and the limits."""
+    lifted = dataclasses.replace(limits, max_tokens=max(limits.max_tokens, int(saved["num_tokens"])))
+    try:
+        cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, lifted, 0.0, num_chunks).cuts
+    except ValueError:
+        return None
+    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
+    return np.array([chars[int(c)] for c in cut], dtype=np.int64)
+
+
 def chunks_at(
     stream: Stream, saved, utilities: np.ndarray, rho: float, limits: Limits = LIMITS
 ) -> list[tuple[int, int]]:
@@ -56,15 +72,23 @@ def chunks_at(
 
 
 class ProductCut:
-    """The open-count cut of one reading (``ChunkerConfig(model, preset, **options)``) over cached readouts."""
+    """The cuts of one reading (``ChunkerConfig(model, preset, **options)``) over cached readouts: the open count's
+    (calling it) and a given count's (``given``)."""
 
     def __init__(self, model: str | None, preset: str | None, options: dict | None = None):
         resolved = ChunkerConfig(preset=preset, **({"model": model} if model else {}), **(options or {})).resolve()
         self.odds, self.rho, self.limits = resolved.odds, resolved.reading.penalty, resolved.limits
+        self.given_odds = resolved.odds if resolved.odds_given_count else None
         self.replays = resolved.companion is None
 
     def __call__(self, saved) -> np.ndarray:
-        """The cut's character offsets: replayed, or the cached ones where the reading cannot be replayed."""
+        """The open count's character offsets: replayed, or the cached ones where the reading cannot be replayed."""
         if not self.replays:
             return np.asarray(saved["open_cuts"], dtype=np.int64)
         return cut_chars(saved, utilities(saved, self.odds), self.rho, self.limits)
+
+    def given(self, saved, num_chunks: int) -> np.ndarray | None:
+        """The cuts into ``num_chunks`` chunks (``given_cut_chars``), or the cached ones as ``__call__``."""
+        if not self.replays:
+            return None if str(saved["given_error"]) else np.asarray(saved["given_cuts"], dtype=np.int64)
+        return given_cut_chars(saved, utilities(saved, self.given_odds), num_chunks, self.limits)

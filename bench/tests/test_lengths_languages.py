@@ -143,10 +143,11 @@ def test_reports_replay_the_products_cut_over_the_cached_readouts(tmp_path):
     assert cached["short"]["recovery"] == 0.0 and cached["short"]["chunks_per_record"] == 1 / 6
     now = ProductCut(None, None, {"min_tokens": 1, "target_tokens": 10})
     assert now.odds is not None and now.replays
-    replayed = {r["band"]: r for r in lengths.report([stream], tmp_path, {}, open_cut=now)}
+    replayed = {r["band"]: r for r in lengths.report([stream], tmp_path, {}, product=now)}
     assert replayed["short"]["recovery"] == 1.0 and replayed["short"]["chunks_per_record"] == 1.0
     with np.load(tmp_path / f"{stream.id}.npz") as saved:
-        assert now(saved).tolist() == [a for _, a, _ in stream.records[1:]]
+        assert now(saved).tolist() == now.given(saved, 6).tolist() == [a for _, a, _ in stream.records[1:]]
+        assert now.given(saved, 60) is None  # more chunks than candidate edges: the count does not fit
         assert ProductCut("smollm2-135m", "quality")(saved).tolist() == []  # blended with Gemma 3: the cached cut
 
 

@@ -62,10 +62,16 @@ def fixed_count(
     target: float,
     lam: float,
     stretches: bool = False,
+    tokens: np.ndarray | None = None,
+    step: int = 1,
 ):
-    """Best segmentation into exactly ``num_chunks`` chunks (``dp.fixed_count``)."""
+    """Best segmentation into exactly ``num_chunks`` chunks (``dp.fixed_count``); ``gains``, ``tokens`` and ``step``
+    as in ``open_count``."""
     kernel = _kernel("fixed_count", num_chunks * (_steps(positions, max_len) + len(positions)))  # table, then path
-    return kernel(positions, gains, num_chunks, min_len, max_len, target, lam, stretches)
+    by_length = np.array(gains, dtype=np.float64).reshape(len(gains), -1)  # a copy: the start node's gains become 0
+    by_length[0] = 0.0
+    tokens = positions if tokens is None else np.ascontiguousarray(tokens, dtype=np.int64)
+    return kernel(positions, by_length, num_chunks, min_len, max_len, target, lam, stretches, tokens, step)
 
 
 def _kernel(name: str, steps: int):

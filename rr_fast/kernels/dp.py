@@ -83,9 +83,11 @@ def open_count(positions, gains, min_len, max_len, target, lam, stretches, token
     return best[last], out
 
 
-def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, stretches):
+def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, stretches, tokens, step):
     """Best segmentation into exactly ``num_chunks`` chunks (Eq. 4 of the paper).
 
+    gains, tokens, step: as in ``open_count`` (a cut's gain by the length of the chunk it starts, counted when the
+    chunk's end is picked; the start node's gains must be 0).
     The table is O(K * m); instead of a K * m back-pointer table the path is recovered by re-finding
     the best predecessor of each node on the final path, which costs one extra O(K * w) scan.
     stretches: as in ``open_count`` (the prunes by max_len are then off: a stretch may be longer).
@@ -93,7 +95,9 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, str
     """
     count = positions.shape[0]
     n = positions[count - 1]
-    table = np.full((num_chunks + 1, count), NEG_INF)
+    columns = gains.shape[1]
+    flat = gains[:, 0]
+    table = np.full((num_chunks + 1, count), NEG_INF)  # table[k, j]: k chunks end at node j, a cut at j not counted
     table[0, 0] = 0.0
     for k in range(1, num_chunks + 1):
         remaining = num_chunks - k
@@ -112,19 +116,21 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, str
                 lo += 1
             while hi < j and positions[hi] <= pj - min_len:
                 hi += 1
-            gain = gains[j] if j < count - 1 else 0.0
             top = NEG_INF
             first = j - 1 if stretches and pj - positions[j - 1] > max_len else lo
             for i in range(first, hi):
                 prev = table[k - 1, i]
                 if prev == NEG_INF:
                     continue
+                if columns == 1:
+                    gain = flat[i]
+                else:
+                    gain = gains[i, min(columns - 1, max(0, (tokens[j] - tokens[i]) // step - 1))]
                 z = (pj - positions[i] - target) / target
-                value = prev - lam * z * z
+                value = (prev + gain) - lam * z * z
                 if value > top:
                     top = value
-            if top > NEG_INF:
-                table[k, j] = top + gain
+            table[k, j] = top
     last = count - 1
     score = table[num_chunks, last]
     if score == NEG_INF:
@@ -134,8 +140,7 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, str
     node = last
     for k in range(num_chunks, 0, -1):
         pj = positions[node]
-        gain = gains[node] if node < count - 1 else 0.0
-        want = table[k, node] - gain
+        want = table[k, node]
         arg = -1
         best_gap = np.inf
         for i in range(node):
@@ -144,11 +149,16 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, str
             stretch = stretches and i == node - 1 and length > max_len
             if prev == NEG_INF or length < min_len or (length > max_len and not stretch):
                 continue
+            if columns == 1:
+                gain = flat[i]
+            else:
+                gain = gains[i, min(columns - 1, max(0, (tokens[node] - tokens[i]) // step - 1))]
             z = (length - target) / target
-            gap = abs(prev - lam * z * z - want)
+            gap = abs((prev + gain) - lam * z * z - want)
             if gap < best_gap:
                 best_gap = gap
                 arg = i
         node = arg
         out[k - 1] = node
     return score, out
+

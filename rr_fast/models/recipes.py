@@ -248,7 +248,7 @@ class Recipe:
 # the longest span a head may read: every full-pass row reads that far past its block (a billion would allocate that)
 MAX_SPAN = 1 << 16
 FIELDS = ("schema", "model", "about", "defaults", "penalties", "odds", "presets", "heads", "bundled")  # its keys
-ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "within_chunk", "fitted")  # an entry of ``odds``
+ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "within_chunk", "given_count", "fitted")  # of ``odds``
 DEFAULT_FIELDS = ("readout", "window", "skips", "step", "normalizer", "layer", "bfloat16")
 
 
@@ -318,9 +318,10 @@ def _checked_odds(entry: Any, where: str) -> dict[str, Any]:
         raw, dict) else _number(raw, f"{where}: raw")  # fmt: skip
     for key in ("percentile", "bias", "penalty"):
         checked[key] = _number(entry.get(key), f"{where}: {key}")
-    if not isinstance(within := entry.get("within_chunk", False), bool):
-        raise RecipeError(f"{where}: within_chunk must be true or false, got {shown(within)}")
-    checked |= {"within_chunk": True} if within else {}  # ρ chosen with the head read within each chunk: kept if true
+    for flag in ("within_chunk", "given_count"):  # read within each chunk; serving a given count too: kept if true
+        if not isinstance(value := entry.get(flag, False), bool):
+            raise RecipeError(f"{where}: {flag} must be true or false, got {shown(value)}")
+        checked |= {flag: True} if value else {}
     return checked | {"fitted": _text(entry.get("fitted", ""), f"{where}: fitted")}
 
 

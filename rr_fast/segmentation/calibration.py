@@ -3,10 +3,11 @@ where a model's recipe has them fitted, boundary probabilities.
 
 Each readout's values become percentiles in (0, 1] within their document, so one cut penalty ρ means the same thing
 for every readout, every model and every document; a combination of readouts is ranked by the sum of its parts'
-percentiles, then made percentiles again. Percentiles serve a given number of chunks and a writer's structure (the
-structure priors are added to them). On text without structure an open count cuts about a fixed share of the edges
-above ρ, so where the recipe has boundary odds for the reading (``boundary_probability``), those are the utilities
-instead and the count follows the evidence.
+percentiles, then made percentiles again. Percentiles serve a writer's structure (the structure priors are added to
+them) and a given number of chunks. On text without structure an open count cuts about a fixed share of the edges above
+ρ, so where the recipe has boundary odds for the reading (``boundary_probability``), those are the utilities instead
+and the count follows the evidence; where the recipe says they serve a given number of chunks too (``given_count``:
+chosen on calibration data), they do there as well.
 """
 
 from __future__ import annotations

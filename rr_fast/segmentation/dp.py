@@ -6,9 +6,9 @@ and every document. The DP maximises
     Σ_cuts (u(b) - ρ)  -  λ Σ_chunks ((len - T) / T)²        (open count, Appendix)
     Σ_cuts u(b)        -  λ Σ_chunks ((len - T) / T)²        (fixed count K, Eq. 4)
 
-subject to Lmin <= len <= Lmax, over the eligible edges only. In the open count a cut's utility may depend on the
-length of the chunk it starts (utilities [edges, lengths], ``calibration.boundary_probability`` of a reading within
-the chunk): u(b) is then the one for the chunk from b to the next cut.
+subject to Lmin <= len <= Lmax, over the eligible edges only. A cut's utility may depend on the length of the chunk it
+starts (utilities [edges, lengths], ``calibration.boundary_probability`` of a reading within the chunk): u(b) is then
+the one for the chunk from b to the next cut.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def segment(
     """Exact optimal cuts for one document.
 
     edges: sorted token edges (a cut before token e), 0 < e < num_tokens.
-    utilities: calibrated utility per edge (usually percentiles; higher prefers a cut); for the open count also
-        [edges, lengths]: by the length of the chunk the cut starts, in steps of ``readouts.CHUNK_STEP`` model tokens.
+    utilities: calibrated utility per edge (usually percentiles; higher prefers a cut), or [edges, lengths]: by the
+        length of the chunk the cut starts, in steps of ``readouts.CHUNK_STEP`` model tokens.
     penalty: ρ, charged per cut in the open-count objective (ignored when num_chunks is given).
     fallback_edges: every edge a cut may fall on (the clean edges), used at utility 0 only where the candidates
         cannot meet the limits (for example a long run of text with no word boundary). Without them such text
@@ -81,8 +81,6 @@ def segment(
     utilities = np.asarray(utilities, dtype=np.float64)
     if edges.shape != utilities.shape[:1] or utilities.ndim > 2:
         raise ValueError("edges and utilities must have the same length")
-    if utilities.ndim == 2 and num_chunks is not None:
-        raise ValueError("a given number of chunks takes one utility per edge")
     fallback = None if fallback_edges is None or not len(fallback_edges) else np.asarray(fallback_edges, np.int64)
     if num_chunks is not None:
         result = _fixed(num_tokens, edges, utilities, limits, num_chunks, positions, fallback)
@@ -179,6 +177,8 @@ def _fixed(num_tokens, edges, utilities, limits, num_chunks, positions, fallback
             float(limits.target_tokens),
             float(limits.length_weight),
             stretches,
+            node_edges,
+            CHUNK_STEP,
         )
         return node_edges[path[1:-1]] if np.isfinite(score) else None
 
