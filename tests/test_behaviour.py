@@ -5,7 +5,8 @@ chunk (offsets, token count, forced, inside, score) and every scored edge with i
 bundled sample, calibration streams of the quality benchmark (rebuilt from ``../shared/data/records`` by record
 id, so no data is copied here) and structured passages, on the default configuration, its lr teacher (the
 two-pass readout its head was distilled from, on the sample and one stream), and the ``fast`` and ``quality`` presets
-in float32 (bfloat16 rounds differently on other CPUs), and on a tiny random model with each readout and mode.
+in float32 (bfloat16 rounds differently on other CPUs), the default with the count given, and on a tiny random model
+with each readout and mode.
 Chunks must be identical; scores equal to float rounding.
 
 The record is rewritten only on purpose, after a change meant to alter results:
@@ -64,6 +65,7 @@ BUNDLED_CASES = {  # case: (text, options); the default configuration except for
     **{name: (name, {"readout": "lr", "dtype": "float32"}) for name in ("sample", "stream-fiqa")},
     "sample-fast": ("sample", {"preset": "fast", "dtype": "float32"}),
     "sample-quality": ("sample-opening", {"preset": "quality", "dtype": "float32"}),
+    "stream-fiqa-num-chunks": ("stream-fiqa", {"num_chunks": 4, "dtype": "float32"}),  # a count weighing the odds
 }
 TINY_CASES = {
     "tiny-rr": ("sample", {"readout": "rr"}),

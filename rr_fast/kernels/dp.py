@@ -7,9 +7,9 @@ nodes are sorted, the predecessors allowed by the hard limits ``Lmin <= p[j] - p
 contiguous range, found with two monotone pointers. That makes the open-count program O(m * w), where w is
 the number of candidates inside one Lmax span, and the fixed-count program O(K * m * w).
 
-In the open-count program a cut's gain may depend on the length of the chunk it starts (a reading of the text right
-of the cut over that chunk's own tokens, ``segmentation.calibration``): it is counted when the program picks the
-chunk's end, so each transition still looks at one predecessor and the program stays O(m * w).
+In both programs a cut's gain may depend on the length of the chunk it starts (a reading of the text right of the cut
+over that chunk's own tokens, ``segmentation.calibration``): it is counted when the program picks the chunk's end, so
+each transition still looks at one predecessor and the programs keep their cost.
 
 ``stretches``: a gap between two consecutive nodes that is longer than ``Lmax`` (a grapheme of many code points, a
 run of tokens with no clean cut) cannot be split, so with ``stretches`` such a gap may be one chunk on its own, and
@@ -161,4 +161,3 @@ def fixed_count(positions, gains, num_chunks, min_len, max_len, target, lam, str
         node = arg
         out[k - 1] = node
     return score, out
-
