@@ -33,6 +33,9 @@ never choose.
 - ``compare``: the reading (``--preset``'s) as the product cuts now, paired against the default's or, with
   ``--whole-span RHO``, against the same odds on the head read over its whole span at that ρ; writes
   compare-<model>[-<preset>]-<against>.json.
+- ``given``: with the count given (``num_chunks``), the recipe's odds against percentiles on every calibration measure
+  and, paired, on the 45 and 60 streams; the odds serve a given count (a recipe's ``given_count``) where no calibration
+  measure falls more than LOSS_ALLOWED below the percentiles'. Writes given-<model>[-<preset>].json.
 - ``ceiling``: what calibration alone could reach with the reading's values, per band and per language: the product's
   cut; the same utilities with the best ρ for each stream (0 to 1 in steps of 0.02, for probabilities and percentiles
   alike: an oracle no calibration can beat with one ρ per text); the count given (``num_chunks`` = the units, as the
@@ -55,7 +58,7 @@ from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import score_streams, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
-from bench.quality.replay import LIMITS, chunks_at, given_cut_chars, readout_values, utilities
+from bench.quality.replay import LIMITS, chars_of, chunks_at, given_cut_chars, readout_values, utilities
 from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
@@ -389,8 +392,7 @@ def stream_ceilings(
     found = {"product": stream_outcome(stream, chunks_at(stream, saved, chosen, rho))}
     found["best ρ per stream"] = max(by_rho, key=lambda outcome: outcome[1])
     found["count given"] = given_outcomes([(stream, saved)], given_odds)[0]
-    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
-    bounds = [0, *(chars[int(c)] for c in saved["edge_tokens"][saved["join"] >= 0]), len(stream.text)]
+    bounds = [0, *chars_of(saved, saved["edge_tokens"][saved["join"] >= 0]).tolist(), len(stream.text)]
     found["candidates at joins"] = stream_outcome(stream, list(zip(bounds, bounds[1:])))
     return found
 
@@ -402,25 +404,24 @@ def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
     odds, rho = resolved.odds, resolved.reading.penalty
     given_odds = odds if resolved.odds_given_count else None
     sets = calibration_and_evaluation(model, data, preset)
-    arms = CEILINGS
     rows: dict = {"model": model, "preset": preset, "penalty": rho, "grid": CEILING_GRID}
     for name in ("bands", "languages"):
-        found: dict[str, list] = {arm: [] for arm in arms}
+        found: dict[str, list] = {arm: [] for arm in CEILINGS}
         for stream, saved in sets[name]:
             for arm, outcome in stream_ceilings(stream, saved, odds, rho, given_odds).items():
                 found[arm].append(outcome)
         per_group = {arm: pooled(outcome) for arm, outcome in found.items()}
         groups = BANDS if name == "bands" else sorted(per_group["product"])
-        rows[name] = {group: {arm: per_group[arm][group] for arm in arms} for group in groups}
+        rows[name] = {group: {arm: per_group[arm][group] for arm in CEILINGS} for group in groups}
         if name == "languages":
             for corpus in ("wmt24pp", "ud"):
                 members = [g for g in groups if g.startswith(corpus + "/")]
                 rows[name][f"mean {corpus}"] = {
                     arm: (float(np.mean([per_group[arm][g][0] for g in members])),
                           float(np.min([per_group[arm][g][0] for g in members])))
-                    for arm in arms
+                    for arm in CEILINGS
                 }  # fmt: skip
-    print("group | " + " | ".join(arms))
+    print("group | " + " | ".join(CEILINGS))
     for name in ("bands", "languages"):
         for group, by_arm in rows[name].items():
             if name == "bands" or group.startswith("mean"):

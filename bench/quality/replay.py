@@ -1,5 +1,5 @@
-"""The product's open-count cut replayed over a stream's cached readouts, so that a benchmark's figures follow the
-product as it cuts now, not as it cut when the stream was scored.
+"""The product's cuts replayed over a stream's cached readouts, so that a benchmark's figures follow the product as it
+cuts now, not as it cut when the stream was scored.
 
 A stream's readouts do not depend on ρ, the odds or the length limits (``bench.quality.lengths.score_streams`` caches
 them once), and the product's cut on text without structure is its DP over them (``rr_fast.chunker.Chunker``: the
@@ -45,9 +45,7 @@ def utilities(saved, odds: tuple | None, whole_span: bool = False) -> np.ndarray
 def cut_chars(saved, utilities: np.ndarray, rho: float, limits: Limits = LIMITS) -> np.ndarray:
     """The character offsets of the product's DP's cuts with these utilities at the cached edges. The readouts do not
     depend on the length limits, so other ``limits`` replay the product's cut with them."""
-    cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, limits, penalty=rho).cuts
-    chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
-    return np.array([chars[int(c)] for c in cut], dtype=np.int64)
+    return chars_of(saved, segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, limits, rho).cuts)
 
 
 def given_cut_chars(saved, utilities: np.ndarray, num_chunks: int, limits: Limits = LIMITS) -> np.ndarray | None:
@@ -59,6 +57,11 @@ def given_cut_chars(saved, utilities: np.ndarray, num_chunks: int, limits: Limit
         cut = segment(int(saved["num_tokens"]), saved["edge_tokens"], utilities, lifted, 0.0, num_chunks).cuts
     except ValueError:
         return None
+    return chars_of(saved, cut)
+
+
+def chars_of(saved, cut: np.ndarray) -> np.ndarray:
+    """The character offsets of cuts at cached token edges."""
     chars = dict(zip(saved["edge_tokens"].tolist(), saved["edge_chars"].tolist()))
     return np.array([chars[int(c)] for c in cut], dtype=np.int64)
 
