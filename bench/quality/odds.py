@@ -39,8 +39,8 @@ never choose.
 - ``ceiling``: what calibration alone could reach with the reading's values, per band and per language: the product's
   cut; the same utilities with the best ρ for each stream (0 to 1 in steps of 0.02, for probabilities and percentiles
   alike: an oracle no calibration can beat with one ρ per text); the count given (``num_chunks`` = the units, as the
-  product weighs it); every candidate edge at a join cut and no other (what the candidates allow). Writes
-  ceiling-<model>[-<preset>].json.
+  product weighs it); every candidate edge at a join cut and no other (what the candidates allow); and the best one ρ
+  for each band and language. Writes ceiling-<model>[-<preset>].json.
 """
 
 from __future__ import annotations
@@ -383,10 +383,11 @@ def given(model: str, data: str | None, preset: str | None = None) -> dict:
 
 def stream_ceilings(
     stream: Stream, saved, odds: tuple | None, rho: float, given_odds: tuple | None = None
-) -> dict[str, tuple[str, int, int, int]]:
+) -> tuple[dict[str, tuple[str, int, int, int]], np.ndarray]:
     """One stream's ``stream_outcome`` under each of ``CEILINGS``: the product's cut at ρ with the odds (None:
     percentiles), the best ρ of ``CEILING_GRID`` for this stream, the count given (``given_outcomes`` with
-    ``given_odds``, the product's for a given count), every candidate at a join."""
+    ``given_odds``, the product's for a given count), every candidate at a join; and its units recovered at each ρ of
+    ``CEILING_GRID``."""
     chosen = utilities(saved, odds)
     by_rho = [stream_outcome(stream, chunks_at(stream, saved, chosen, r)) for r in CEILING_GRID]
     found = {"product": stream_outcome(stream, chunks_at(stream, saved, chosen, rho))}
@@ -394,22 +395,27 @@ def stream_ceilings(
     found["count given"] = given_outcomes([(stream, saved)], given_odds)[0]
     bounds = [0, *chars_of(saved, saved["edge_tokens"][saved["join"] >= 0]).tolist(), len(stream.text)]
     found["candidates at joins"] = stream_outcome(stream, list(zip(bounds, bounds[1:])))
-    return found
+    return found, np.array([held for _, held, _, _ in by_rho])
 
 
 def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
     """The product's recovery beside three ceilings of its reading (``ceiling`` above), per band and language, the
-    languages' means and lowest per corpus."""
+    languages' means and lowest per corpus; and the best one ρ for each band and language (pooled over its streams)."""
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
     odds, rho = resolved.odds, resolved.reading.penalty
     given_odds = odds if resolved.odds_given_count else None
     sets = calibration_and_evaluation(model, data, preset)
-    rows: dict = {"model": model, "preset": preset, "penalty": rho, "grid": CEILING_GRID}
+    rows: dict = {"model": model, "preset": preset, "penalty": rho, "grid": CEILING_GRID, "best ρ per group": {}}
     for name in ("bands", "languages"):
         found: dict[str, list] = {arm: [] for arm in CEILINGS}
+        held_by_rho: dict[str, np.ndarray] = {}
         for stream, saved in sets[name]:
-            for arm, outcome in stream_ceilings(stream, saved, odds, rho, given_odds).items():
+            outcomes_, held = stream_ceilings(stream, saved, odds, rho, given_odds)
+            for arm, outcome in outcomes_.items():
                 found[arm].append(outcome)
+            group = outcomes_["product"][0]
+            held_by_rho[group] = held_by_rho.get(group, 0) + held
+        rows["best ρ per group"] |= {g: CEILING_GRID[int(np.argmax(h))] for g, h in sorted(held_by_rho.items())}
         per_group = {arm: pooled(outcome) for arm, outcome in found.items()}
         groups = BANDS if name == "bands" else sorted(per_group["product"])
         rows[name] = {group: {arm: per_group[arm][group] for arm in CEILINGS} for group in groups}
@@ -426,6 +432,7 @@ def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
         for group, by_arm in rows[name].items():
             if name == "bands" or group.startswith("mean"):
                 print(f"{group} | " + " | ".join(f"{a:.3f} ({b:.2f})" for a, b in by_arm.values()))
+    print("best ρ per group: " + ", ".join(f"{g} {r:.2f}" for g, r in rows["best ρ per group"].items()))
     return rows
 
 

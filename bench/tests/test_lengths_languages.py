@@ -242,11 +242,12 @@ def test_odds_fit_recovers_a_logistic_and_the_dp_cuts_where_probabilities_pass_r
 
     # the ceilings: at ρ 0.99 the probabilities (near 1 at the joins) pass nowhere, but the best ρ for the stream
     # does; the count given and the candidates at the joins cut there too
-    found = odds.stream_ceilings(stream, saved, ((1.0,), 0.0, 0.0), 0.999)
+    found, held = odds.stream_ceilings(stream, saved, ((1.0,), 0.0, 0.0), 0.999)
     assert found["product"] == ("short", 0, 3, 1) and set(found) == set(odds.CEILINGS)
+    assert held.shape == (len(odds.CEILING_GRID),) and held.max() == 3 and held[-1] == 0  # ρ 1: no cut passes
     assert all(found[arm] == ("short", 3, 3, 3) for arm in odds.CEILINGS[1:])
     missed = saved | {"join": np.where(edges == 60, 0, -1)}  # the second join is no candidate: one unit is lost
-    assert odds.stream_ceilings(stream, missed, None, 0.9)["candidates at joins"] == ("short", 1, 3, 2)
+    assert odds.stream_ceilings(stream, missed, None, 0.9)[0]["candidates at joins"] == ("short", 1, 3, 2)
 
 
 def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
