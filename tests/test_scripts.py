@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rr_fast.models.names import resolve
-from rr_fast.text.edges import CJK_SENTENCE_END, CLOSERS, SENTENCE_END, candidate_edges, cut_chars, ends_sentence
+from rr_fast.text.edges import (
+    CJK_SENTENCE_END,
+    CLOSERS,
+    SENTENCE_END,
+    candidate_edges,
+    closes_before_capital,
+    cut_chars,
+    ends_sentence,
+)
 from rr_fast.text.tokenizer import load_tokenizer
 from rr_fast.text.tokens import Tokens, tokenize
 
@@ -36,6 +44,7 @@ SENTENCES = {
     "arabic question mark": ("كيف حالك اليوم يا صديقي؟", "أنا بخير والحمد لله."),
     "urdu full stop": ("یہ میری نئی کتاب ہے۔", "وہ اس کا پرانا قلم ہے۔"),
     "armenian full stop": ("Ես այսօր տուն եմ գնում։", "Դու որտեղ ես ապրում։"),
+    "armenian full stop typed as a colon": ("Ես այսօր տուն եմ գնում:", "Դու որտեղ ես ապրում:"),
     "ethiopic full stop": ("ዛሬ ወደ ገበያ እሄዳለሁ።", "አንተ የት ትሄዳለህ።"),
     "myanmar section": ("ကျွန်တော်ကျောင်းသွားတယ်။", "Ko Ko is at home."),
 }
@@ -130,12 +139,21 @@ def test_english_candidates_are_unchanged(tokenizer, step):
     assert candidates(tokenizer, ENGLISH, step) == ENGLISH_CANDIDATES[step]
 
 
+def test_a_unit_ending_in_a_quotation_or_an_aside_is_a_candidate(tokenizer):
+    """A closer, a space and a capital letter: records without a final mark often end so. A colon before a capital is
+    not enough (a label: `Methods: We ...`), nor a closer before a lower-case word."""
+    text = 'They said "We are on the surface" About to bake (see below) Then it rose. Methods: We ran (once) and went.'
+    cuts = candidates(tokenizer, text)
+    assert text.index("About") in cuts and text.index("Then") in cuts
+    assert text.index("We ran") not in cuts and text.index("and went") not in cuts
+
+
 # The rules for unspaced scripts, per edge, over an alphabet whose classes are written out here (not looked up)
 UNSPACED_LETTERS = set("กข\u0e48文字かー")  # Thai letters and a tone mark, Han, a kana and the prolonged sound mark
 PHRASED_LETTERS = set("กข\u0e48")  # Thai: a space beside its letters is always kept
 OPENS = set("「（(")
 ATTACHES = set("。、」）).!\"' \u3000\n")
-ALPHABET = sorted(UNSPACED_LETTERS | OPENS | ATTACHES | set("a1é"))
+ALPHABET = sorted(UNSPACED_LETTERS | OPENS | ATTACHES | set("a1éA"))
 
 
 def candidate_edges_loop(text: str, tokens: Tokens, step: int) -> list[int]:
@@ -151,7 +169,10 @@ def candidate_edges_loop(text: str, tokens: Tokens, step: int) -> list[int]:
         beside_unspaced = text[cut - 1] in UNSPACED_LETTERS or text[cut] in UNSPACED_LETTERS
         word[e] = bool(gap and gap.isspace() or after_space)
         word[e] |= beside_unspaced and text[cut - 1] not in OPENS and text[cut] not in ATTACHES
-        sentence[e] = ends_sentence(text, cut) if word[e] else text[cut - 1] in CJK_SENTENCE_END
+        if word[e]:
+            sentence[e] = ends_sentence(text, cut) or closes_before_capital(text, cut)
+        else:
+            sentence[e] = text[cut - 1] in CJK_SENTENCE_END
         if after_space:
             i = cut
             while i > 0 and text[i - 1].isspace():

@@ -12,6 +12,7 @@ from rr_fast.text.edges import (
     CLOSERS,
     WHITESPACE,
     candidate_edges,
+    closes_before_capital,
     cut_chars,
     ends_sentence,
     grapheme_boundaries,
@@ -47,7 +48,7 @@ def candidate_edges_loop(text: str, tokens: Tokens, step: int) -> np.ndarray:
         gap = text[int(tokens.ends[e - 1]) : cut]
         if gap and gap.isspace() or (cut > 0 and text[cut - 1].isspace()):
             word[e] = True
-            sentence[e] = ends_sentence(text, cut)
+            sentence[e] = ends_sentence(text, cut) or closes_before_capital(text, cut)
         elif cut > 0 and text[cut - 1] in CJK_SENTENCE_END:
             sentence[e] = True
     keep = sentence.copy()
@@ -58,8 +59,10 @@ def candidate_edges_loop(text: str, tokens: Tokens, step: int) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-# the characters the rules look at, and some they must pass over
-ALPHABET = list("ab .!?\"')\r\n\t") + ["\u3000", "\u00a0", "。", "」", "…", "\u0301", "\U0001f1eb", "\u200d", "é"]
+# the characters the rules look at (a capital after a closer, a colon after an Armenian letter), and some they must
+# pass over
+ALPHABET = list("abA .!?:\"')\r\n\t") + ["Ա", "\u3000", "\u00a0", "。", "」", "…", "\u0301", "\U0001f1eb", "\u200d"]
+ALPHABET.append("é")
 
 
 @st.composite

@@ -146,13 +146,15 @@ def score_streams(
     streams: Sequence[Stream], folder: Path, model: str | None, preset: str | None, limits: dict | None = None
 ) -> None:
     """Each stream's edges, readouts, utilities, join labels, records' model tokens and cuts (open count, count
-    given) into folder/<stream id>.npz; ``limits``: the product's length options where not its defaults."""
+    given) into folder/<stream id>.npz; ``limits``: the product's length options where not its defaults. A cached
+    stream whose edges are not the product's candidates now (a change to the candidate rules) is scored again, so the
+    reports' replays weigh the edges the product weighs."""
     from rr_fast import Chunker
 
-    todo = [s for s in streams if not (folder / f"{s.id}.npz").exists()]
-    log(f"{len(streams) - len(todo)} of {len(streams)} streams cached in {folder}")
     options = {"preset": preset, **({"model": model} if model else {}), **(limits or {})}
-    chunker = Chunker(scorer=SharedScores, **options) if todo else None
+    chunker = Chunker(scorer=SharedScores, **options)
+    todo = [s for s in streams if not current(folder / f"{s.id}.npz", chunker, s.text)]
+    log(f"{len(streams) - len(todo)} of {len(streams)} streams cached in {folder}")
     for stream in todo:
         started = time.perf_counter()
         chunks, scores = chunker.explain(stream.text)
@@ -174,6 +176,16 @@ def score_streams(
         folder.mkdir(parents=True, exist_ok=True)
         save_npz(folder / f"{stream.id}.npz", seconds=np.float64(seconds), **arrays)
         log(f"{stream.id}: {scores.num_tokens} tokens, {len(chunks)} chunks, {seconds:.1f} s")
+
+
+def current(path: Path, chunker, text: str) -> bool:
+    """Is the stream cached at ``path`` with the candidate edges the product gives its text now?"""
+    if not path.exists():
+        return False
+    with np.load(path) as saved:
+        cached = saved["edge_chars"]
+    (document,) = chunker.preparer.prepare([text], "raise", [])
+    return np.array_equal(cached, document.scored.chars)
 
 
 def stream_numbers(stream: Stream, saved, product: ProductCut | None = None) -> dict:

@@ -48,10 +48,11 @@ class CachedEngine(ScorerOver):
         if missing:
             self.misses += len(missing)
             values = self.scorer.score(ids, np.asarray(missing, dtype=np.int64), progress)
-            for i, edge in enumerate(missing):
-                known[str(edge)] = {name: float(v[i]) for name, v in values.items()}
+            for i, edge in enumerate(missing):  # a value read within the chunk is one per chunk length: a list
+                known[str(edge)] = {name: v[i].tolist() for name, v in values.items()}
             self.save()
-        return {name: np.array([known[k][name] for k in keys], dtype=np.float64) for name in self.names}
+        names = known[keys[0]].keys() if keys else self.names  # the readouts' values, and any read within the chunk
+        return {name: np.array([known[k][name] for k in keys], dtype=np.float64) for name in names}
 
     def save(self) -> None:
         """Write the cache, keeping what another engine on the same file (``score`` runs one per structure

@@ -14,6 +14,7 @@ from bench.structure.data import Document, wiki50
 from bench.structure.report import chunk_starts, gold_masses, methods, sentence_masses
 from bench.structure.scoring import NotCached, cached_chunker, describe, scored_model, scored_options
 from rr_fast import ChunkerConfig, Limits
+from rr_fast.scoring.readouts import by_chunk_length
 
 TEXT = "## One\nFirst sentence.\nSecond one.\n\n## Two\nThird here.\nFourth.\n"
 SENTENCES = (0, TEXT.index("Second"), TEXT.index("## Two"), TEXT.index("Fourth"))  # where each sentence starts
@@ -77,3 +78,15 @@ def test_a_product_configuration_scores_into_its_own_cache_and_replays_strictly(
         replay.chunk(TEXT + "Fifth line.\n")
     plain = cached_chunker(tmp_path, None, "cpu", "auto", limits, strict=True, constant=True, config="smollm2")
     assert TEXT.index("## Two") in chunk_starts(TEXT, [c.start for c in plain.chunk(TEXT)[1:]])
+
+
+def test_the_default_read_within_the_chunk_is_cached_and_replayed(tmp_path):
+    """The default reads its head within the chunk on text without structure: the cache keeps its value at every chunk
+    length beside the whole span's, and the strict replay cuts as the run that filled it did."""
+    limits, flat = Limits(4, 32, 16, 0.02), "First sentence here. Second one follows it. Third is here now. Fourth one."
+    filling = cached_chunker(tmp_path, None, "cpu", "none", limits, config="default")
+    first = [(c.start, c.end) for c in filling.chunk(flat)]
+    (entry,) = json.loads((tmp_path / "scores_default.json").read_text()).values()
+    assert entry and all(len(values[by_chunk_length("attention")]) == 16 for values in entry.values())
+    replay = cached_chunker(tmp_path, None, "cpu", "none", limits, strict=True, config="default")
+    assert [(c.start, c.end) for c in replay.chunk(flat)] == first and replay.scorer.misses == 0

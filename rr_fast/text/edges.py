@@ -42,6 +42,8 @@ CJK_SENTENCE_END = frozenset(
 CLOSERS = frozenset("\"'”’»“‘«)]}」』）】")
 # In markup, emphasis and code marks close a sentence too (`**Done.**`): what structure.py reads lines with
 MARKUP_CLOSERS = CLOSERS | frozenset("*_`")
+# Armenian's full stop ։ is commonly typed as a colon: after an Armenian letter, a colon ends a sentence
+ARMENIAN_LETTERS = (0x0531, 0x0587)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,15 @@ WHITESPACE = frozenset(
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
     "\u200a\u2028\u2029\u202f\u205f\u3000"
 )
+
+
+def _final_marks(points: np.ndarray) -> np.ndarray:
+    """Which characters end a sentence: a final mark (``SENTENCE_END``), or a colon after an Armenian letter."""
+    marks = _members(points, SENTENCE_END)
+    colon = np.flatnonzero(points[1:] == ord(":")) + 1
+    before = points[colon - 1]
+    marks[colon[(before >= ARMENIAN_LETTERS[0]) & (before <= ARMENIAN_LETTERS[1])]] = True
+    return marks
 
 
 def _members(points: np.ndarray, chars: frozenset[str]) -> np.ndarray:
@@ -195,9 +206,10 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     ends are always kept. A word boundary is whitespace before the cut or, in scripts written without spaces
     between words (Thai, Lao, Khmer, Myanmar, Chinese, Japanese), an edge beside one of their letters that leaves
     punctuation with its word: there the tokenizer's edges are the only word boundaries the text shows. A sentence
-    ends at a word boundary after a final mark of any script (``SENTENCE_END``) and its closers, or right after an
-    East Asian one (``CJK_SENTENCE_END``); and in Thai, Lao, Khmer and Myanmar, whose sentences may end with a
-    space alone, every space beside one of their letters is kept. Candidates are clean edges: ``clean``
+    ends at a word boundary after a final mark of any script (``SENTENCE_END``, and a colon after an Armenian letter)
+    and its closers, or right after an East Asian one (``CJK_SENTENCE_END``); a unit may end at a capital letter after
+    a closer and a space (``closes_before_capital``); and in Thai, Lao, Khmer and Myanmar, whose sentences may end with
+    a space alone, every space beside one of their letters is kept. Candidates are clean edges: ``clean``
     (``clean_edges``), where the caller has them.
     """
     if step < 1:
@@ -215,8 +227,15 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     # ends_sentence at each cut: back over whitespace, then over closers, then a sentence-final mark?
     spaced = _end_of_last_before(~space)[cut]
     final = _end_of_last_before(~_members(points, CLOSERS))[spaced]
-    ends_one = (final > 0) & _members(points, SENTENCE_END)[np.maximum(final - 1, 0)]
+    ends_one = (final > 0) & _final_marks(points)[np.maximum(final - 1, 0)]
     cjk_end = (cut > 0) & _members(points, CJK_SENTENCE_END)[np.maximum(cut - 1, 0)]  # no space follows them
+    # a closer with no final mark before it, then whitespace and a capital letter: a unit that ends in a quotation
+    # or an aside (`... "We are transmitting" About to ...`); the readout decides, as after an abbreviation's stop
+    closed = (spaced > 0) & (spaced < cut) & (cut < len(points)) & ~ends_one
+    closed &= _members(points, CLOSERS)[np.maximum(spaced - 1, 0)]
+    if closed.any():
+        distinct, index = np.unique(points[cut[closed]], return_inverse=True)
+        closed[closed] = np.array([_capital(chr(point)) for point in distinct])[index]
     phrase = np.zeros(len(edges), dtype=bool)
     unspaced, phrased, opens, attaches = _unspaced_classes(points)
     if unspaced.any():
@@ -229,7 +248,7 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     word = np.zeros(len(tokens), dtype=bool)
     sentence = np.zeros(len(tokens), dtype=bool)
     word[edges] = is_word
-    sentence[edges] = np.where(is_word, ends_one, cjk_end) | phrase
+    sentence[edges] = np.where(is_word, ends_one | closed, cjk_end) | phrase
     keep = sentence.copy()
     word_edges = np.flatnonzero(word)
     if word_edges.size:
@@ -255,7 +274,21 @@ def ends_sentence(text: str, stop: int, closers: frozenset[str] = CLOSERS) -> bo
         i -= 1
     while i > 0 and text[i - 1] in closers:
         i -= 1
-    return i > 0 and text[i - 1] in SENTENCE_END
+    armenian_stop = i > 1 and text[i - 1] == ":" and ARMENIAN_LETTERS[0] <= ord(text[i - 2]) <= ARMENIAN_LETTERS[1]
+    return i > 0 and text[i - 1] in SENTENCE_END or armenian_stop
+
+
+def closes_before_capital(text: str, cut: int) -> bool:
+    """Is ``cut`` at a capital letter after whitespace after a closing quote or bracket with no final mark before it?
+    The reference for the array rule in ``candidate_edges``."""
+    i = cut
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return 0 < i < cut < len(text) and text[i - 1] in CLOSERS and not ends_sentence(text, i) and _capital(text[cut])
+
+
+def _capital(char: str) -> bool:
+    return char.isupper() or char.istitle()
 
 
 def lone_surrogate(text: str) -> int | None:
