@@ -42,8 +42,9 @@ CJK_SENTENCE_END = frozenset(
 CLOSERS = frozenset("\"'”’»“‘«)]}」』）】")
 # In markup, emphasis and code marks close a sentence too (`**Done.**`): what structure.py reads lines with
 MARKUP_CLOSERS = CLOSERS | frozenset("*_`")
-# Armenian's full stop ։ is commonly typed as a colon: after an Armenian letter, a colon ends a sentence
-ARMENIAN_LETTERS = (0x0531, 0x0587)
+# Armenian's full stop ։ is commonly typed as a colon: after an Armenian letter, a colon ends a sentence (the range
+# holds the alphabet's letters and the few marks between its capitals and small letters)
+ARMENIAN_LETTERS = (0x0531, 0x0588)
 
 
 @dataclass(frozen=True)
