@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -258,3 +259,19 @@ def test_a_cached_combination_is_read_as_the_readout_it_was_scored_with():
     name, values = odds.readout_values(saved)
     assert name == "attention+lr" and list(values) == ["attention", "lr"]
     assert odds.readout_values({"readout_attention": np.ones(3)})[0] == "attention"
+
+
+def test_a_cached_stream_is_current_only_with_the_product_s_candidates(tmp_path):
+    """score_streams scores a cached stream again when the candidate rules have changed since it was cached."""
+    items = [(f"r{i}", "word " * (5 + i) + "end.") for i in range(3)]
+    stream = lengths.joined("short", 0, items)
+    _fake_scores(tmp_path, stream, [], [])
+    cached = np.load(tmp_path / f"{stream.id}.npz")["edge_chars"]
+
+    def chunker(chars):
+        prepared = SimpleNamespace(scored=SimpleNamespace(chars=np.asarray(chars)))
+        return SimpleNamespace(preparer=SimpleNamespace(prepare=lambda texts, errors, failed: iter([prepared])))
+
+    assert lengths.current(tmp_path / f"{stream.id}.npz", chunker(cached), stream.text)
+    assert not lengths.current(tmp_path / f"{stream.id}.npz", chunker(cached[1:]), stream.text)
+    assert not lengths.current(tmp_path / "missing.npz", chunker(cached), stream.text)
