@@ -140,12 +140,15 @@ def test_english_candidates_are_unchanged(tokenizer, step):
 
 
 def test_a_unit_ending_in_a_quotation_or_an_aside_is_a_candidate(tokenizer):
-    """A closer, a space and a capital letter: records without a final mark often end so. A colon before a capital is
-    not enough (a label: `Methods: We ...`), nor a closer before a lower-case word."""
+    """A word's closer, a space and a capital letter: records without a final mark often end so. A colon before a
+    capital is not enough (a label: `Methods: We ...`), nor a closer before a lower-case word, nor a quote or bracket
+    after a space, which opens (text spaced as WikiText: `the " Nameless " Legion`)."""
     text = 'They said "We are on the surface" About to bake (see below) Then it rose. Methods: We ran (once) and went.'
     cuts = candidates(tokenizer, text)
     assert text.index("About") in cuts and text.index("Then") in cuts
     assert text.index("We ran") not in cuts and text.index("and went") not in cuts
+    spaced = 'It follows the " Nameless " Legion and the ( Second ) Army into the hills'
+    assert candidates(tokenizer, spaced) == []
 
 
 # The rules for unspaced scripts, per edge, over an alphabet whose classes are written out here (not looked up)

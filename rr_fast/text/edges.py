@@ -209,8 +209,8 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     punctuation with its word: there the tokenizer's edges are the only word boundaries the text shows. A sentence
     ends at a word boundary after a final mark of any script (``SENTENCE_END``, and a colon after an Armenian letter)
     and its closers, or right after an East Asian one (``CJK_SENTENCE_END``); a unit may end at a capital letter after
-    a closer and a space (``closes_before_capital``); and in Thai, Lao, Khmer and Myanmar, whose sentences may end with
-    a space alone, every space beside one of their letters is kept. Candidates are clean edges: ``clean``
+    a word's closer and a space (``closes_before_capital``); and in Thai, Lao, Khmer and Myanmar, whose sentences may
+    end with a space alone, every space beside one of their letters is kept. Candidates are clean edges: ``clean``
     (``clean_edges``), where the caller has them.
     """
     if step < 1:
@@ -230,10 +230,11 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     final = _end_of_last_before(~_members(points, CLOSERS))[spaced]
     ends_one = (final > 0) & _final_marks(points)[np.maximum(final - 1, 0)]
     cjk_end = (cut > 0) & _members(points, CJK_SENTENCE_END)[np.maximum(cut - 1, 0)]  # no space follows them
-    # a closer with no final mark before it, then whitespace and a capital letter: a unit that ends in a quotation
-    # or an aside (`... "We are transmitting" About to ...`); the readout decides, as after an abbreviation's stop
-    closed = (spaced > 0) & (spaced < cut) & (cut < len(points)) & ~ends_one
-    closed &= _members(points, CLOSERS)[np.maximum(spaced - 1, 0)]
+    # a closer right after a word, with no final mark before it, then whitespace and a capital letter: a unit that
+    # ends in a quotation or an aside (`... "We are transmitting" About to ...`); the readout decides, as after an
+    # abbreviation's stop. A quote or bracket after a space opens (`the " Nameless " Legion`, text spaced as WikiText)
+    closed = (spaced > 1) & (spaced < cut) & (cut < len(points)) & ~ends_one
+    closed &= _members(points, CLOSERS)[np.maximum(spaced - 1, 0)] & ~space[np.maximum(spaced - 2, 0)]
     if closed.any():
         distinct, index = np.unique(points[cut[closed]], return_inverse=True)
         closed[closed] = np.array([_capital(chr(point)) for point in distinct])[index]
@@ -280,12 +281,13 @@ def ends_sentence(text: str, stop: int, closers: frozenset[str] = CLOSERS) -> bo
 
 
 def closes_before_capital(text: str, cut: int) -> bool:
-    """Is ``cut`` at a capital letter after whitespace after a closing quote or bracket with no final mark before it?
-    The reference for the array rule in ``candidate_edges``."""
+    """Is ``cut`` at a capital letter after whitespace after a closing quote or bracket that follows a word, with no
+    final mark before it? The reference for the array rule in ``candidate_edges``."""
     i = cut
     while i > 0 and text[i - 1].isspace():
         i -= 1
-    return 0 < i < cut < len(text) and text[i - 1] in CLOSERS and not ends_sentence(text, i) and _capital(text[cut])
+    closes = 1 < i < cut < len(text) and text[i - 1] in CLOSERS and not text[i - 2].isspace()
+    return closes and not ends_sentence(text, i) and _capital(text[cut])
 
 
 def _capital(char: str) -> bool:
