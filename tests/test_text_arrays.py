@@ -61,8 +61,10 @@ def candidate_edges_loop(text: str, tokens: Tokens, step: int) -> np.ndarray:
 
 # the characters the rules look at (a capital after a closer, a colon after an Armenian letter), and some they must
 # pass over
-ALPHABET = list("abA .!?:\"')\r\n\t") + ["Ա", "\u3000", "\u00a0", "。", "」", "…", "\u0301", "\U0001f1eb", "\u200d"]
-ALPHABET.append("é")
+ALPHABET = [
+    *"abA .!?:\"')\r\n\t",
+    *["Ա", "\u3000", "\u00a0", "。", "」", "…", "\u0301", "\U0001f1eb", "\u200d", "é"],
+]
 
 
 @st.composite

@@ -227,14 +227,15 @@ def candidate_edges(text: str, tokens: Tokens, step: int = 8, clean: Edges | Non
     is_word = word_gap | after_space
     # ends_sentence at each cut: back over whitespace, then over closers, then a sentence-final mark?
     spaced = _end_of_last_before(~space)[cut]
-    final = _end_of_last_before(~_members(points, CLOSERS))[spaced]
+    closer = _members(points, CLOSERS)
+    final = _end_of_last_before(~closer)[spaced]
     ends_one = (final > 0) & _final_marks(points)[np.maximum(final - 1, 0)]
     cjk_end = (cut > 0) & _members(points, CJK_SENTENCE_END)[np.maximum(cut - 1, 0)]  # no space follows them
     # a closer right after a word, with no final mark before it, then whitespace and a capital letter: a unit that
     # ends in a quotation or an aside (`... "We are transmitting" About to ...`); the readout decides, as after an
     # abbreviation's stop. A quote or bracket after a space opens (`the " Nameless " Legion`, text spaced as WikiText)
     closed = (spaced > 1) & (spaced < cut) & (cut < len(points)) & ~ends_one
-    closed &= _members(points, CLOSERS)[np.maximum(spaced - 1, 0)] & ~space[np.maximum(spaced - 2, 0)]
+    closed &= closer[np.maximum(spaced - 1, 0)] & ~space[np.maximum(spaced - 2, 0)]
     if closed.any():
         distinct, index = np.unique(points[cut[closed]], return_inverse=True)
         closed[closed] = np.array([_capital(chr(point)) for point in distinct])[index]
