@@ -1,11 +1,12 @@
 """The flattened-record benchmark's streams, baselines and peers: ``python -m bench.quality [--quick] [--data-dir D]``.
 
 Stages, each cached under ``--out`` (bench/out): the streams (20 evaluation + 15 calibration per domain; ``--quick``:
-2 + 1 from a 150-record pool) into streams.jsonl (``--streams-only`` stops there); their Tesseract OCR (not with
-``--quick``); the methods without a language model (bench.quality.baselines), ρ calibrated on the calibration
-streams; the peers as shipped (bench.quality.peers); metrics, results.json and the report (bench.quality.report) in
-bench/notebook/quality.md (``--quick``: bench/out/quality/RESULTS.md). rr-fast's own rows are the product end to
-end on these streams: ``bench.quality.windows`` (windows, skips, both models) and ``bench.quality.pareto`` (presets).
+2 + 1 from a 150-record pool) and their Tesseract OCR (not with ``--quick`` or ``--no-ocr``; ``bench/setup.sh``
+installs Tesseract) into streams.jsonl (``--streams-only`` stops there); the methods without a language model
+(bench.quality.baselines), ρ calibrated on the calibration streams; the peers as shipped (bench.quality.peers);
+metrics, results.json and the report (bench.quality.report) in bench/notebook/quality.md (``--quick``:
+bench/out/quality/RESULTS.md). rr-fast's own rows are the product end to end on these streams:
+``bench.quality.windows`` (windows, skips, both models) and ``bench.quality.pareto`` (presets).
 """
 
 from __future__ import annotations
