@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from difflib import SequenceMatcher
@@ -68,6 +69,8 @@ def _wrap(text: str, measure, width: float) -> list[str]:
 def tesseract(image: str | Path) -> str:
     """Tesseract's text for an image, whitespace collapsed to single spaces (one OpenMP thread: the same output,
     about 4x faster on a small shared machine)."""
+    if shutil.which("tesseract") is None:
+        raise SystemExit("bench.quality: tesseract is not installed (bench/setup.sh installs it; --no-ocr skips OCR)")
     command = ["tesseract", str(image), "stdout", "-l", "eng", "--dpi", str(DPI)]
     one_thread = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     result = subprocess.run(command, check=True, capture_output=True, text=True, env=one_thread)

@@ -11,7 +11,7 @@ import pytest
 from bench.quality.__main__ import main
 from bench.quality.calibration import EdgeScores, calibrate, chunk_spans, metrics_at
 from bench.quality.metrics import bootstrap_indices, interval, partition, stream_metrics
-from bench.quality.ocr import align_chars, ocr_stream
+from bench.quality.ocr import align_chars, ocr_stream, tesseract
 from bench.quality.peers import align
 from bench.quality.streams import Stream, concatenate
 
@@ -56,6 +56,12 @@ def test_peer_and_ocr_alignment():
     converted, agreement = ocr_stream(stream, ocr)
     assert 0.9 < agreement < 1.0 and converted.split == "ocr"
     assert [ocr[s:e] for _, s, e in converted.records] == ["The flrst record ends here.", "A second one fol lows it."]
+
+
+def test_ocr_without_tesseract_says_how_to_go_on(monkeypatch, tmp_path):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(SystemExit, match="--no-ocr"):
+        tesseract(tmp_path / "page.png")
 
 
 def test_calibration_finds_the_record_joins():
