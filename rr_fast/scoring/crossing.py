@@ -13,6 +13,11 @@ so that a cut is judged on its own chunk's tokens. Past a unit's end the next un
 edge, so a span that runs into them makes an edge inside a short unit look like a boundary. The masses for every
 such span come from the same pass (spans 8, 16, ... up to the head's longest): a few more sums per query, no more
 attention.
+
+Where the recipe's head has a boundary head beside it (``CrossingHead.boundary``), the same masses also give its
+log-odds that a unit starts at each edge (``readouts.boundary_evidence``): a linear map fitted on labelled streams of
+several record lengths and languages, where the distilled head was fitted to rank edges as ``lr`` does. The boundary
+odds weigh it as evidence near an edge (``segmentation.calibration.with_evidence``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from rr_fast.errors import UsageError
 from rr_fast.models.recipes import Recipe, RecipeError
 from rr_fast.models.weights import weights_fingerprint
 from rr_fast.scoring.backends.base import Backend, Crossing, Request
-from rr_fast.scoring.readouts import CHUNK_STEP, Readout, by_chunk_length, register
+from rr_fast.scoring.readouts import CHUNK_STEP, Readout, boundary_evidence, by_chunk_length, register
 from rr_fast.scoring.scorer import FullPassScorer
 
 ATTENTION = "attention"
@@ -81,6 +86,7 @@ class CrossingHead:
     mean: np.ndarray
     scale: np.ndarray
     weights: np.ndarray
+    boundary: CrossingHead | None = None  # the boundary head over the same masses, where the recipe has one
 
     def __call__(self, masses: np.ndarray) -> np.ndarray:
         """Scores [E] from masses [E, layers, heads, spans]."""
@@ -91,9 +97,15 @@ class CrossingHead:
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> CrossingHead:
-        """A head as a recipe stores it (``models.recipes``): layers, spans, mean, scale, weights."""
-        arrays = (np.asarray(saved[key], dtype=np.float64) for key in ("mean", "scale", "weights"))
-        return cls(int(saved["layers"]), tuple(int(s) for s in saved["spans"]), *arrays)
+        """A head as a recipe stores it (``models.recipes``): layers, spans, mean, scale, weights, and its boundary
+        head's mean, scale and weights where it has one."""
+        layers, spans = int(saved["layers"]), tuple(int(s) for s in saved["spans"])
+
+        def arrays(stored: dict[str, Any]) -> list[np.ndarray]:
+            return [np.asarray(stored[key], dtype=np.float64) for key in ("mean", "scale", "weights")]
+
+        boundary = saved.get("boundary")
+        return cls(layers, spans, *arrays(saved), boundary and cls(layers, spans, *arrays(boundary)))
 
     @property
     def span(self) -> int:
@@ -203,9 +215,10 @@ class CrossingScorer(FullPassScorer):
         return values | {by_chunk_length(ATTENTION): by_length}
 
     def values(self, masses: np.ndarray) -> dict[str, np.ndarray]:
-        """The values of a row's edges from their masses [E, layers, heads, spans]. Extension point: distillation
-        reads the masses themselves here (``rr_fast.distill``)."""
-        return {ATTENTION: self.head(masses)}
+        """The values of a row's edges from their masses [E, layers, heads, spans], and the boundary head's where
+        the head has one. Extension point: distillation reads the masses themselves here (``rr_fast.distill``)."""
+        boundary = self.head.boundary
+        return {ATTENTION: self.head(masses)} | ({boundary_evidence(ATTENTION): boundary(masses)} if boundary else {})
 
 
 def crossing_scorer(backend: Backend, bos: list[int], settings: CrossingSettings, recipe: Recipe, folder: str):

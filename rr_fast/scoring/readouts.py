@@ -55,6 +55,12 @@ def by_chunk_length(part: str) -> str:
     return f"{part} by chunk length"
 
 
+def boundary_evidence(part: str) -> str:
+    """The name under which a scorer returns its boundary head's log-odds for ``part`` (``CrossingScorer``): a
+    second reading of the same pass, fitted on labelled text, for how clear a boundary is near each edge."""
+    return f"{part} boundary evidence"
+
+
 READOUTS: dict[str, Readout] = {}
 
 

@@ -7,15 +7,41 @@ percentiles, then made percentiles again. Percentiles serve a writer's structure
 them) and a given number of chunks. On text without structure an open count cuts about a fixed share of the edges above
 ρ, so where the recipe has boundary odds for the reading (``boundary_probability``), those are the utilities instead
 and the count follows the evidence; where the recipe says they serve a given number of chunks too (``given_count``:
-chosen on calibration data), they do there as well.
+chosen on calibration data), they do there as well. Where the odds weigh a boundary head's evidence (``Evidence``),
+an edge the reading marks as the best near it also takes how clear a boundary near it is (``with_evidence``).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from rr_fast.errors import RRFastError
 from rr_fast.scoring import readout
-from rr_fast.scoring.readouts import by_chunk_length
+from rr_fast.scoring.readouts import boundary_evidence, by_chunk_length
+
+
+class Evidence(NamedTuple):
+    """How boundary odds weigh the boundary head's evidence (``with_evidence``), from the recipe's odds entry: its
+    log-odds take ``percentile`` x the reading's within-document percentile + ``bias``; an edge takes the largest
+    probability within ``reach`` tokens of it where the reading marks it the best there, with weight ``share``."""
+
+    percentile: float
+    bias: float
+    reach: int
+    share: float
+
+
+class Odds(NamedTuple):
+    """A reading's boundary odds (``Recipe.odds_for``): log-odds ``raw`` (one weight per part) x its values +
+    ``percentile`` x its within-document percentile + ``bias``, and the boundary head's ``evidence`` where they
+    weigh it."""
+
+    raw: tuple[float, ...]
+    percentile: float
+    bias: float
+    evidence: Evidence | None = None
 
 
 def percentiles(scores: np.ndarray) -> np.ndarray:
@@ -62,11 +88,12 @@ def utility(values: dict[str, np.ndarray], name_of: str) -> np.ndarray:
 
 
 def boundary_probability(
-    values: dict[str, np.ndarray], name_of: str, odds: tuple[tuple[float, ...], float, float]
+    values: dict[str, np.ndarray], name_of: str, odds: tuple, tokens: np.ndarray | None = None
 ) -> np.ndarray:
     """The probability that a unit starts at each edge: the logistic of ``raw`` · the readout's values (one weight per
-    part, in ``parts`` order) + ``percentile`` x its within-document percentile + ``bias`` (``odds``, fitted on
-    labelled streams; ``Recipe.odds_for``).
+    part, in ``parts`` order) + ``percentile`` x its within-document percentile + ``bias`` (``odds``: an ``Odds``,
+    or its first three fields; fitted on labelled streams, ``Recipe.odds_for``); with the boundary head's evidence
+    where the odds weigh it (``with_evidence``, which needs the edges' ``tokens``).
 
     A percentile spends the same share of a document's edges on cuts whatever the text holds: a text of short records
     gets too few, one of long records too many. The values themselves say how clear a boundary is, and the percentile
@@ -77,7 +104,7 @@ def boundary_probability(
     Where the scorer read a part within the chunk (``readouts.by_chunk_length``: [edges, lengths]), that reading is
     its value and the probabilities are [edges, lengths] too, one per length of the chunk the edge would start, for
     the DP to charge by the chunk it picks (``dp.segment``); the percentile stays the whole span's."""
-    raw, weight_percentile, bias = odds
+    raw, weight_percentile, bias, evidence = Odds(*odds)
     parts = readout(name_of).parts
     percentile = utility(values, name_of)
     within = [by_chunk_length(name) in values for name in parts]
@@ -87,7 +114,46 @@ def boundary_probability(
         read = [value if by_length else value[:, None] for value, by_length in zip(read, within)]
     with np.errstate(over="ignore", invalid="ignore"):
         logit = weight_percentile * percentile + bias + sum(w * value for value, w in zip(read, raw))
-        return 1.0 / (1.0 + np.exp(-logit))
+        probabilities = 1.0 / (1.0 + np.exp(-logit))
+    return probabilities if evidence is None else with_evidence(probabilities, values, name_of, evidence, tokens)
+
+
+def with_evidence(
+    probabilities: np.ndarray, values: dict[str, np.ndarray], name_of: str, evidence: Evidence, tokens: np.ndarray
+) -> np.ndarray:
+    """Boundary probabilities that also weigh how clear a boundary is near each edge: (1 - ``share``) x the odds' +
+    ``share`` x, at an edge whose value is the best of the reading's within ``reach`` tokens, the largest probability
+    the boundary head gives within that reach (0 elsewhere).
+
+    The readout was distilled to rank edges as ``lr`` does: it says well where in a stretch the cut belongs, less well
+    whether the stretch holds one at all, which is what a text of short units needs to be cut often enough. The
+    boundary head reads the same masses but was fitted on labelled text of several lengths and languages for exactly
+    that, yet places a cut less well. So the evidence is the boundary head's, the place the readout's: the best edge
+    near a clear boundary gains, its neighbours do not (the DP would otherwise cut twice around one boundary)."""
+    key = boundary_evidence(readout(name_of).parts[0])
+    if key not in values or tokens is None:
+        raise RRFastError(f"the {name_of} reading's odds weigh a boundary head's evidence its scorer did not give")
+    value = values[readout(name_of).parts[0]]
+    with np.errstate(over="ignore", invalid="ignore"):
+        near = 1.0 / (1.0 + np.exp(-(values[key] + evidence.percentile * utility(values, name_of) + evidence.bias)))
+    strongest = _largest_within(tokens, np.nan_to_num(near, nan=0.0), evidence.reach)
+    marked = np.where(np.isfinite(value), value, -np.inf)
+    best = _largest_within(tokens, marked, evidence.reach) == marked
+    gained = np.where(best, strongest, 0.0).reshape(-1, *([1] * (probabilities.ndim - 1)))  # by chunk length: each
+    return (1 - evidence.share) * probabilities + evidence.share * gained
+
+
+def _largest_within(tokens: np.ndarray, values: np.ndarray, reach: int) -> np.ndarray:
+    """Each edge's largest value among the edges within ``reach`` tokens of it (``tokens`` ascending), itself included:
+    one pass per neighbour distance, as few as the edges in a reach."""
+    tokens, largest = np.asarray(tokens), np.array(values, dtype=np.float64)
+    for shift in range(1, len(tokens)):
+        near = tokens[shift:] - tokens[:-shift] <= reach
+        if not near.any():
+            break
+        left, right = np.where(near, values[:-shift], -np.inf), np.where(near, values[shift:], -np.inf)
+        largest[shift:], largest[:-shift] = np.maximum(largest[shift:], left), np.maximum(largest[:-shift], right)
+    return largest
 
 
 def whole_span(utilities: np.ndarray) -> np.ndarray:
