@@ -15,7 +15,7 @@ from test_recipe_hostile import valid_recipe
 from rr_fast import Chunker, ChunkerConfig
 from rr_fast.errors import UsageError
 from rr_fast.scoring.readouts import by_chunk_length
-from rr_fast.segmentation.calibration import boundary_probability, utility, whole_span
+from rr_fast.segmentation.calibration import Odds, boundary_probability, utility, whole_span
 from rr_fast.segmentation.dp import Limits, segment
 
 ODDS = {"raw": 2.0, "percentile": 1.0, "bias": -3.0, "penalty": 0.5}
@@ -52,7 +52,7 @@ def test_open_counts_on_plain_text_weigh_the_probability_and_the_rest_percentile
     options = {"model": tiny, "backend": "torch", "recipe": recipe_with_odds(tiny, tmp_path)}
     limits = {"min_tokens": 4, "max_tokens": 24, "target_tokens": 12}
     chunker = Chunker(**options, **limits)
-    assert chunker.resolved.odds == ((ODDS["raw"],), ODDS["percentile"], ODDS["bias"])
+    assert chunker.resolved.odds == Odds((ODDS["raw"],), ODDS["percentile"], ODDS["bias"])
     assert chunker.reading.penalty == ODDS["penalty"]  # ρ against the probability, from the odds
 
     plain = " ".join(make_texts(4))
@@ -121,7 +121,7 @@ def test_a_combinations_odds_weigh_the_parts_they_name(tiny, tmp_path):
     """Odds on rr+lr that weigh lr's value alone: each edge's utility is the logistic of that and the pair's
     percentile, whatever rr's values are."""
     chunker = Chunker(model=tiny, backend="torch", recipe=combination_recipe(tiny, tmp_path, {"lr": 2.0}))
-    assert chunker.resolved.odds == ((0.0, 2.0), ODDS["percentile"], ODDS["bias"])
+    assert chunker.resolved.odds == Odds((0.0, 2.0), ODDS["percentile"], ODDS["bias"])
     _, scores = chunker.explain(" ".join(make_texts(4)))
     logit = 2.0 * scores.readouts["lr"] + ODDS["percentile"] * utility(scores.readouts, "rr+lr") + ODDS["bias"]
     assert np.isfinite(scores.utility).sum() > 10

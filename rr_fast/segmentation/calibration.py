@@ -151,8 +151,8 @@ def _largest_within(tokens: np.ndarray, values: np.ndarray, reach: int) -> np.nd
         near = tokens[shift:] - tokens[:-shift] <= reach
         if not near.any():
             break
-        left, right = np.where(near, values[:-shift], -np.inf), np.where(near, values[shift:], -np.inf)
-        largest[shift:], largest[:-shift] = np.maximum(largest[shift:], left), np.maximum(largest[:-shift], right)
+        largest[shift:] = np.maximum(largest[shift:], np.where(near, values[:-shift], -np.inf))  # from the left
+        largest[:-shift] = np.maximum(largest[:-shift], np.where(near, values[shift:], -np.inf))  # from the right
     return largest
 
 
