@@ -7,10 +7,11 @@ anyway (every layer and head, spans 8, 32 and 128) and the head's within-documen
 found). ``fit`` cross-fits the head by short_records' five folds (the same documents' streams in every language share a
 fold) and, for each reach and share on a small grid and each ρ on ``bench.quality.odds``' grid, gives the calibration
 measures of the recipe's odds with that evidence, computed by the product's function; it chooses the best score at
-which no measure falls more than LOSS_ALLOWED below the recipe's odds without the evidence (short records and other
-languages are to gain without the rest losing). Then it fits the head on every calibration stream, shows that choice
-once on the 60 evaluation streams (paired against the recipe's odds without the evidence; they choose nothing), and
-with ``--write`` puts it in the model's bundled recipe: the boundary head beside the default's head
+which no measure falls more than LOSS_ALLOWED below the recipe's odds without the evidence at their own ρ (chosen again
+as ``bench.quality.odds rho`` chooses it, so that a recipe already written gives the same reference): short records and
+other languages are to gain without the rest losing. Then it fits the head on every calibration stream, shows that
+choice once on the 60 evaluation streams (paired against the recipe's odds without the evidence; they choose nothing),
+and with ``--write`` puts it in the model's bundled recipe: the boundary head beside the default's head
 (``heads[].boundary``: the percentile's weight and the bias go to the odds), the evidence's percentile weight, bias,
 reach and share in the default reading's odds (``odds[].evidence``), and the chosen ρ.
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from bench.common import REPO_ROOT, log
 from bench.quality.metrics import bootstrap_indices, ci_text, interval
-from bench.quality.odds import GRID, calibration_and_evaluation, score
+from bench.quality.odds import GRID, best_rho, calibration_and_evaluation, score
 from bench.quality.replay import readout_values
 from bench.quality.short_records import (
     CALIBRATION,
@@ -53,6 +54,7 @@ from rr_fast.segmentation.calibration import Evidence, Odds, boundary_probabilit
 RIDGE = 10.0  # short_records fit's best, each calibration set weighed the same
 REACHES = (16, 32)  # tokens either side of an edge
 SHARES = (0.3, 0.5, 0.7, 1.0)
+EVIDENCE_NOTE = "; the boundary head's evidence and rho by bench.quality.evidence, "  # in the odds' ``fitted``
 
 
 def split(fitted) -> tuple[dict, float, float]:
@@ -78,9 +80,10 @@ def fit(model: str, data: str | None, write: bool) -> dict:
     resolved = ChunkerConfig(model=model).resolve()
     base = resolved.odds._replace(evidence=None)
     sets = calibration_and_evaluation(model, data)
+    base_rho = best_rho(sets, base, resolved)  # the odds' own ρ without the evidence (``bench.quality.odds rho``)
     rows = table(model, sets)
-    before = measures(rows, {n: [utilities(r, None, base) for r in rows[n]] for n in CALIBRATION}, _rho(resolved))
-    print(f"recipe's odds, ρ {_rho(resolved)}: {shown(before)}; score {score(before):.3f}", flush=True)
+    before = measures(rows, {n: [utilities(r, None, base) for r in rows[n]] for n in CALIBRATION}, base_rho)
+    print(f"recipe's odds, ρ {base_rho}: {shown(before)}; score {score(before):.3f}", flush=True)
     everything = [row for name in CALIBRATION for row in rows[name]]
     folds = [split(standardised_fit([r for r in everything if r[4] != fold], RIDGE, True)) for fold in range(FOLDS)]
     best = None
@@ -105,7 +108,7 @@ def fit(model: str, data: str | None, write: bool) -> dict:
     indices = bootstrap_indices([r[0].domain for r in evaluation], 10_000, seed=0)
     recovered = {
         key: np.array([outcome(r[0], r[1], utilities(r, h, o), p)[1:] for r in evaluation], dtype=float)
-        for key, h, o, p in (("recipe odds", None, base, _rho(resolved)), ("with evidence", head, odds, rho))
+        for key, h, o, p in (("recipe odds", None, base, base_rho), ("with evidence", head, odds, rho))
     }
     share_of = {key: found[:, 0] / found[:, 1] for key, found in recovered.items()}
     reported = {key: interval(v, indices) for key, v in share_of.items()}
@@ -117,10 +120,6 @@ def fit(model: str, data: str | None, write: bool) -> dict:
     if write:
         write_recipe(model, resolved, head, odds.evidence, rho)
     return result
-
-
-def _rho(resolved) -> float:
-    return resolved.reading.penalty
 
 
 def write_recipe(model: str, resolved, head: dict, evidence: Evidence, rho: float) -> None:
@@ -136,7 +135,8 @@ def write_recipe(model: str, resolved, head: dict, evidence: Evidence, rho: floa
                          "reach": evidence.reach, "share": evidence.share}  # fmt: skip
     entry["penalty"] = rho
     when = f"{time.strftime('%Y-%m-%d')} at {commit.stdout.strip()}"
-    entry["fitted"] += f"; the boundary head's evidence and rho by bench.quality.evidence, {when}"
+    earlier = entry["fitted"].split(EVIDENCE_NOTE)[0]  # a run again replaces its own note
+    entry["fitted"] = f"{earlier}{EVIDENCE_NOTE}{when}"
     path.write_text(json_layout(recipe) + "\n", encoding="utf-8")
     log(f"wrote {path.relative_to(REPO_ROOT)}")
 
