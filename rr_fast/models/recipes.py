@@ -2,9 +2,10 @@
 
 A recipe holds a model's default readout, window, skip, candidate step, normalizer and RR layer, whether it was
 calibrated in bfloat16, its calibrated cut penalties ρ per (readout, window, step) and, where fitted, the boundary
-odds of a reading (a probability a cut's ρ is charged against in place of a percentile), its presets (named
-configurations), and the distilled heads of its one-pass ``attention`` readout, each with the fingerprint of the
-weights it was fitted on (``models.weights``). The bundled models' recipes ship in ``models/bundled/``, with where
+odds of a reading (a probability a cut's ρ is charged against in place of a percentile, and how much it weighs a
+boundary head's evidence), its presets (named configurations), and the distilled heads of its one-pass ``attention``
+readout, each with the fingerprint of the weights it was fitted on (``models.weights``) and, where fitted, a boundary
+head beside it over the same masses. The bundled models' recipes ship in ``models/bundled/``, with where
 their weights come from; ``python -m rr_fast.distill`` writes one for any model the torch backend runs.
 
 Which recipe a run uses (``recipe_for``): the file ``--recipe`` names (a recipe file, or a folder holding
@@ -14,12 +15,12 @@ configuration (``PAPER``), which has no heads. A recipe is never looked up by na
 A recipe file is JSON (``SCHEMA``, below ``Recipe.from_dict``). One that cannot be read, has another schema, or does
 not fit its model is refused in one line naming the file. A recipe may come inside a downloaded model folder, so it is
 data and nothing more: its presets set only how the model reads boundaries (``config.PRESET_OPTIONS``), never which
-model, files or code run, and every number in it is checked. This module checks a recipe's form and numbers as it
-reads it; the names in it (readouts, normalizers, the options a preset sets, their values) are the options'
-vocabulary, which the configuration and the readout registry hold, above this module: ``config.check_recipe`` checks
-them as a run resolves its configuration, the one way a run gets its recipe. Only rr-fast's own recipes (the files in
-BUNDLED_RECIPES) say where a bundled model's weights come from (``bundled.weights``): getting them may import a
-package, which runs its code, so any other recipe that says it is refused; for the same reason only they may name a
+model, files or code run, and every number in it is checked. This module checks a recipe's form and numbers as it reads
+it (``models.recipe_fields``); the names in it (readouts, normalizers, the options a preset sets, their values) are the
+options' vocabulary, which the configuration and the readout registry hold, above this module: ``config.check_recipe``
+checks them as a run resolves its configuration, the one way a run gets its recipe. Only rr-fast's own recipes (the
+files in BUNDLED_RECIPES) say where a bundled model's weights come from (``bundled.weights``): getting them may import
+a package, which runs its code, so any other recipe that says it is refused; for the same reason only they may name a
 preset's companion model (``config.Reading.companion``), a second model to load.
 """
 
