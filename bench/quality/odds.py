@@ -31,8 +31,9 @@ never choose.
 - ``rho``: the recipe's odds as they are, ρ chosen again on the grid by ``fit``'s rule (after ``within``: for the
   head read within the chunk).
 - ``compare``: the reading (``--preset``'s) as the product cuts now, paired against the default's or, with
-  ``--whole-span RHO``, against the same odds on the head read over its whole span at that ρ; writes
-  compare-<model>[-<preset>]-<against>.json.
+  ``--whole-span RHO``, against the same odds on the head read over its whole span at that ρ, or with
+  ``--without-evidence RHO`` against the same odds without the boundary head's evidence (``bench.quality.evidence``)
+  at that ρ; writes compare-<model>[-<preset>]-<against>.json.
 - ``given``: with the count given (``num_chunks``), the recipe's odds against percentiles on every calibration measure
   and, paired, on the 45 and 60 streams; the odds serve a given count (a recipe's ``given_count``) where no calibration
   measure falls more than LOSS_ALLOWED below the percentiles'. Writes given-<model>[-<preset>].json.
@@ -319,16 +320,22 @@ def report(model: str, data: str | None, preset: str | None = None, limits: Limi
     return rows
 
 
-def compare(model: str, data: str | None, preset: str | None, whole_span_rho: float | None) -> dict:
+def compare(
+    model: str, data: str | None, preset: str | None, whole_span_rho: float | None, plain_rho: float | None = None
+) -> dict:
     """The reading as the product cuts now against another, paired on the same streams: the default's reading
-    (``--preset``), or the same odds on the head read over its whole span at ρ ``whole_span_rho`` (what the recipe
-    charged before it read within the chunk). Per band and language (pooled recovery, chunks per unit), and on the
-    45 and 60 streams with the quality benchmark's intervals of the paired change."""
+    (``--preset``), the same odds on the head read over its whole span at ρ ``whole_span_rho`` (what the recipe
+    charged before it read within the chunk), or the same odds without the boundary head's evidence at ρ
+    ``plain_rho`` (what it charged before it weighed the evidence). Per band and language (pooled recovery, chunks per
+    unit), and on the 45 and 60 streams with the quality benchmark's intervals of the paired change."""
     ours = ChunkerConfig(model=model, preset=preset).resolve()
     sets = calibration_and_evaluation(model, data, preset)
     if whole_span_rho is not None:
         other, other_sets, label = ours, sets, f"whole span at ρ {whole_span_rho}"
         theirs = (other.odds, whole_span_rho, True)
+    elif plain_rho is not None:
+        other_sets, label = sets, f"without the evidence at ρ {plain_rho}"
+        theirs = (ours.odds._replace(evidence=None), plain_rho, False)
     else:
         other, label = ChunkerConfig(model=model).resolve(), "the default"
         other_sets = calibration_and_evaluation(model, data, None)
@@ -449,6 +456,13 @@ def main(argv: list[str] | None = None) -> dict | None:
         help="report: cut within these min_tokens, max_tokens and target_tokens instead of the product's defaults",
     )
     parser.add_argument(
+        "--without-evidence",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="compare: against the same odds without the boundary head's evidence at this ρ",
+    )
+    parser.add_argument(
         "--whole-span",
         type=float,
         default=None,
@@ -477,9 +491,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         (OUT / f"ceiling-{args.model}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
         return rows
     if args.step == "compare":
-        rows = compare(args.model, args.data_dir, args.preset, args.whole_span)
+        rows = compare(args.model, args.data_dir, args.preset, args.whole_span, args.without_evidence)
         suffix = f"-{args.preset}" if args.preset else ""
         against = f"whole-span-{args.whole_span}" if args.whole_span is not None else "default"
+        against = f"without-evidence-{args.without_evidence}" if args.without_evidence is not None else against
         (OUT / f"compare-{args.model}{suffix}-{against}.json").write_text(json.dumps(rows, indent=1) + "\n")
         return rows
     name, limits = args.model + (f"-{args.preset}" if args.preset else ""), LIMITS
