@@ -339,6 +339,13 @@ class Resolved:
     # the odds weigh the cuts of a given number of chunks too (their recipe's ``given_count``), not the percentiles
     odds_given_count: bool = False
 
+    @property
+    def given_count_odds(self) -> Odds | None:
+        """What a given number of chunks weighs: the odds without the boundary head's evidence where the recipe says
+        they serve a given count (``given_count``), else None (percentiles). The evidence is for how many cuts a text
+        holds, which a given count says already (weighed with it, the count given lost mixed records on calibration)."""
+        return self.odds._replace(evidence=None) if self.odds is not None and self.odds_given_count else None
+
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""
         companion = self.companion and self.companion.on_device(device)

@@ -20,6 +20,8 @@ from rr_fast.distill.calibrate import Stream, recovery
 from rr_fast.distill.command import main
 from rr_fast.models.recipes import BUNDLED, RECIPE_FILE, load_recipe, write_recipe
 from rr_fast.models.weights import weights_fingerprint
+from rr_fast.scoring.readouts import boundary_evidence
+from rr_fast.segmentation.calibration import boundary_probability
 
 TRAINING = 48  # texts: enough documents and edges for the five folds
 AGREEMENT_FLOOR = 0.1  # Spearman of a distilled head with its teacher; the tiny model's measure 0.20-0.22
@@ -227,3 +229,30 @@ def test_a_damaged_recipe_is_one_usage_line_naming_the_file(distilled, tiny, tmp
 def test_a_missing_recipe_says_so(tiny, tmp_path, sample, capsys):
     code, _, err = run_cli([sample, *tiny_options(tiny), "--recipe", tmp_path / "nowhere.json"], capsys)
     assert code == 2 and err.count("\n") == 1 and "no such file" in err
+
+
+def test_a_recipe_with_a_boundary_head_weighs_its_evidence_in_an_open_count_only(distilled, tiny, tmp_path):
+    """A distilled recipe given a boundary head beside its head and odds that weigh its evidence: the scorer gives the
+    boundary head's values, an open count weighs them (``with_evidence``) and a given count the odds without them."""
+    recipe = json.loads(distilled.read_text())
+    (head,) = [h for h in recipe["heads"] if h["layers"] == 4]
+    head["boundary"] = {"mean": head["mean"], "scale": head["scale"], "weights": [-w for w in head["weights"]]}
+    entry = {"layer": 4, "raw": 1.0, "percentile": 2.0, "bias": -2.0, "penalty": 0.3, "given_count": True,
+             "evidence": {"percentile": 1.0, "bias": -1.0, "reach": 16, "share": 0.5}}  # fmt: skip
+    recipe["odds"] = {"attention": {str(max(head["spans"])): {"8": entry}}}
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(recipe))
+    common = {"model": tiny, "backend": "torch", "recipe": str(path), "min_tokens": 4, "max_tokens": 64}
+    chunker = Chunker(resolved_config(**common))
+    text = " ".join(make_texts(6))
+    _, scores = chunker.explain(text)
+    evidence = scores.readouts[boundary_evidence("attention")]
+    np.testing.assert_allclose(evidence, -scores.readouts["attention"], atol=1e-9)  # the head with its weights negated
+    odds = chunker.resolved.odds
+    assert odds.evidence is not None
+    expected = boundary_probability(scores.readouts, "attention", odds, scores.tokens)
+    np.testing.assert_allclose(scores.utility, expected, equal_nan=True)
+    assert not np.allclose(expected, boundary_probability(scores.readouts, "attention", odds[:3]), equal_nan=True)
+    _, given = Chunker(resolved_config(**common, num_chunks=6)).explain(text)
+    without = boundary_probability(given.readouts, "attention", odds[:3])
+    np.testing.assert_allclose(given.utility, without, equal_nan=True)

@@ -362,22 +362,24 @@ def compare(
     return rows
 
 
-def given(model: str, data: str | None, preset: str | None = None) -> dict:
-    """With the count given: the recipe's odds (read as the product reads them) against percentiles, on every
+def given(model: str, data: str | None, preset: str | None = None, with_evidence: bool = False) -> dict:
+    """With the count given: the recipe's odds (read as the product reads them with the count given: without the
+    boundary head's evidence, ``Resolved.given_count_odds``; ``--with-evidence``: with it) against percentiles, on every
     calibration measure and, paired, on the 45 and 60 streams. The odds serve a given count (the recipe's
     ``given_count``) where no calibration measure falls more than LOSS_ALLOWED below the percentiles'."""
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
     if resolved.odds is None:
         raise SystemExit(f"{model} {preset or 'default'}: the recipe has no odds for this reading")
+    odds = resolved.odds if with_evidence else resolved.odds._replace(evidence=None)
     sets = calibration_and_evaluation(model, data, preset)
-    before, after = measures(sets, None, 0.0, given=True), measures(sets, resolved.odds, 0.0, given=True)
+    before, after = measures(sets, None, 0.0, given=True), measures(sets, odds, 0.0, given=True)
     holds = all(after[k] >= before[k] - LOSS_ALLOWED for k in before)
     rows: dict = {"model": model, "preset": preset, "percentiles": before, "odds": after, "holds": holds}
     print("count given, percentiles → odds: " + ", ".join(f"{k} {before[k]:.3f} → {after[k]:.3f}" for k in before))
     for name in ("calibration", "evaluation"):
         indices = bootstrap_indices([stream.domain for stream, _ in sets[name]], RESAMPLES, seed=0)
-        x, y = (np.array([held / units for _, held, units, _ in given_outcomes(sets[name], odds)])
-                for odds in (None, resolved.odds))  # fmt: skip
+        x, y = (np.array([held / units for _, held, units, _ in given_outcomes(sets[name], weighed)])
+                for weighed in (None, odds))  # fmt: skip
         rows[name] = {
             "percentiles": interval(x, indices),
             "odds": interval(y, indices),
@@ -410,7 +412,7 @@ def ceiling(model: str, data: str | None, preset: str | None = None) -> dict:
     languages' means and lowest per corpus; and the best one ρ for each band and language (pooled over its streams)."""
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
     odds, rho = resolved.odds, resolved.reading.penalty
-    given_odds = odds if resolved.odds_given_count else None
+    given_odds = resolved.given_count_odds
     sets = calibration_and_evaluation(model, data, preset)
     rows: dict = {"model": model, "preset": preset, "penalty": rho, "grid": CEILING_GRID, "best ρ per group": {}}
     for name in ("bands", "languages"):
@@ -455,6 +457,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         metavar="MIN,MAX,TARGET",
         help="report: cut within these min_tokens, max_tokens and target_tokens instead of the product's defaults",
     )
+    parser.add_argument("--with-evidence", action="store_true", help="given: the odds with the boundary evidence")
     parser.add_argument(
         "--without-evidence",
         type=float,
@@ -481,7 +484,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.step == "rho":
         return rho_only(args.model, args.data_dir, args.preset)
     if args.step == "given":
-        rows = given(args.model, args.data_dir, args.preset)
+        rows = given(args.model, args.data_dir, args.preset, args.with_evidence)
         suffix = f"-{args.preset}" if args.preset else ""
         (OUT / f"given-{args.model}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
         return rows

@@ -83,7 +83,7 @@ class ProductCut:
     def __init__(self, model: str | None, preset: str | None, options: dict | None = None):
         resolved = ChunkerConfig(preset=preset, **({"model": model} if model else {}), **(options or {})).resolve()
         self.odds, self.rho, self.limits = resolved.odds, resolved.reading.penalty, resolved.limits
-        self.given_odds = resolved.odds if resolved.odds_given_count else None
+        self.given_odds = resolved.given_count_odds
         self.replays = resolved.companion is None
 
     def __call__(self, saved) -> np.ndarray:
