@@ -469,8 +469,9 @@ def test_an_input_that_fails_halfway_keeps_the_shards_before_it(tiny, tmp_path, 
 
 
 def test_a_run_whose_reading_has_boundary_odds_resumes(tiny, tmp_path):
-    """The configuration a resume compares is the manifest's JSON: odds (a tuple of per-part weights, a percentile
-    weight and a bias) must compare equal to what the run wrote, or no run with odds could ever resume."""
+    """The configuration a resume compares is the manifest's JSON: odds (per-part weights, a percentile weight, a bias
+    and the boundary head's evidence, by name) must compare equal to what the run wrote, or no run with odds could
+    ever resume."""
     from test_odds import recipe_with_odds
 
     data = write_jsonl(tmp_path / "a.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(make_texts(4))])
@@ -487,7 +488,8 @@ def test_a_run_whose_reading_has_boundary_odds_resumes(tiny, tmp_path):
         recipe_with_odds(tiny, tmp_path),
     ]
     assert main(run) == 0
-    assert json.loads((out / "manifest.json").read_text())["run"]["configuration"]["odds"] == [[2.0], 1.0, -3.0]
+    odds = json.loads((out / "manifest.json").read_text())["run"]["configuration"]["odds"]
+    assert odds == {"raw": [2.0], "percentile": 1.0, "bias": -3.0, "evidence": None}
     before = output_files(out)
     assert main([*run, "--resume"]) == 0
     assert output_files(out) == before

@@ -260,7 +260,9 @@ def _option_value(key: str, text: str):
 
 class ScoreCache(ScorerOver):
     """A ``Chunker`` engine that answers from ``folder`` (one npz per token sequence, with the CPU seconds its scoring
-    took) and scores only the edges it has not seen."""
+    took) and scores only the edges it has not seen. It keeps every value the scorer returns, its readouts' and what
+    its reading weighs beside them (a head read within the chunk: a row per edge; a boundary head's evidence), so that
+    the chunks are the product's."""
 
     def __init__(self, engine, folder: Path):
         super().__init__(engine)
@@ -269,19 +271,21 @@ class ScoreCache(ScorerOver):
     def score(self, ids: np.ndarray, edges: np.ndarray, progress=None) -> dict[str, np.ndarray]:
         path = self.path(ids)
         known, seconds = self._load(path)
-        missing = np.array(sorted(set(np.asarray(edges).tolist()) - set(known)), dtype=np.int64)
+        have = set.intersection(*(set(column) for column in known.values())) if known else set()
+        missing = np.array(sorted(set(np.asarray(edges).tolist()) - have), dtype=np.int64)
         if len(missing):
             started = time.process_time()
             values = self.scorer.score(np.asarray(ids), missing, progress)
             seconds += time.process_time() - started
-            for i, edge in enumerate(missing.tolist()):
-                known[edge] = [float(values[name][i]) for name in self.names]
-            order = sorted(known)
+            for name, found in values.items():
+                known.setdefault(name, {}).update(zip(missing.tolist(), np.asarray(found, dtype=np.float64)))
             self.folder.mkdir(parents=True, exist_ok=True)
-            save_npz(path, edges=np.array(order), values=np.array([known[e] for e in order]), seconds=seconds)
-        return {
-            name: np.array([known[int(e)][j] for e in edges], dtype=np.float64) for j, name in enumerate(self.names)
-        }
+            arrays = {"seconds": seconds, "names": np.array(list(known))}
+            for index, column in enumerate(known.values()):
+                order = sorted(column)
+                arrays |= {f"edges{index}": np.array(order), f"values{index}": np.array([column[e] for e in order])}
+            save_npz(path, **arrays)
+        return {name: np.array([column[int(e)] for e in edges], dtype=np.float64) for name, column in known.items()}
 
     def seconds(self, ids: np.ndarray) -> float:
         return self._load(self.path(ids))[1]
@@ -290,11 +294,17 @@ class ScoreCache(ScorerOver):
         return self.folder / (hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest() + ".npz")
 
     @staticmethod
-    def _load(path: Path) -> tuple[dict[int, list[float]], float]:
+    def _load(path: Path) -> tuple[dict[str, dict[int, np.ndarray]], float]:
+        """Per value's name, edge → value, and the CPU seconds; nothing from a file of one value per edge (the cache's
+        earlier layout, which kept the readouts alone: scored again)."""
         if not path.exists():
             return {}, 0.0
         with np.load(path) as saved:
-            return dict(zip(saved["edges"].tolist(), saved["values"].tolist())), float(saved["seconds"])
+            if "names" not in saved.files:
+                return {}, 0.0
+            columns = {str(name): dict(zip(saved[f"edges{i}"].tolist(), saved[f"values{i}"]))
+                       for i, name in enumerate(saved["names"])}  # fmt: skip
+            return columns, float(saved["seconds"])
 
 
 def cached_chunker(resolved: Resolved, cache: Path) -> Chunker:

@@ -11,6 +11,9 @@ import numpy as np
 from bench.common import save_npz
 from bench.quality import languages, lengths
 from bench.quality.streams import build_streams
+from rr_fast import ChunkerConfig
+from rr_fast.config import Reading
+from rr_fast.scoring.readouts import boundary_evidence
 
 
 def _records(folder, sizes: dict[str, list[int]]) -> None:
@@ -105,6 +108,7 @@ def _fake_scores(folder, stream, open_cuts, given_cuts, error=""):
     cuts = {"open_cuts": np.array(open_cuts, dtype=np.int64), "given_cuts": np.array(given_cuts, dtype=np.int64)}
     cuts |= {"given_error": error, "max_tokens": 10, "seconds": 0.5}
     readout = {"utility": np.linspace(0, 1, len(chars)), "readout_attention": (join >= 0).astype(float)}
+    readout[f"readout_{boundary_evidence('attention')}"] = np.where(join >= 0, 4.0, -4.0)  # the boundary head's too
     save_npz(folder / f"{stream.id}.npz", **edges, **counts, **cuts, **readout)
 
 
@@ -268,10 +272,17 @@ def test_a_cached_stream_is_current_only_with_the_product_s_candidates(tmp_path)
     _fake_scores(tmp_path, stream, [], [])
     cached = np.load(tmp_path / f"{stream.id}.npz")["edge_chars"]
 
-    def chunker(chars):
+    weighing = ChunkerConfig().resolve().odds  # the default's: with the boundary head's evidence
+
+    def chunker(chars, odds=weighing):
         prepared = SimpleNamespace(scored=SimpleNamespace(chars=np.asarray(chars)))
-        return SimpleNamespace(preparer=SimpleNamespace(prepare=lambda texts, errors, failed: iter([prepared])))
+        preparer = SimpleNamespace(prepare=lambda texts, errors, failed: iter([prepared]))
+        return SimpleNamespace(preparer=preparer, resolved=SimpleNamespace(odds=odds), reading=Reading("attention"))
 
     assert lengths.current(tmp_path / f"{stream.id}.npz", chunker(cached), stream.text)
     assert not lengths.current(tmp_path / f"{stream.id}.npz", chunker(cached[1:]), stream.text)
     assert not lengths.current(tmp_path / "missing.npz", chunker(cached), stream.text)
+    with np.load(tmp_path / f"{stream.id}.npz") as saved:  # cached before the odds weighed the boundary head
+        save_npz(tmp_path / "old.npz", **{k: saved[k] for k in saved.files if "evidence" not in k})
+    assert not lengths.current(tmp_path / "old.npz", chunker(cached), stream.text)
+    assert lengths.current(tmp_path / "old.npz", chunker(cached, odds=None), stream.text)  # percentiles need none

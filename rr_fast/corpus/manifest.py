@@ -111,7 +111,8 @@ class RunConfig:
         configuration (every option's value and how the model reads boundaries, defaults included) and the shards'
         columns (an rr-fast that writes other columns would leave shards of two schemas in one dataset)."""
         configuration = asdict(self.resolved.config) | asdict(self.resolved.reading)
-        configuration["odds"] = self.resolved.odds  # what ρ is charged against
+        odds = self.resolved.odds  # what ρ is charged against, by name
+        configuration["odds"] = odds and odds._asdict() | {"evidence": odds.evidence and odds.evidence._asdict()}
         if Path(configuration["model"]).exists():  # a local folder or file: wherever the run is started from
             configuration["model"] = str(Path(configuration["model"]).resolve())
         configuration = json.loads(json.dumps(configuration))  # as manifest.json holds it: tuples become lists
