@@ -78,6 +78,9 @@ def utilities(row, head: dict | None, odds: Odds) -> np.ndarray:
 
 def fit(model: str, data: str | None, write: bool) -> dict:
     resolved = ChunkerConfig(model=model).resolve()
+    if resolved.odds is None:
+        raise SystemExit(f"{model}'s default reading has no boundary odds to weigh the evidence in: its recipe keeps "
+                         "percentiles (python -m bench.quality.odds fit fits odds)")  # fmt: skip
     base = resolved.odds._replace(evidence=None)
     sets = calibration_and_evaluation(model, data)
     base_rho = best_rho(sets, base, resolved)  # the odds' own ρ without the evidence (``bench.quality.odds rho``)
