@@ -36,7 +36,7 @@ never choose.
   at that ρ; writes compare-<model>[-<preset>]-<against>.json.
 - ``given``: with the count given (``num_chunks``), the recipe's odds against percentiles on every calibration measure
   and, paired, on the 45 and 60 streams; the odds serve a given count (a recipe's ``given_count``) where no calibration
-  measure falls more than LOSS_ALLOWED below the percentiles'. Writes given-<model>[-<preset>].json.
+  measure falls more than LOSS_ALLOWED below the percentiles'. Writes given-<model>[-<preset>][-with-evidence].json.
 - ``ceiling``: what calibration alone could reach with the reading's values, per band and per language: the product's
   cut; the same utilities with the best ρ for each stream (0 to 1 in steps of 0.02, for probabilities and percentiles
   alike: an oracle no calibration can beat with one ρ per text); the count given (``num_chunks`` = the units, as the
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         return rho_only(args.model, args.data_dir, args.preset)
     if args.step == "given":
         rows = given(args.model, args.data_dir, args.preset, args.with_evidence)
-        suffix = f"-{args.preset}" if args.preset else ""
+        suffix = (f"-{args.preset}" if args.preset else "") + ("-with-evidence" if args.with_evidence else "")
         (OUT / f"given-{args.model}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
         return rows
     if args.step == "ceiling":
