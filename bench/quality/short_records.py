@@ -54,6 +54,7 @@ from bench.quality.odds import (
     score,
     stream_outcome,
 )
+from bench.quality.replay import utilities as product_utilities
 from bench.quality.streams import read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.segmentation.calibration import boundary_probability, utility
@@ -274,10 +275,11 @@ def shown(found: dict) -> str:
 
 
 def references(rows_by_set: dict, resolved) -> tuple[dict, dict]:
-    """The calibration measures of the percentiles (ρ 0.9, the recipe's before the odds) and of the recipe's odds."""
+    """The calibration measures of the percentiles (ρ 0.9, the recipe's before the odds) and of the recipe's odds as the
+    product reads them now (``bench.quality.replay``: within the chunk, with the boundary head's evidence)."""
     values = {name: [{"attention": r[1]["readout_attention"]} for r in rows_by_set[name]] for name in CALIBRATION}
     percentiles = measures(rows_by_set, {n: [utility(v, "attention") for v in vs] for n, vs in values.items()}, 0.9)
-    odds = {n: [boundary_probability(v, "attention", resolved.odds) for v in vs] for n, vs in values.items()}
+    odds = {n: [product_utilities(r[1], resolved.odds) for r in rows_by_set[n]] for n in CALIBRATION}
     today = measures(rows_by_set, odds, resolved.reading.penalty)
     print(f"percentiles, ρ 0.9: {shown(percentiles)}; score {score(percentiles):.3f}")
     print(f"recipe odds, ρ {resolved.reading.penalty}: {shown(today)}; score {score(today):.3f}")
@@ -309,8 +311,7 @@ def fit(model: str, data: str | None, balanced: bool) -> dict:
     fitted = standardised_fit([row for name in CALIBRATION for row in rows_by_set[name]], ridge, balanced)
     evaluation = rows_by_set["evaluation"]
     indices = bootstrap_indices([r[0].domain for r in evaluation], 10_000, seed=0)
-    before = np.array([outcome(r[0], r[1], boundary_probability({"attention": r[1]["readout_attention"]}, "attention",
-                                                                 resolved.odds), resolved.reading.penalty)[1:]
+    before = np.array([outcome(r[0], r[1], product_utilities(r[1], resolved.odds), resolved.reading.penalty)[1:]
                        for r in evaluation], dtype=float)  # fmt: skip
     after = np.array([outcome(r[0], r[1], probabilities(r[2], fitted), rho)[1:] for r in evaluation], dtype=float)
     found = {"recipe odds": interval(before[:, 0] / before[:, 1], indices),
@@ -469,9 +470,8 @@ def both(model: str, data: str | None, window: int = 128) -> dict:
     odds = odds_on(raw_parts, every)
     evaluation = rows_by_set["evaluation"]
     indices = bootstrap_indices([r[0].domain for r in evaluation], 10_000, seed=0)
-    before = np.array([outcome(r[0], r[1], boundary_probability({"attention": v["attention"]}, "attention",
-                                                                 resolved.odds), resolved.reading.penalty)[1:]
-                       for r, v in zip(evaluation, kept["evaluation"])], dtype=float)  # fmt: skip
+    before = np.array([outcome(r[0], r[1], product_utilities(r[1], resolved.odds), resolved.reading.penalty)[1:]
+                       for r in evaluation], dtype=float)  # fmt: skip
     after = np.array([outcome(r[0], r[1], boundary_probability(v, name, odds), rho)[1:]
                       for r, v in zip(evaluation, kept["evaluation"])], dtype=float)  # fmt: skip
     found = {"default": interval(before[:, 0] / before[:, 1], indices),
