@@ -106,7 +106,7 @@ def boundary_probability(
     the DP to charge by the chunk it picks (``dp.segment``); the percentile stays the whole span's."""
     raw, weight_percentile, bias, evidence = Odds(*odds)
     parts = readout(name_of).parts
-    percentile = utility(values, name_of)
+    percentile = whole = utility(values, name_of)
     within = [by_chunk_length(name) in values for name in parts]
     read = [values[by_chunk_length(name)] if by_length else values[name] for name, by_length in zip(parts, within)]
     if any(within):  # every part and the percentile as [edges, lengths]
@@ -115,27 +115,35 @@ def boundary_probability(
     with np.errstate(over="ignore", invalid="ignore"):
         logit = weight_percentile * percentile + bias + sum(w * value for value, w in zip(read, raw))
         probabilities = 1.0 / (1.0 + np.exp(-logit))
-    return probabilities if evidence is None else with_evidence(probabilities, values, name_of, evidence, tokens)
+    if evidence is None:
+        return probabilities
+    return with_evidence(probabilities, values, name_of, whole, evidence, tokens)
 
 
 def with_evidence(
-    probabilities: np.ndarray, values: dict[str, np.ndarray], name_of: str, evidence: Evidence, tokens: np.ndarray
+    probabilities: np.ndarray,
+    values: dict[str, np.ndarray],
+    name_of: str,
+    percentile: np.ndarray,
+    evidence: Evidence,
+    tokens: np.ndarray | None,
 ) -> np.ndarray:
     """Boundary probabilities that also weigh how clear a boundary is near each edge: (1 - ``share``) x the odds' +
     ``share`` x, at an edge whose value is the best of the reading's within ``reach`` tokens, the largest probability
-    the boundary head gives within that reach (0 elsewhere).
+    the boundary head gives within that reach (0 elsewhere). ``percentile``: the reading's within-document percentile,
+    which the boundary head's log-odds weigh as the odds' do.
 
     The readout was distilled to rank edges as ``lr`` does: it says well where in a stretch the cut belongs, less well
     whether the stretch holds one at all, which is what a text of short units needs to be cut often enough. The
     boundary head reads the same masses but was fitted on labelled text of several lengths and languages for exactly
     that, yet places a cut less well. So the evidence is the boundary head's, the place the readout's: the best edge
     near a clear boundary gains, its neighbours do not (the DP would otherwise cut twice around one boundary)."""
-    key = boundary_evidence(readout(name_of).parts[0])
-    if key not in values or tokens is None:
+    part = readout(name_of).parts[0]
+    if boundary_evidence(part) not in values or tokens is None:
         raise RRFastError(f"the {name_of} reading's odds weigh a boundary head's evidence its scorer did not give")
-    value = values[readout(name_of).parts[0]]
+    value, logit = values[part], values[boundary_evidence(part)] + evidence.percentile * percentile + evidence.bias
     with np.errstate(over="ignore", invalid="ignore"):
-        near = 1.0 / (1.0 + np.exp(-(values[key] + evidence.percentile * utility(values, name_of) + evidence.bias)))
+        near = 1.0 / (1.0 + np.exp(-logit))
     strongest = _largest_within(tokens, np.nan_to_num(near, nan=0.0), evidence.reach)
     marked = np.where(np.isfinite(value), value, -np.inf)
     best = _largest_within(tokens, marked, evidence.reach) == marked
