@@ -221,10 +221,10 @@ class Chunker:
 
     def _utilities(self, document: Document, values: dict[str, np.ndarray]) -> np.ndarray:
         """What the DP weighs at each scored edge: the readout's boundary probabilities where the reading has odds, on
-        text without structure, when the DP chooses how many cuts or the odds serve a given number too (without the
-        boundary head's evidence: ``Resolved.given_count_odds``; ``segmentation.calibration``); else its
-        percentiles, blended with the companion model's where the reading has one (it reads the document's text
-        with its own tokenizer and edges)."""
+        text without structure, when the DP chooses how many cuts or the odds serve a given number too (the boundary
+        head's evidence at its share for a given count: ``Resolved.given_count_odds``; ``segmentation.calibration``);
+        else its percentiles, blended with the companion model's where the reading has one (it reads the document's
+        text with its own tokenizer and edges)."""
         given = self.config.num_chunks is not None
         odds = self.resolved.given_count_odds if given else self.resolved.odds
         if odds is not None and document.layout is None:

@@ -341,10 +341,17 @@ class Resolved:
 
     @property
     def given_count_odds(self) -> Odds | None:
-        """What a given number of chunks weighs: the odds without the boundary head's evidence where the recipe says
-        they serve a given count (``given_count``), else None (percentiles). The evidence is for how many cuts a text
-        holds, which a given count says already (weighed with it, the count given lost mixed records on calibration)."""
-        return self.odds._replace(evidence=None) if self.odds is not None and self.odds_given_count else None
+        """What a given number of chunks weighs where the recipe says the odds serve a given count (``given_count``):
+        the odds with the boundary head's evidence at its ``given_share``, or without it where the recipe has none;
+        else None (percentiles). A given count says already how many cuts the text holds, so the evidence weighs less
+        there: at the open count's share the count given lost mixed records on calibration, at a smaller one every
+        measure held or gained (``bench.quality.evidence --given``)."""
+        if self.odds is None or not self.odds_given_count:
+            return None
+        evidence = self.odds.evidence
+        if evidence is None or evidence.given_share is None:
+            return self.odds._replace(evidence=None)
+        return self.odds._replace(evidence=evidence._replace(share=evidence.given_share))
 
     def on_device(self, device: str) -> Resolved:
         """The same resolution on another device of the same kind (a corpus worker's GPU)."""

@@ -17,6 +17,14 @@ reach and share in the default reading's odds (``odds[].evidence``), and the cho
 
     python -m bench.quality.evidence [--model gemma3-270m] [--write]
 
+``--given`` chooses the evidence's share where the number of chunks is given (``given_share``): for each share on
+GIVEN_SHARES, the calibration measures with the count given (``bench.quality.odds.measures``), the best score at which
+none falls more than LOSS_ALLOWED below the odds alone (what a given count weighed before); shown once, paired, on
+the 60 evaluation streams; ``--write`` puts it in the odds' evidence. A given count says already how many cuts the
+text holds, so the evidence may serve it at another share than the open count's.
+
+    python -m bench.quality.evidence --given [--write]
+
 After ``--write`` the cached streams hold no evidence: score them again (``bench.quality.lengths score``,
 ``bench.quality.languages score --streams 14 --no-peers``, ``bench.quality.odds score``: a cached stream that lacks a
 value the product now reads is scored again), then the reports replay the product as it cuts.
@@ -33,7 +41,8 @@ import numpy as np
 
 from bench.common import REPO_ROOT, log
 from bench.quality.metrics import bootstrap_indices, ci_text, interval
-from bench.quality.odds import GRID, best_rho, calibration_and_evaluation, score
+from bench.quality.odds import GRID, LOSS_ALLOWED, best_rho, calibration_and_evaluation, given_outcomes, score
+from bench.quality.odds import measures as odds_measures
 from bench.quality.replay import readout_values
 from bench.quality.short_records import (
     CALIBRATION,
@@ -51,10 +60,12 @@ from rr_fast.models.recipes import BUNDLED_RECIPES, json_layout
 from rr_fast.scoring.readouts import boundary_evidence
 from rr_fast.segmentation.calibration import Evidence, Odds, boundary_probability
 
+GIVEN_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 RIDGE = 10.0  # short_records fit's best, each calibration set weighed the same
 REACHES = (16, 32)  # tokens either side of an edge
 SHARES = (0.3, 0.5, 0.7, 1.0)
 EVIDENCE_NOTE = "; the boundary head's evidence and rho by bench.quality.evidence, "  # in the odds' ``fitted``
+GIVEN_NOTE = "; its share with the count given by bench.quality.evidence --given, "
 
 
 def split(fitted) -> tuple[dict, float, float]:
@@ -125,6 +136,49 @@ def fit(model: str, data: str | None, write: bool) -> dict:
     return result
 
 
+def given(model: str, data: str | None, write: bool) -> dict:
+    """The evidence's share with the count given (``--given``: the module's docstring)."""
+    resolved = ChunkerConfig(model=model).resolve()
+    if resolved.odds is None or resolved.odds.evidence is None or not resolved.odds_given_count:
+        raise SystemExit(f"{model}'s default reading has no boundary evidence in odds that serve a given count")
+    sets = calibration_and_evaluation(model, data)
+    alone = resolved.odds._replace(evidence=None)
+    before = odds_measures(sets, alone, 0.0, given=True)
+    print(f"count given, the odds alone: {shown(before)}; score {score(before):.3f}", flush=True)
+    best = None
+    for share in GIVEN_SHARES:
+        odds = resolved.odds._replace(evidence=resolved.odds.evidence._replace(share=share))
+        found = odds_measures(sets, odds, 0.0, given=True)
+        keeps = all(found[k] >= before[k] - LOSS_ALLOWED for k in before)
+        print(f"share {share}: {shown(found)}; score {score(found):.3f}{'' if keeps else ' (a loss)'}", flush=True)
+        if keeps and (best is None or score(found) > best[0]):
+            best = (score(found), share, found, odds)
+    if best is None:
+        raise SystemExit("no share keeps every calibration measure: a given count weighs the odds alone")
+    _, share, chosen, odds = best
+    print(f"chosen: share {share}: {shown(chosen)}")
+    evaluation = sets["evaluation"]
+    indices = bootstrap_indices([stream.domain for stream, _ in evaluation], 10_000, seed=0)
+    share_of = {key: np.array([held / units for _, held, units, _ in given_outcomes(evaluation, weighed)])
+                for key, weighed in (("odds alone", alone), ("with evidence", odds))}  # fmt: skip
+    reported = {key: interval(v, indices) for key, v in share_of.items()}
+    reported["change"] = interval(share_of["with evidence"] - share_of["odds alone"], indices)
+    print("evaluation (60 streams), count given: " + "; ".join(f"{k} {ci_text(v)}" for k, v in reported.items()))
+    result = {"given_share": share, "calibration": chosen, "odds alone": before,
+              "evaluation": {k: list(v) for k, v in reported.items()}}  # fmt: skip
+    (OUT / f"evidence-given-{model}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    if write:
+        path = BUNDLED_RECIPES / f"{model}.json"
+        recipe = json.loads(path.read_text(encoding="utf-8"))
+        reading = resolved.reading
+        entry = recipe["odds"][reading.readout][str(reading.window)][str(reading.step)]
+        entry["evidence"]["given_share"] = share
+        entry["fitted"] = f"{entry['fitted'].split(GIVEN_NOTE)[0]}{GIVEN_NOTE}{today()}"  # a run again replaces its own
+        path.write_text(json_layout(recipe) + "\n", encoding="utf-8")
+        log(f"wrote {path.relative_to(REPO_ROOT)}")
+    return result
+
+
 def write_recipe(model: str, resolved, head: dict, evidence: Evidence, rho: float) -> None:
     """The boundary head, the evidence and ρ into the model's bundled recipe (its default reading's odds)."""
     path = BUNDLED_RECIPES / f"{model}.json"
@@ -133,15 +187,19 @@ def write_recipe(model: str, resolved, head: dict, evidence: Evidence, rho: floa
     (stored,) = [h for h in recipe["heads"] if h["layers"] == reading.layer]
     stored["boundary"] = {key: [float(f"{v:.7g}") for v in head[key]] for key in ("mean", "scale", "weights")}
     entry = recipe["odds"][reading.readout][str(reading.window)][str(reading.step)]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
     entry["evidence"] = {"percentile": round(evidence.percentile, 4), "bias": round(evidence.bias, 4),
                          "reach": evidence.reach, "share": evidence.share}  # fmt: skip
     entry["penalty"] = rho
-    when = f"{time.strftime('%Y-%m-%d')} at {commit.stdout.strip()}"
-    earlier = entry["fitted"].split(EVIDENCE_NOTE)[0]  # a run again replaces its own note
-    entry["fitted"] = f"{earlier}{EVIDENCE_NOTE}{when}"
+    earlier = entry["fitted"].split(EVIDENCE_NOTE)[0]  # a run again replaces its own note, and the given share's
+    entry["fitted"] = f"{earlier}{EVIDENCE_NOTE}{today()}"
     path.write_text(json_layout(recipe) + "\n", encoding="utf-8")
     log(f"wrote {path.relative_to(REPO_ROOT)}")
+
+
+def today() -> str:
+    """The date and the commit, for a recipe's ``fitted`` note."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
+    return f"{time.strftime('%Y-%m-%d')} at {commit.stdout.strip()}"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -149,8 +207,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="gemma3-270m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--write", action="store_true", help="put the fitted head and evidence in the bundled recipe")
+    parser.add_argument("--given", action="store_true", help="choose the evidence's share with the count given")
     args = parser.parse_args(argv)
-    return fit(args.model, args.data_dir, args.write)
+    return (given if args.given else fit)(args.model, args.data_dir, args.write)
 
 
 if __name__ == "__main__":

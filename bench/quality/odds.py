@@ -363,14 +363,15 @@ def compare(
 
 
 def given(model: str, data: str | None, preset: str | None = None, with_evidence: bool = False) -> dict:
-    """With the count given: the recipe's odds (read as the product reads them with the count given: without the
-    boundary head's evidence, ``Resolved.given_count_odds``; ``--with-evidence``: with it) against percentiles, on every
-    calibration measure and, paired, on the 45 and 60 streams. The odds serve a given count (the recipe's
-    ``given_count``) where no calibration measure falls more than LOSS_ALLOWED below the percentiles'."""
+    """With the count given: the recipe's odds (read as the product reads them with the count given: the boundary
+    head's evidence at its ``given_share``, or none, ``Resolved.given_count_odds``; ``--with-evidence``: at the open
+    count's share) against percentiles, on every calibration measure and, paired, on the 45 and 60 streams. The odds
+    serve a given count (the recipe's ``given_count``) where no calibration measure falls more than LOSS_ALLOWED below
+    the percentiles'."""
     resolved = ChunkerConfig(model=model, preset=preset).resolve()
     if resolved.odds is None:
         raise SystemExit(f"{model} {preset or 'default'}: the recipe has no odds for this reading")
-    odds = resolved.odds if with_evidence else resolved.odds._replace(evidence=None)
+    odds = resolved.odds if with_evidence else resolved.given_count_odds or resolved.odds._replace(evidence=None)
     sets = calibration_and_evaluation(model, data, preset)
     before, after = measures(sets, None, 0.0, given=True), measures(sets, odds, 0.0, given=True)
     holds = all(after[k] >= before[k] - LOSS_ALLOWED for k in before)

@@ -19,7 +19,7 @@ class RecipeError(RRFastError):
 MAX_SPAN = 1 << 16
 FIELDS = ("schema", "model", "about", "defaults", "penalties", "odds", "presets", "heads", "bundled")  # its keys
 ODDS_FIELDS = ("layer", "raw", "percentile", "bias", "penalty", "within_chunk", "given_count", "evidence", "fitted")
-EVIDENCE_FIELDS = ("percentile", "bias", "reach", "share")  # of an odds entry's ``evidence``
+EVIDENCE_FIELDS = ("percentile", "bias", "reach", "share", "given_share")  # of an odds entry's ``evidence``
 DEFAULT_FIELDS = ("readout", "window", "skips", "step", "normalizer", "layer", "bfloat16")
 
 
@@ -93,10 +93,13 @@ def checked_odds(entry: Any, where: str) -> dict[str, Any]:
     if "evidence" in entry:  # the boundary head's weight near each edge (``segmentation.calibration.Evidence``)
         evidence = as_object(entry["evidence"], f"{where}: evidence")
         only_fields(evidence, EVIDENCE_FIELDS, f"{where}: evidence")
-        found = {key: as_number(evidence.get(key), f"{where}: evidence: {key}") for key in EVIDENCE_FIELDS}
+        shares = ("share", "given_share") if "given_share" in evidence else ("share",)  # given_share: where kept
+        keys = (*EVIDENCE_FIELDS[:3], *shares)
+        found = {key: as_number(evidence.get(key), f"{where}: evidence: {key}") for key in keys}
         checked["evidence"] = found | {"reach": as_count(evidence["reach"], f"{where}: evidence: reach")}
-        if not 0 < found["share"] <= 1:
-            raise RecipeError(f"{where}: evidence: share must be in (0, 1], got {shown(evidence['share'])}")
+        for share in shares:
+            if not 0 < found[share] <= 1:
+                raise RecipeError(f"{where}: evidence: {share} must be in (0, 1], got {shown(evidence[share])}")
     for flag in ("within_chunk", "given_count"):  # read within each chunk; serving a given count too: kept if true
         if not isinstance(value := entry.get(flag, False), bool):
             raise RecipeError(f"{where}: {flag} must be true or false, got {shown(value)}")

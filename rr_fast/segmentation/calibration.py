@@ -25,12 +25,15 @@ from rr_fast.scoring.readouts import boundary_evidence, by_chunk_length
 class Evidence(NamedTuple):
     """How boundary odds weigh the boundary head's evidence (``with_evidence``), from the recipe's odds entry: its
     log-odds take ``percentile`` x the reading's within-document percentile + ``bias``; an edge takes the largest
-    probability within ``reach`` tokens of it where the reading marks it the best there, with weight ``share``."""
+    probability within ``reach`` tokens of it where the reading marks it the best there, with weight ``share``, or
+    ``given_share`` where the number of chunks is given (``config.Resolved.given_count_odds``; None: the odds alone
+    there)."""
 
     percentile: float
     bias: float
     reach: int
     share: float
+    given_share: float | None = None
 
 
 class Odds(NamedTuple):
