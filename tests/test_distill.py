@@ -233,7 +233,8 @@ def test_a_missing_recipe_says_so(tiny, tmp_path, sample, capsys):
 
 def test_a_recipe_with_a_boundary_head_weighs_its_evidence_in_an_open_count_only(distilled, tiny, tmp_path):
     """A distilled recipe given a boundary head beside its head and odds that weigh its evidence: the scorer gives the
-    boundary head's values, an open count weighs them (``with_evidence``) and a given count the odds without them."""
+    boundary head's values, an open count weighs them (``with_evidence``), a given count the odds without them or with
+    them at its ``given_share``."""
     recipe = json.loads(distilled.read_text())
     (head,) = [h for h in recipe["heads"] if h["layers"] == 4]
     head["boundary"] = {"mean": head["mean"], "scale": head["scale"], "weights": [-w for w in head["weights"]]}
@@ -256,3 +257,9 @@ def test_a_recipe_with_a_boundary_head_weighs_its_evidence_in_an_open_count_only
     _, given = Chunker(resolved_config(**common, num_chunks=6)).explain(text)
     without = boundary_probability(given.readouts, "attention", odds[:3])
     np.testing.assert_allclose(given.utility, without, equal_nan=True)
+    entry["evidence"]["given_share"] = 0.2  # a given count at its own share
+    path.write_text(json.dumps(recipe))
+    _, given = Chunker(resolved_config(**common, num_chunks=6)).explain(text)
+    at_share = odds._replace(evidence=odds.evidence._replace(share=0.2))
+    np.testing.assert_allclose(given.utility, boundary_probability(given.readouts, "attention", at_share, given.tokens))
+    assert not np.allclose(given.utility, without, equal_nan=True)

@@ -107,6 +107,8 @@ def recipe_with_evidence() -> dict:
         (lambda r: r["odds"]["attention"]["32"]["8"]["evidence"].update(reach=2.5), "evidence: reach"),
         (lambda r: r["odds"]["attention"]["32"]["8"]["evidence"].pop("bias"), "evidence: bias"),
         (lambda r: r["odds"]["attention"]["32"]["8"]["evidence"].update(span=3), "unknown field 'span'"),
+        (lambda r: r["odds"]["attention"]["32"]["8"]["evidence"].update(given_share=1.5), "given_share must be in"),
+        (lambda r: r["odds"]["attention"]["32"]["8"]["evidence"].update(given_share="0.3"), "evidence: given_share"),
     ],
 )
 def test_a_recipes_boundary_head_and_evidence_are_checked(change, words):
@@ -119,9 +121,22 @@ def test_a_recipes_boundary_head_and_evidence_are_checked(change, words):
 
 def test_the_default_weighs_the_boundary_heads_evidence_its_recipe_holds():
     """Gemma 3's default reading: the boundary head beside its head and the evidence in its odds
-    (bench.quality.evidence), ρ charged against the blend; its other readings and SmolLM2's weigh none."""
+    (bench.quality.evidence), ρ charged against the blend, a given count at its own share; its other readings and
+    SmolLM2's weigh none."""
     resolved = ChunkerConfig().resolve()
     entry = BUNDLED["gemma3-270m"].odds_for("attention", 128, 64, 18)
     assert resolved.odds.evidence == Evidence(**entry["evidence"]) and resolved.reading.penalty == entry["penalty"]
+    given = resolved.given_count_odds.evidence
+    assert given.share == entry["evidence"]["given_share"] != resolved.odds.evidence.share
     assert "boundary" in BUNDLED["gemma3-270m"].head(18)
     assert ChunkerConfig(preset="quality").resolve().odds.evidence is None
+
+
+def test_a_given_count_weighs_the_evidence_at_its_own_share_or_the_odds_alone():
+    resolved = ChunkerConfig().resolve()
+    odds = resolved.odds
+    share = odds.evidence.given_share
+    assert resolved.given_count_odds == odds._replace(evidence=odds.evidence._replace(share=share))
+    without = replace(resolved, odds=odds._replace(evidence=odds.evidence._replace(given_share=None)))
+    assert without.given_count_odds == odds._replace(evidence=None)
+    assert replace(resolved, odds_given_count=False).given_count_odds is None  # percentiles serve a given count
