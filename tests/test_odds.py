@@ -88,10 +88,10 @@ def test_odds_fitted_for_another_head_or_step_are_not_used(tiny, tmp_path):
     assert resolved.odds is None and resolved.reading.penalty == 1.0  # the penalties table's ρ, for percentiles
 
 
-def test_the_default_model_reads_with_odds_and_its_presets_and_smollm2_with_percentiles():
+def test_each_models_default_reads_with_odds_and_the_other_readings_with_percentiles():
     """Gemma 3's default reading and its quality preset have odds (bench.quality.odds, bench.quality.short_records
-    both); SmolLM2's fit kept no calibration measure level at any ρ, so it has none; the fast presets read other heads
-    or steps, and SmolLM2's quality blends a companion."""
+    both); SmolLM2's default has odds on its percentile alone (bench.quality.evidence: its head's value holds no
+    absolute signal); the fast presets read other heads or steps, and SmolLM2's quality blends a companion."""
     assert ChunkerConfig().resolve().odds is not None
     assert ChunkerConfig(preset="balanced").resolve().odds is not None
     quality = ChunkerConfig(preset="quality").resolve()
@@ -101,7 +101,10 @@ def test_the_default_model_reads_with_odds_and_its_presets_and_smollm2_with_perc
     for model in ("gemma3-270m", "smollm2-135m"):
         assert ChunkerConfig(model=model, preset="fast").resolve().odds is None, model
     assert ChunkerConfig(model="smollm2-135m", preset="quality").resolve().odds is None
-    assert ChunkerConfig(model="smollm2-135m").resolve().odds is None
+    smollm2 = ChunkerConfig(model="smollm2-135m").resolve()
+    assert smollm2.odds.raw == (0.0,) and smollm2.odds.evidence is not None
+    assert smollm2.reading.penalty == smollm2.config.recipe_used().odds_for("attention", 192, 8, 30)["penalty"]
+    assert ChunkerConfig(model="smollm2-135m", preset="balanced").resolve().odds == smollm2.odds
 
 
 def combination_recipe(tiny: str, tmp_path, raw) -> str:

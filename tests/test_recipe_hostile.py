@@ -258,6 +258,16 @@ def test_a_bundled_recipe_written_out_leaves_its_weights_source_behind(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["recipe.json"]  # written whole, no temporary left
 
 
+def test_a_recipe_written_out_is_a_copy_its_reader_may_edit():
+    """Editing what ``to_dict`` gives (distill and the benchmarks start their recipes from it) leaves the loaded
+    recipe, which every later ``Chunker`` of the model reads, as it was."""
+    bundled = recipes.BUNDLED["smollm2-135m"]
+    written = bundled.to_dict()
+    written["heads"][0].pop("boundary")
+    written["odds"]["attention"]["192"]["8"]["penalty"] = 9.0
+    assert "boundary" in bundled.head(30) and bundled.odds_for("attention", 192, 8, 30)["penalty"] != 9.0
+
+
 @contextmanager
 def at_most(seconds: int):
     """Fail, rather than hang, a call that blocks (a FIFO opened for reading waits for a writer)."""

@@ -26,6 +26,7 @@ preset's companion model (``config.Reading.companion``), a second model to load.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import stat
@@ -171,7 +172,7 @@ class Recipe:
             "heads": [self.heads[layers] for layers in sorted(self.heads, reverse=True)],
         }
         bundled = {key: value for key, value in (self.bundled or {}).items() if key != "weights"}
-        return out | ({"bundled": bundled} if bundled else {})
+        return copy.deepcopy(out | ({"bundled": bundled} if bundled else {}))  # a caller's edits stay its own
 
     @classmethod
     def from_dict(cls, data: Any, source: str, shipped: bool = False) -> Recipe:
