@@ -16,7 +16,7 @@ boundary head beside the default's head (``heads[].boundary``: the percentile's 
 evidence's percentile weight, bias, reach and share in the default reading's odds (``odds[].evidence``), and the chosen
 ρ.
 
-    python -m bench.quality.evidence [--model gemma3-270m] [--write]
+    python -m bench.quality.evidence [--model gemma3-270m] [--preset fast] [--write]
 
 A model whose default reading has no odds yet (its head's value holds no absolute signal: SmolLM2's) gets odds on its
 percentile alone (``raw`` 0: a logistic of "a unit starts here" on the percentile over every calibration edge), which
@@ -105,17 +105,21 @@ def utilities(row, head: dict | None, odds: Odds | None) -> np.ndarray:
     return boundary_probability(values, name, odds, row[1]["edge_tokens"])
 
 
-def fit(model: str, data: str | None, write: bool) -> dict:
-    resolved = ChunkerConfig(model=model).resolve()
-    sets = calibration_and_evaluation(model, data)
-    rows = table(model, sets)
+def fit(model: str, data: str | None, write: bool, preset: str | None = None) -> dict:
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
+    sets = calibration_and_evaluation(model, data, preset)
+    rows = table(model, sets, preset)
     everything = [row for name in CALIBRATION for row in rows[name]]
     # odds on the percentile alone are fitted here, against the percentiles the model cuts by without odds
     if resolved.odds is None or not any(resolved.odds.raw):
         percentile, bias = percentile_odds(everything)
         base, reference = Odds((0.0,), percentile, bias), None
-        reading = resolved.reading
-        reference_rho, _ = resolved.config.recipe_used().penalty(reading.readout, reading.window, reading.step)
+        reading = resolved.reading  # the ρ it cuts by now, or after a run: the penalties table's for the reading
+        reference_rho = (
+            reading.penalty
+            if resolved.odds is None
+            else resolved.config.recipe_used().penalty(reading.readout, reading.window, reading.step)[0]
+        )
         print(f"odds on the percentile alone: {percentile} x percentile {bias:+}", flush=True)
     else:
         base = reference = resolved.odds._replace(evidence=None)
@@ -155,10 +159,11 @@ def fit(model: str, data: str | None, write: bool) -> dict:
     print("evaluation (60 streams): " + "; ".join(f"{k} {ci_text(v)}" for k, v in reported.items()))
     result = {"reach": reach, "share": share, "penalty": rho, "calibration": chosen, against: before,
               "evaluation": {k: list(v) for k, v in reported.items()}}  # fmt: skip
-    (OUT / f"evidence-{model}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    suffix = f"-{preset}" if preset else ""
+    (OUT / f"evidence-{model}{suffix}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     if write:
         counts = ", ".join(f"{len(sets[name])} {name} streams" for name in CALIBRATION)
-        write_recipe(model, resolved, head, odds, rho, counts)
+        write_recipe(model, resolved, head, odds, rho, counts, preset)
     return result
 
 
@@ -214,11 +219,15 @@ def given(model: str, data: str | None, write: bool) -> dict:
     return result
 
 
-def write_recipe(model: str, resolved, head: dict, odds: Odds, rho: float, counts: str) -> None:
-    """The boundary head, the evidence and ρ into the model's bundled recipe (its default reading's odds; the odds
-    themselves where it had none: on the percentile alone)."""
+def write_recipe(
+    model: str, resolved, head: dict, odds: Odds, rho: float, counts: str, preset: str | None = None
+) -> None:
+    """The boundary head, the evidence and ρ into the model's bundled recipe (the reading's odds; the odds themselves
+    where it had none: on the percentile alone). A preset that named its own ρ names none after: the odds' ρ is it."""
     path = BUNDLED_RECIPES / f"{model}.json"
     recipe = json.loads(path.read_text(encoding="utf-8"))
+    if preset:
+        recipe["presets"][preset].pop("penalty", None)
     reading, evidence = resolved.reading, odds.evidence
     (stored,) = [h for h in recipe["heads"] if h["layers"] == reading.layer]
     stored["boundary"] = {key: [float(f"{v:.7g}") for v in head[key]] for key in ("mean", "scale", "weights")}
@@ -247,11 +256,14 @@ def today() -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.evidence", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gemma3-270m")
+    parser.add_argument("--preset", default=None, choices=("balanced", "fast"), help="a preset's reading (not --given)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--write", action="store_true", help="put the fitted head and evidence in the bundled recipe")
     parser.add_argument("--given", action="store_true", help="choose the evidence's share with the count given")
     args = parser.parse_args(argv)
-    return (given if args.given else fit)(args.model, args.data_dir, args.write)
+    if args.given:
+        return given(args.model, args.data_dir, args.write)
+    return fit(args.model, args.data_dir, args.write, args.preset)
 
 
 if __name__ == "__main__":

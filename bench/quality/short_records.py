@@ -175,12 +175,17 @@ def windows(model: str, spans: tuple[int, ...] = (24, 48, 128)) -> dict:
     return found
 
 
-def score_masses(model: str, data: str | None) -> None:
+def masses_folder(model: str, preset: str | None = None) -> Path:
+    """Where ``score`` keeps the crossing masses of a model's default reading, or of a preset's."""
+    return OUT / (model if preset in (None, "balanced") else f"{model}-{preset}")
+
+
+def score_masses(model: str, data: str | None, preset: str | None = None) -> None:
     from rr_fast import Chunker
 
-    sets = calibration_and_evaluation(model, data)
-    folder = OUT / model
-    chunker = Chunker(model=model, scorer=MassesKept)
+    sets = calibration_and_evaluation(model, data, preset)
+    folder = masses_folder(model, preset)
+    chunker = Chunker(model=model, preset=preset, scorer=MassesKept)
     for name, streams in sets.items():
         todo = [(s, saved) for s, saved in streams if not (folder / f"{s.id}.npz").exists()]
         log(f"{name}: {len(streams) - len(todo)} of {len(streams)} streams' masses cached")
@@ -199,9 +204,9 @@ def fold_of(stream_id: str, index: int) -> int:
     return (int(numbered.group(1)) if numbered else index) % FOLDS
 
 
-def table(model: str, sets: dict) -> dict[str, list[tuple]]:
+def table(model: str, sets: dict, preset: str | None = None) -> dict[str, list[tuple]]:
     """Per set: (stream, cached readouts, masses features, join labels, fold, the set's name)."""
-    folder = OUT / model
+    folder = masses_folder(model, preset)
     found = {}
     for name, streams in sets.items():
         rows = []
@@ -504,6 +509,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.short_records", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=("windows", "score", "fit", "spans", "teacher", "distil", "both"))
     parser.add_argument("--model", default="gemma3-270m")
+    parser.add_argument("--preset", default=None, choices=("balanced", "fast"), help="score: a preset's reading")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--balanced", action="store_true", help="fit: each calibration set weighs the same")
     parser.add_argument("--taught-by", default="calibration,bands,languages", help="distil: sets whose text teaches")
@@ -512,7 +518,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.step == "windows":
         return windows(args.model)
     if args.step == "score":
-        score_masses(args.model, args.data_dir)
+        score_masses(args.model, args.data_dir, args.preset)
         return None
     if args.step == "spans":
         return two_spans(args.model, args.data_dir)
