@@ -104,7 +104,8 @@ def test_each_models_default_reads_with_odds_and_the_other_readings_with_percent
     smollm2 = ChunkerConfig(model="smollm2-135m").resolve()
     assert smollm2.odds.raw == (0.0,) and smollm2.odds.evidence is not None
     assert smollm2.reading.penalty == smollm2.config.recipe_used().odds_for("attention", 192, 8, 30)["penalty"]
-    assert ChunkerConfig(model="smollm2-135m", preset="balanced").resolve().odds == smollm2.odds
+    balanced = ChunkerConfig(model="smollm2-135m", preset="balanced").resolve()  # the default, by name: the odds' ρ
+    assert balanced.odds == smollm2.odds and balanced.reading.penalty == smollm2.reading.penalty
 
 
 def combination_recipe(tiny: str, tmp_path, raw) -> str:
