@@ -120,9 +120,9 @@ def test_a_recipes_boundary_head_and_evidence_are_checked(change, words):
 
 
 def test_the_default_weighs_the_boundary_heads_evidence_its_recipe_holds():
-    """Each bundled model's default reading: the boundary head beside its head and the evidence in its odds
-    (bench.quality.evidence), ρ charged against the blend, a given count at its own share; their other readings weigh
-    none."""
+    """Each bundled model's default reading, and SmolLM2's fast: the boundary head beside its head and the evidence
+    in its odds (bench.quality.evidence), ρ charged against the blend, a given count at its own share; Gemma 3's other
+    readings weigh none."""
     resolved = ChunkerConfig().resolve()
     entry = BUNDLED["gemma3-270m"].odds_for("attention", 128, 64, 18)
     assert resolved.odds.evidence == Evidence(**entry["evidence"]) and resolved.reading.penalty == entry["penalty"]
@@ -133,8 +133,14 @@ def test_the_default_weighs_the_boundary_heads_evidence_its_recipe_holds():
     smollm2 = ChunkerConfig(model="smollm2-135m").resolve()
     entry = BUNDLED["smollm2-135m"].odds_for("attention", 192, 8, 30)
     assert smollm2.odds.evidence == Evidence(**entry["evidence"]) and smollm2.reading.penalty == entry["penalty"]
-    assert "boundary" in BUNDLED["smollm2-135m"].head(30) and "boundary" not in BUNDLED["smollm2-135m"].head(15)
+    assert "boundary" in BUNDLED["smollm2-135m"].head(30)
     assert smollm2.given_count_odds.evidence.share == entry["evidence"]["given_share"] != smollm2.odds.evidence.share
+    fast = ChunkerConfig(model="smollm2-135m", preset="fast").resolve()
+    entry = BUNDLED["smollm2-135m"].odds_for("attention", 192, 64, 15)
+    assert fast.odds.evidence == Evidence(**entry["evidence"]) and fast.reading.penalty == entry["penalty"]
+    assert "boundary" in BUNDLED["smollm2-135m"].head(15)  # the fast preset's 15-layer head has its own
+    assert fast.given_count_odds.evidence.share == entry["evidence"]["given_share"] != fast.odds.evidence.share
+    assert ChunkerConfig(preset="fast").resolve().odds is None
 
 
 def test_a_given_count_weighs_the_evidence_at_its_own_share_or_the_odds_alone():

@@ -90,16 +90,19 @@ def test_odds_fitted_for_another_head_or_step_are_not_used(tiny, tmp_path):
 
 def test_each_models_default_reads_with_odds_and_the_other_readings_with_percentiles():
     """Gemma 3's default reading and its quality preset have odds (bench.quality.odds, bench.quality.short_records
-    both); SmolLM2's default has odds on its percentile alone (bench.quality.evidence: its head's value holds no
-    absolute signal); the fast presets read other heads or steps, and SmolLM2's quality blends a companion."""
+    both); SmolLM2's default and its fast preset have odds on their percentile alone (bench.quality.evidence: its heads'
+    values hold no absolute signal); Gemma 3's fast preset lost medium and mixed records with odds: it keeps
+    percentiles, and SmolLM2's quality blends a companion."""
     assert ChunkerConfig().resolve().odds is not None
     assert ChunkerConfig(preset="balanced").resolve().odds is not None
     quality = ChunkerConfig(preset="quality").resolve()
     assert quality.reading.readout == "attention+lr" and quality.odds is not None
     assert quality.reading.penalty == quality.config.recipe_used().odds_for("attention+lr", 128, 64, 18)["penalty"]
     assert quality.odds[0][1] == 0.0  # lr's value weighs nothing: its scale moves from document to document
-    for model in ("gemma3-270m", "smollm2-135m"):
-        assert ChunkerConfig(model=model, preset="fast").resolve().odds is None, model
+    assert ChunkerConfig(preset="fast").resolve().odds is None
+    fast = ChunkerConfig(model="smollm2-135m", preset="fast").resolve()
+    assert fast.odds.raw == (0.0,) and fast.odds.evidence is not None and fast.odds_given_count
+    assert fast.reading.penalty == fast.config.recipe_used().odds_for("attention", 192, 64, 15)["penalty"]
     assert ChunkerConfig(model="smollm2-135m", preset="quality").resolve().odds is None
     smollm2 = ChunkerConfig(model="smollm2-135m").resolve()
     assert smollm2.odds.raw == (0.0,) and smollm2.odds.evidence is not None

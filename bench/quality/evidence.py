@@ -30,7 +30,7 @@ none falls more than LOSS_ALLOWED below the odds alone (what a given count weigh
 the 60 evaluation streams; ``--write`` puts it in the odds' evidence. A given count says already how many cuts the
 text holds, so the evidence may serve it at another share than the open count's.
 
-    python -m bench.quality.evidence --given [--write]
+    python -m bench.quality.evidence --given [--model gemma3-270m] [--preset fast] [--write]
 
 After ``--write`` the cached streams hold no evidence: score them again (``bench.quality.lengths score``,
 ``bench.quality.languages score --streams 14 --no-peers``, ``bench.quality.odds score``: a cached stream that lacks a
@@ -176,12 +176,12 @@ def percentile_odds(rows: list[tuple]) -> tuple[float, float]:
     return round(float(percentile), 4), round(float(bias), 4)
 
 
-def given(model: str, data: str | None, write: bool) -> dict:
+def given(model: str, data: str | None, write: bool, preset: str | None = None) -> dict:
     """The evidence's share with the count given (``--given``: the module's docstring)."""
-    resolved = ChunkerConfig(model=model).resolve()
+    resolved = ChunkerConfig(model=model, preset=preset).resolve()
     if resolved.odds is None or resolved.odds.evidence is None or not resolved.odds_given_count:
-        raise SystemExit(f"{model}'s default reading has no boundary evidence in odds that serve a given count")
-    sets = calibration_and_evaluation(model, data)
+        raise SystemExit(f"{model} {preset or 'default'}: no boundary evidence in odds that serve a given count")
+    sets = calibration_and_evaluation(model, data, preset)
     alone = resolved.odds._replace(evidence=None)
     before = odds_measures(sets, alone, 0.0, given=True)
     print(f"count given, the odds alone: {shown(before)}; score {score(before):.3f}", flush=True)
@@ -206,7 +206,8 @@ def given(model: str, data: str | None, write: bool) -> dict:
     print("evaluation (60 streams), count given: " + "; ".join(f"{k} {ci_text(v)}" for k, v in reported.items()))
     result = {"given_share": share, "calibration": chosen, "odds alone": before,
               "evaluation": {k: list(v) for k, v in reported.items()}}  # fmt: skip
-    (OUT / f"evidence-given-{model}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    suffix = f"-{preset}" if preset else ""
+    (OUT / f"evidence-given-{model}{suffix}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     if write:
         path = BUNDLED_RECIPES / f"{model}.json"
         recipe = json.loads(path.read_text(encoding="utf-8"))
@@ -256,13 +257,13 @@ def today() -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.evidence", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gemma3-270m")
-    parser.add_argument("--preset", default=None, choices=("balanced", "fast"), help="a preset's reading (not --given)")
+    parser.add_argument("--preset", default=None, choices=("balanced", "fast"), help="a preset's reading")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--write", action="store_true", help="put the fitted head and evidence in the bundled recipe")
     parser.add_argument("--given", action="store_true", help="choose the evidence's share with the count given")
     args = parser.parse_args(argv)
     if args.given:
-        return given(args.model, args.data_dir, args.write)
+        return given(args.model, args.data_dir, args.write, args.preset)
     return fit(args.model, args.data_dir, args.write, args.preset)
 
 
