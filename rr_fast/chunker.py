@@ -33,7 +33,7 @@ from rr_fast.scoring import readout
 from rr_fast.scoring.backends.base import Backend
 from rr_fast.scoring.scorer import Scorer
 from rr_fast.segmentation import cut_document
-from rr_fast.segmentation.calibration import blend, boundary_probability, utility, whole_span
+from rr_fast.segmentation.calibration import blend, blend_probabilities, boundary_probability, utility, whole_span
 from rr_fast.segmentation.lengths import MODEL, LengthUnit, load_unit
 from rr_fast.text.documents import Document, Preparer, text_tokens
 from rr_fast.text.tokenizer import load_tokenizer
@@ -223,20 +223,29 @@ class Chunker:
         """What the DP weighs at each scored edge: the readout's boundary probabilities where the reading has odds, on
         text without structure, when the DP chooses how many cuts or the odds serve a given number too (the boundary
         head's evidence at its share for a given count: ``Resolved.given_count_odds``; ``segmentation.calibration``);
-        else its percentiles, blended with the companion model's where the reading has one (it reads the document's
-        text with its own tokenizer and edges)."""
+        else its percentiles. Where the reading has a companion model (it reads the document's text with its own
+        tokenizer and edges), its probabilities are blended into an open count's, its percentiles into percentiles. A
+        given count weighs this model's odds alone: blended, SmolLM2's lost mixed records and the 45 calibration
+        streams with the count given (bench/RESULTS.md, "Other record lengths and languages"), and the count says
+        already how many cuts there are."""
         given = self.config.num_chunks is not None
         odds = self.resolved.given_count_odds if given else self.resolved.odds
         if odds is not None and document.layout is None:
-            return boundary_probability(values, self.reading.readout, odds, document.scored.tokens)
+            probabilities = boundary_probability(values, self.reading.readout, odds, document.scored.tokens)
+            if self.companion is None or given:
+                return probabilities
+            return blend_probabilities(probabilities, document.scored.chars, *self._companion_reading(document))
         utilities = utility(values, self.reading.readout)
         if self.companion is None:
             return utilities
+        return blend(utilities, document.scored.chars, *self._companion_reading(document))
+
+    def _companion_reading(self, document: Document) -> tuple[np.ndarray, np.ndarray, float]:
+        """The companion model's utility per edge, its edges' characters and its share (``Reading.companion``)."""
         started = time.perf_counter()
         other = self.companion.score(document.text)
         self.timings["companion"] += time.perf_counter() - started
-        weight = self.reading.companion_weight
-        return blend(utilities, document.scored.chars, other.utility, other.chars, weight)
+        return other.utility, other.chars, self.reading.companion_weight
 
     def _check_finite(self, values: dict[str, np.ndarray], num_tokens: int, edges: np.ndarray) -> None:
         """Every edge the scorer must score (``Scorer.must_score``) gets a number: NaN or inf means a broken model.

@@ -152,8 +152,7 @@ class ChunkerConfig:
         fixed = chosen.fixes(scoring)
         step = asked.step if asked.step is not None else recipe.step
         rho, note = recipe.penalty(chosen.name, fixed["window"], step)
-        # a reading with a companion blends percentiles: its odds, fitted on its own values, do not apply
-        odds = None if asked.companion else recipe.odds_for(chosen.name, fixed["window"], step, fixed.get("layer"))
+        odds = recipe.odds_for(chosen.name, fixed["window"], step, fixed.get("layer"))
         if odds is not None:  # ρ is charged against the boundary probability (segmentation.calibration)
             rho, note = odds["penalty"], None
             if odds.get("within_chunk"):  # the odds were chosen on the readout read within each chunk
@@ -180,21 +179,25 @@ class ChunkerConfig:
                 raise UsageError(words(self))
         limits = Limits(self.min_tokens, self.max_tokens, self.target_tokens, filled.length_weight)
         notes = (note,) if note and asked.penalty is None else ()
-        companion = self._companion(filled.companion, filled.step)
+        companion = self._companion(filled.companion, filled.step, odds is not None)
         evidence = odds and odds.get("evidence") and Evidence(**odds["evidence"])
         weights = odds and Odds(raw_weights(odds["raw"], chosen.parts), odds["percentile"], odds["bias"], evidence)
         given_count = bool(odds and odds.get("given_count"))
         return Resolved(self, filled, notes, limits, scoring, companion, weights, given_count)
 
-    def _companion(self, model: str | None, step: int) -> Resolved | None:
-        """The companion model (``Reading.companion``) with its own default reading on this reading's candidate step
-        (each edge takes its nearest edge's utility, so a coarser grid would hand it a far edge's), run where this
-        model runs."""
+    def _companion(self, model: str | None, step: int, odds: bool) -> Resolved | None:
+        """The companion model (``Reading.companion``), run where this model runs. Where this reading has boundary
+        odds, the companion's are blended into them: it reads with its own default reading, at its own candidate step,
+        where its odds were fitted (``calibration.blend_probabilities``). Else its percentiles are: its default reading
+        on this reading's step (each edge takes its nearest edge's utility, so a coarser grid would hand it a far
+        edge's)."""
         if model is None:
             return None
         if model == self.model:
             raise UsageError(f"companion {model} is the model itself: a companion must be another model")
         options = {"backend": self.backend, "device": self.device, "batch_tokens": self.batch_tokens}
+        if odds:
+            return ChunkerConfig(model=model, **options).resolve()
         resolved = ChunkerConfig(model=model, **options).resolve({"step": step})
         return replace(resolved, odds=None)  # its percentiles are what the blend takes
 
@@ -274,10 +277,11 @@ class Reading:
     companion: str | None = option(
         None,
         "reading",
-        "another bundled model that reads the same text its own default way, on the same candidate step; its "
-        "utility at each edge (the nearest of its own edges by character) is blended into this model's. Two models "
-        "that fail on different text miss fewer boundaries together, for the price of both passes. Only rr-fast's "
-        "own recipes may name one (another model to load is the user's choice, never a downloaded recipe's)",
+        "another bundled model that reads the same text its own default way; its utility at each edge (at the "
+        "nearest of its own edges by character) is blended into this model's: its boundary probability into this "
+        "reading's where this reading has boundary odds, else its percentile. Two models that fail on different "
+        "text miss fewer boundaries together, for the price of both passes. Only rr-fast's own recipes may name one "
+        "(another model to load is the user's choice, never a downloaded recipe's)",
         choices=tuple(sorted(bundled_recipes())),
     )
     companion_weight: float = option(0.5, "reading", "the companion's share of each edge's utility", "share")

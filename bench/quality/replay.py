@@ -7,7 +7,8 @@ recipe's boundary odds where it has them, read within the chunk where the values
 within-document percentiles). The streams the length and language benchmarks build are flattened, one space or
 nothing between units: they have no structure, so the replay is the product's cut. A reading blended with a companion
 model (SmolLM2's ``quality``) cannot be replayed from one model's readouts: its cached cuts stand. With the count given,
-the product weighs the odds where its recipe says they serve a given count (``given_count``), else percentiles.
+the product weighs the odds where its recipe says they serve a given count (``given_count``), without a companion,
+else percentiles.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class ProductCut:
         self.odds, self.rho, self.limits = resolved.odds, resolved.reading.penalty, resolved.limits
         self.given_odds = resolved.given_count_odds
         self.replays = resolved.companion is None
+        # with the count given, a companion is blended only into percentiles (``Chunker._utilities``)
+        self.replays_given = self.replays or self.given_odds is not None
 
     def __call__(self, saved) -> np.ndarray:
         """The open count's character offsets: replayed, or the cached ones where the reading cannot be replayed."""
@@ -94,6 +97,6 @@ class ProductCut:
 
     def given(self, saved, num_chunks: int) -> np.ndarray | None:
         """The cuts into ``num_chunks`` chunks (``given_cut_chars``), or the cached ones as ``__call__``."""
-        if not self.replays:
+        if not self.replays_given:
             return None if str(saved["given_error"]) else np.asarray(saved["given_cuts"], dtype=np.int64)
         return given_cut_chars(saved, utilities(saved, self.given_odds), num_chunks, self.limits)

@@ -175,22 +175,55 @@ def whole_span(utilities: np.ndarray) -> np.ndarray:
 def blend(
     utilities: np.ndarray, chars: np.ndarray, other: np.ndarray, other_chars: np.ndarray, weight: float
 ) -> np.ndarray:
-    """Utilities of one model's edges blended with another model's over the same text (``config.Reading.companion``).
+    """Percentiles of one model's edges blended with another model's over the same text (``config.Reading.companion``).
 
-    The two tokenizers put their edges at different characters, so each edge takes the other model's utility at its
-    nearest usable edge by character (a tie goes to the later one); ``weight`` is the other's share. The blend is made
-    percentiles again, so it is uniform on (0, 1] like any utility and the recipe's ρ means what it always does.
-    Where the other model has no usable edge, the utilities are returned as they are.
+    The two tokenizers put their edges at different characters, so each edge takes the other model's utility, made
+    percentiles, at its nearest usable edge by character (a tie goes to the later one); ``weight`` is the other's share.
+    The blend is made percentiles again, so it is uniform on (0, 1] like any utility and the recipe's ρ means what it
+    always does. Where the other model has no usable edge, the utilities are returned as they are.
     """
     usable = np.isfinite(other)
     finite = np.isfinite(utilities)
     if not usable.any() or not finite.any():
         return utilities
-    other, other_chars = other[usable], np.asarray(other_chars)[usable]
+    other, other_chars = percentiles(other[usable]), np.asarray(other_chars)[usable]
     at = np.asarray(chars)[finite]
-    right = np.clip(np.searchsorted(other_chars, at), 0, len(other_chars) - 1)
-    left = np.clip(right - 1, 0, len(other_chars) - 1)
-    nearest = np.where(np.abs(other_chars[left] - at) < np.abs(other_chars[right] - at), left, right)
+    nearest = _nearest(other_chars, at)
     out = np.full(utilities.shape[0], np.nan)
     out[finite] = percentiles((1 - weight) * utilities[finite] + weight * other[nearest])
     return out
+
+
+# how far apart (characters) two models' edges may lie and still be one boundary: their tokenizers may put a space on
+# either side of a cut, and the companion's candidates lie on its own coarser grid, so a wider reach would hand an edge
+# a neighbouring sentence's probability
+COMPANION_REACH = 3
+
+
+def blend_probabilities(
+    probabilities: np.ndarray, chars: np.ndarray, other: np.ndarray, other_chars: np.ndarray, weight: float
+) -> np.ndarray:
+    """Boundary probabilities blended with a companion model's (``config.Reading.companion``): (1 - ``weight``) x this
+    model's + ``weight`` x the companion's at its nearest edge within ``COMPANION_REACH`` characters, 0 where it has
+    none there.
+
+    Both are probabilities that a unit starts at the edge, so the blend is one too and the odds' ρ keeps its meaning
+    (percentiles, blended, would cut a fixed share of the edges again). The companion reads at its own candidate step,
+    where its odds were fitted: an edge with no companion edge near it is one the companion holds no boundary at. A
+    reading by chunk length ([edges, lengths]) takes the companion's whole-span probability at every length.
+    """
+    chars, other_chars = np.asarray(chars), np.asarray(other_chars)
+    usable = np.isfinite(other)
+    taken = np.zeros(len(chars))
+    if usable.any() and len(chars):
+        other, other_chars = other[usable], other_chars[usable]
+        nearest = _nearest(other_chars, chars)
+        taken = np.where(np.abs(other_chars[nearest] - chars) <= COMPANION_REACH, other[nearest], 0.0)
+    return (1 - weight) * probabilities + weight * taken.reshape(-1, *([1] * (probabilities.ndim - 1)))
+
+
+def _nearest(other_chars: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """Each of ``chars``' nearest edge among ``other_chars`` (ascending, not empty); a tie goes to the later one."""
+    right = np.clip(np.searchsorted(other_chars, chars), 0, len(other_chars) - 1)
+    left = np.clip(right - 1, 0, len(other_chars) - 1)
+    return np.where(np.abs(other_chars[left] - chars) < np.abs(other_chars[right] - chars), left, right)

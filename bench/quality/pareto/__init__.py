@@ -127,7 +127,9 @@ OPTIONS: dict[str, dict] = {
     "smollm2-135m:attention-L15-step64": {**SMOLLM2_ATTENTION, "layer": 15, "step": 64},
     "smollm2-135m:attention-L15": {**SMOLLM2_ATTENTION, "layer": 15},
     # both bundled models: Gemma 3's utilities at every 8th word boundary blended with SmolLM2's default reading's
-    # (config.Reading.companion), their shares chosen on the calibration streams from each head's own scores
+    # (config.Reading.companion), their shares chosen on the calibration streams from each head's own scores. SmolLM2's
+    # reading has boundary odds since its recipe at 86efa64, so from there on its option blends probabilities: its
+    # recorded rows (run Q9) blended percentiles
     "gemma3-270m:attention-step8+smollm2-bf16": {**GEMMA_ATTENTION, "step": 8}
     | {"companion": "smollm2-135m", "companion_weight": 0.25},
     "smollm2-135m:attention+gemma3": {**SMOLLM2_ATTENTION, "companion": "gemma3-270m", "companion_weight": 0.75},
