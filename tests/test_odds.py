@@ -91,8 +91,8 @@ def test_odds_fitted_for_another_head_or_step_are_not_used(tiny, tmp_path):
 def test_each_models_default_reads_with_odds_and_the_other_readings_with_percentiles():
     """Gemma 3's default reading and its quality preset have odds (bench.quality.odds, bench.quality.short_records
     both); SmolLM2's default and its fast preset have odds on their percentile alone (bench.quality.evidence: its heads'
-    values hold no absolute signal); Gemma 3's fast preset lost medium and mixed records with odds: it keeps
-    percentiles, and SmolLM2's quality blends a companion."""
+    values hold no absolute signal), and its quality preset has its default's, with a companion's blended in; Gemma 3's
+    fast preset lost medium and mixed records with odds: it keeps percentiles."""
     assert ChunkerConfig().resolve().odds is not None
     assert ChunkerConfig(preset="balanced").resolve().odds is not None
     quality = ChunkerConfig(preset="quality").resolve()
@@ -103,7 +103,8 @@ def test_each_models_default_reads_with_odds_and_the_other_readings_with_percent
     fast = ChunkerConfig(model="smollm2-135m", preset="fast").resolve()
     assert fast.odds.raw == (0.0,) and fast.odds.evidence is not None and fast.odds_given_count
     assert fast.reading.penalty == fast.config.recipe_used().odds_for("attention", 192, 64, 15)["penalty"]
-    assert ChunkerConfig(model="smollm2-135m", preset="quality").resolve().odds is None
+    blended = ChunkerConfig(model="smollm2-135m", preset="quality").resolve()  # its default's odds, a companion's too
+    assert blended.odds == ChunkerConfig(model="smollm2-135m").resolve().odds and blended.companion.odds is not None
     smollm2 = ChunkerConfig(model="smollm2-135m").resolve()
     assert smollm2.odds.raw == (0.0,) and smollm2.odds.evidence is not None
     assert smollm2.reading.penalty == smollm2.config.recipe_used().odds_for("attention", 192, 8, 30)["penalty"]
