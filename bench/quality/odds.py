@@ -20,7 +20,8 @@ never choose.
 - ``report``: per band, per language and on the 45 and 60 streams (with the quality benchmark's 95% intervals, the
   change paired), recovery and chunks per unit with the recipe's odds and with percentiles at the recipe's
   calibrated ρ. Both by the product's DP over the cached readouts (``rr_fast.segmentation.dp.segment``), which is the
-  product's cut on text without structure.
+  product's cut on text without structure; a reading with a companion model (SmolLM2's ``quality``) by the cuts
+  cached when its streams were scored (``bench.quality.replay``).
   ``--limits MIN,MAX,TARGET`` cuts within other length limits: what a user who knows the size of their units gets by
   saying so (``--min-tokens``, ``--max-tokens``, ``--target-tokens``); the readouts do not depend on the limits.
 - ``within``: adds to every cached stream of the model's default and ``quality`` readings (the lengths', the
@@ -59,7 +60,7 @@ from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import score_streams, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
-from bench.quality.replay import LIMITS, chars_of, chunks_at, given_cut_chars, readout_values, utilities
+from bench.quality.replay import LIMITS, ProductCut, chars_of, chunks_at, given_cut_chars, readout_values, utilities
 from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
@@ -289,35 +290,54 @@ def report(model: str, data: str | None, preset: str | None = None, limits: Limi
     reading, recipe = resolved.reading, resolved.config.recipe_used()
     before_rho, _ = recipe.penalty(reading.readout, reading.window, reading.step)
     sets = calibration_and_evaluation(model, data, preset)
+    cut = product_chunks(model, preset, limits)
     rows: dict = {"model": model, "preset": preset, "odds": resolved.odds, "penalty": reading.penalty}
     rows["limits"] = dataclasses.asdict(limits)
     rows["percentile penalty"] = before_rho
     for name in ("bands", "languages"):
         before = pooled(outcomes(sets[name], None, before_rho, limits))
-        after = pooled(outcomes(sets[name], resolved.odds, reading.penalty, limits))
+        after = pooled([stream_outcome(stream, cut(stream, saved)) for stream, saved in sets[name]])
         rows[name] = {group: {"before": before[group], "after": after[group]} for group in sorted(before)}
         for group in sorted(before):
             print(f"{group:16s} before {before[group][0]:.3f} ({before[group][1]:.2f})  "
                   f"after {after[group][0]:.3f} ({after[group][1]:.2f})")  # fmt: skip
     for name in ("calibration", "evaluation"):
         indices = bootstrap_indices([stream.domain for stream, _ in sets[name]], RESAMPLES, seed=0)
-        before, after = (
-            np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], odds, rho, limits)])
-            for odds, rho in ((None, before_rho), (resolved.odds, reading.penalty))
-        )
+        before = np.array([(h / u, c / u) for _, h, u, c in outcomes(sets[name], None, before_rho, limits)])
+        after = np.array([(h / u, c / u) for _, h, u, c in (stream_outcome(s, cut(s, d)) for s, d in sets[name])])
         found = {"before": interval(before[:, 0], indices), "after": interval(after[:, 0], indices),
                  "change": interval(after[:, 0] - before[:, 0], indices)}  # fmt: skip
         chunks = {"before": float(before[:, 1].mean()), "after": float(after[:, 1].mean())}
         f1 = {
-            when: float(np.mean([stream_metrics(s.text, s.records, chunks_of(s, d, odds, rho, limits),
-                                                False)["partition_f1"] for s, d in sets[name]]))
-            for when, odds, rho in (("before", None, before_rho), ("after", resolved.odds, reading.penalty))
+            when: float(np.mean([stream_metrics(s.text, s.records, chunks(s, d), False)["partition_f1"]
+                                 for s, d in sets[name]]))
+            for when, chunks in (("before", lambda s, d: chunks_of(s, d, None, before_rho, limits)), ("after", cut))
         }  # fmt: skip
         rows[name] = {"streams": len(before), **found, "chunks per unit": chunks, "partition F1": f1}
         print(f"{name} ({len(before)} streams): " + "; ".join(f"{k} {ci_text(v)}" for k, v in found.items())
               + f"; chunks per unit {chunks['before']:.2f} → {chunks['after']:.2f}"
               + f"; partition F1 {f1['before']:.3f} → {f1['after']:.3f}")  # fmt: skip
     return rows
+
+
+def product_chunks(model: str, preset: str | None, limits: Limits = LIMITS):
+    """(stream, saved) → the stream's chunks as the product cuts them within ``limits``: replayed over the cached
+    readouts, or for a reading with a companion model (SmolLM2's ``quality``: ``bench.quality.replay``) the cuts cached
+    when the stream was scored, at the product's default limits only."""
+    product = ProductCut(model, preset, None if limits == LIMITS else limits_options(limits))
+    if not product.replays and limits != LIMITS:
+        raise SystemExit(f"{model} {preset}: a reading with a companion model keeps the cuts cached at default limits")
+
+    def chunks(stream: Stream, saved) -> list[tuple[int, int]]:
+        bounds = [0, *product(saved).tolist(), len(stream.text)]
+        return list(zip(bounds, bounds[1:]))
+
+    return chunks
+
+
+def limits_options(limits: Limits) -> dict:
+    """The product's length options that give ``limits``."""
+    return {"min_tokens": limits.min_tokens, "max_tokens": limits.max_tokens, "target_tokens": limits.target_tokens}
 
 
 def compare(

@@ -7,9 +7,10 @@ import zlib
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from bench.common import save_npz
-from bench.quality import languages, lengths
+from bench.quality import languages, lengths, odds
 from bench.quality.streams import build_streams
 from rr_fast import ChunkerConfig
 from rr_fast.config import Reading
@@ -154,6 +155,10 @@ def test_reports_replay_the_products_cut_over_the_cached_readouts(tmp_path):
         assert now(saved).tolist() == now.given(saved, 6).tolist() == [a for _, a, _ in stream.records[1:]]
         assert now.given(saved, 60) is None  # more chunks than candidate edges: the count does not fit
         assert ProductCut("smollm2-135m", "quality")(saved).tolist() == []  # blended with Gemma 3: the cached cut
+        assert odds.product_chunks("smollm2-135m", "quality")(stream, saved) == [(0, len(stream.text))]
+    assert ProductCut("smollm2-135m", "quality").replays_given  # a given count weighs SmolLM2's own odds: replayed
+    with pytest.raises(SystemExit, match="companion"):  # its cached cuts hold the default limits only
+        odds.product_chunks("smollm2-135m", "quality", odds.Limits(40, 128, 96, odds.LIMITS.length_weight))
 
 
 def test_languages_streams_and_report(tmp_path):
