@@ -360,13 +360,13 @@ def compare(
         other, label = ChunkerConfig(model=model).resolve(), "the default"
         other_sets = calibration_and_evaluation(model, data, None)
         theirs = (other.odds, other.reading.penalty, False)
-    mine = (ours.odds, ours.reading.penalty, False)
+    cut = product_chunks(model, preset)  # the reading as the product cuts it now
     rows: dict = {"model": model, "preset": preset, "against": label}
     for name in ("bands", "languages", "calibration", "evaluation"):
         if [s.id for s, _ in sets[name]] != [s.id for s, _ in other_sets[name]]:
             raise SystemExit(f"{name}: the two readings' cached streams differ; score both first")
-        a, b = (outcomes(group, odds, rho, LIMITS, whole) for group, (odds, rho, whole) in
-                ((sets[name], mine), (other_sets[name], theirs)))  # fmt: skip
+        a = [stream_outcome(stream, cut(stream, saved)) for stream, saved in sets[name]]
+        b = outcomes(other_sets[name], *theirs[:2], LIMITS, theirs[2])
         if name in ("bands", "languages"):
             found, against = pooled(a), pooled(b)
             rows[name] = {g: {"this": found[g], "against": against[g]} for g in sorted(found)}
