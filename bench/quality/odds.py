@@ -60,7 +60,16 @@ from bench.common import REPO_ROOT, data_dir, log, save_npz
 from bench.quality.lengths import OUT as LENGTHS
 from bench.quality.lengths import score_streams, scores_folder
 from bench.quality.metrics import bootstrap_indices, ci_text, interval, stream_metrics
-from bench.quality.replay import LIMITS, ProductCut, chars_of, chunks_at, given_cut_chars, readout_values, utilities
+from bench.quality.replay import (
+    LIMITS,
+    ProductCut,
+    chars_of,
+    chunks_at,
+    given_cut_chars,
+    readout_values,
+    spans,
+    utilities,
+)
 from bench.quality.streams import Stream, read_streams
 from rr_fast import ChunkerConfig
 from rr_fast.clean_units import recovered_units
@@ -160,8 +169,7 @@ def given_outcomes(data: list[tuple[Stream, dict]], odds: tuple | None) -> list[
     found = []
     for stream, saved in data:
         cut = given_cut_chars(saved, utilities(saved, odds), len(stream.records))
-        bounds = [0, *([] if cut is None else cut.tolist()), len(stream.text)]  # unfit: one chunk, no unit whole
-        found.append(stream_outcome(stream, list(zip(bounds, bounds[1:]))))
+        found.append(stream_outcome(stream, spans(stream, [] if cut is None else cut)))  # unfit: one chunk
     return found
 
 
@@ -327,12 +335,7 @@ def product_chunks(model: str, preset: str | None, limits: Limits = LIMITS):
     product = ProductCut(model, preset, None if limits == LIMITS else limits_options(limits))
     if not product.replays and limits != LIMITS:
         raise SystemExit(f"{model} {preset}: a reading with a companion model keeps the cuts cached at default limits")
-
-    def chunks(stream: Stream, saved) -> list[tuple[int, int]]:
-        bounds = [0, *product(saved).tolist(), len(stream.text)]
-        return list(zip(bounds, bounds[1:]))
-
-    return chunks
+    return lambda stream, saved: spans(stream, product(saved))
 
 
 def limits_options(limits: Limits) -> dict:
@@ -366,7 +369,8 @@ def compare(
         if [s.id for s, _ in sets[name]] != [s.id for s, _ in other_sets[name]]:
             raise SystemExit(f"{name}: the two readings' cached streams differ; score both first")
         a = [stream_outcome(stream, cut(stream, saved)) for stream, saved in sets[name]]
-        b = outcomes(other_sets[name], *theirs[:2], LIMITS, theirs[2])
+        against_odds, against_rho, whole_span = theirs
+        b = outcomes(other_sets[name], against_odds, against_rho, LIMITS, whole_span)
         if name in ("bands", "languages"):
             found, against = pooled(a), pooled(b)
             rows[name] = {g: {"this": found[g], "against": against[g]} for g in sorted(found)}
@@ -423,8 +427,8 @@ def stream_ceilings(
     found = {"product": stream_outcome(stream, chunks_at(stream, saved, chosen, rho))}
     found["best ρ per stream"] = max(by_rho, key=lambda outcome: outcome[1])
     found["count given"] = given_outcomes([(stream, saved)], given_odds)[0]
-    bounds = [0, *chars_of(saved, saved["edge_tokens"][saved["join"] >= 0]).tolist(), len(stream.text)]
-    found["candidates at joins"] = stream_outcome(stream, list(zip(bounds, bounds[1:])))
+    joins = chars_of(saved, saved["edge_tokens"][saved["join"] >= 0])
+    found["candidates at joins"] = stream_outcome(stream, spans(stream, joins))
     return found, np.array([held for _, held, _, _ in by_rho])
 
 

@@ -73,7 +73,12 @@ def chunks_at(
     stream: Stream, saved, utilities: np.ndarray, rho: float, limits: Limits = LIMITS
 ) -> list[tuple[int, int]]:
     """The stream's chunks (character spans) by the product's DP with the given utilities (``cut_chars``)."""
-    bounds = [0, *cut_chars(saved, utilities, rho, limits).tolist(), len(stream.text)]
+    return spans(stream, cut_chars(saved, utilities, rho, limits))
+
+
+def spans(stream: Stream, cuts: np.ndarray) -> list[tuple[int, int]]:
+    """The stream's chunks (character spans) from the character offsets of the cuts between them."""
+    bounds = [0, *np.asarray(cuts).tolist(), len(stream.text)]
     return list(zip(bounds, bounds[1:]))
 
 
